@@ -1,0 +1,822 @@
+//! The `Client`: one state machine that owns every request, every reply and
+//! every compensation decision.
+//!
+//! # Contract
+//!
+//! The client never reads a clock, never sleeps and never touches a socket.
+//! A driver feeds it inputs, each stamped with the current time, and drains
+//! its outputs:
+//!
+//! | kind | methods |
+//! | --- | --- |
+//! | inputs (`handle_*`) | `handle_connected`, `handle_input`, `handle_closed`, `handle_timeout` |
+//! | calls from users | `acquire`, `abandon`, `release` |
+//! | outputs (`poll_*`) | `poll_action`, `poll_transmit`, `poll_event`, `poll_timeout` |
+//! | getters | `stats`, `outstanding_releases`, `connection` |
+//!
+//! After any input or call, the driver drains `poll_action` (open/close
+//! sockets), then `poll_transmit` (write bytes), then `poll_event` (wake
+//! callers), and finally sleeps until `poll_timeout`, when it calls
+//! `handle_timeout`. Doing exactly this keeps a driver correct.
+//!
+//! # Words
+//!
+//! - **Generation**: one connection, named by a [`ConnectionId`] that is never
+//!   reused. It is *retired* as soon as its replies can no longer be trusted: a
+//!   reply we cannot parse, a reply with nothing pending, a reply of the wrong
+//!   shape or echoing another lease id, a request older than its liveness
+//!   budget, or the socket closing. Retiring closes it and opens a fresh one.
+//! - **Abandoned**: the caller went away (`abandon`) or its acquire timeout
+//!   passed. The request keeps its slot in its connection's FIFO, so replies
+//!   stay aligned; if its reply turns out to be a grant, the lease is released.
+//! - **Ambiguous**: an acquire on a retired generation whose reply we will never
+//!   read. The server may or may not have created the lease, so it is released
+//!   with a *compensating* release that also leaves a tombstone: should the
+//!   acquire's bytes reach Redis after the release, the script refuses the id.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::config::{Config, ConfigError};
+use crate::event::{
+    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats, Transmit,
+    Unavailable,
+};
+use crate::key::{Key, SubjectKeys};
+use crate::lease_id::{LeaseId, LeaseIds};
+use crate::pipeline::Pipeline;
+use crate::resp::{encode_command, Frame};
+use crate::script::{ScriptKind, Scripts};
+use crate::UnavailablePolicy;
+
+pub struct Client {
+    config: Config,
+    scripts: Scripts,
+    /// `lease_ttl` in milliseconds, as the scripts take it.
+    ttl_ms: Bytes,
+    lease_ids: LeaseIds,
+    next_request: u64,
+    next_connection: u64,
+    connection: Option<Connection>,
+    /// While there is no connection: when to try again.
+    reconnect_at: Option<Instant>,
+    /// Failed attempts in a row, for the reconnect backoff.
+    connect_failures: u32,
+    last_connect_error: ConnectionError,
+    /// Acquires that wait for the connection's handshake to finish.
+    waiting: VecDeque<AcquireOp>,
+    /// Callers still waiting for an outcome, with their deadline.
+    callers: HashMap<RequestId, Instant>,
+    caller_deadlines: BTreeSet<(Instant, RequestId)>,
+    /// Releases waiting for a ready connection or for their retry time.
+    releases: Vec<ReleaseJob>,
+    events: VecDeque<Event>,
+    actions: VecDeque<Action>,
+    stats: Stats,
+}
+
+#[derive(Debug)]
+struct Connection {
+    id: ConnectionId,
+    phase: Phase,
+    pipeline: Pipeline<Request>,
+    /// Acquires pending in `pipeline`, for the in-flight cap.
+    acquires: usize,
+    /// A `SCRIPT LOAD` is on its way after a `NOSCRIPT`.
+    reloading: [bool; 2],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The driver is opening the socket.
+    Connecting { deadline: Instant },
+    /// AUTH, SELECT, PING and SCRIPT LOADs are out; `steps` replies to go.
+    Handshaking { deadline: Instant, steps: usize },
+    Ready,
+}
+
+#[derive(Debug)]
+enum Request {
+    Handshake(Step),
+    Acquire(AcquireOp),
+    Release(ReleaseJob),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Auth,
+    Select,
+    Ping,
+    Load(ScriptKind),
+}
+
+#[derive(Debug)]
+struct AcquireOp {
+    request: RequestId,
+    lease: LeaseId,
+    keys: SubjectKeys,
+    limit: NonZeroU32,
+    /// When the acquire was first written: the lease cannot expire before
+    /// `sent_at + ttl`, and is gone by TTL soon after.
+    sent_at: Option<Instant>,
+    /// Send `EVAL` with the script text (after `NOSCRIPT`).
+    by_text: bool,
+}
+
+#[derive(Debug)]
+struct ReleaseJob {
+    lease: LeaseId,
+    keys: SubjectKeys,
+    /// Releases a lease the caller never got: `COMPENSATE` with a tombstone
+    /// instead of a plain `ZREM`.
+    compensation: bool,
+    /// Failed attempts so far.
+    failures: u32,
+    /// Retries stop here: the lease has expired by then anyway.
+    deadline: Instant,
+    /// Next attempt not before.
+    not_before: Instant,
+    by_text: bool,
+}
+
+/// What a Redis error reply tells us about the command it answers.
+enum ErrorClass {
+    /// The script is not cached: resend it as `EVAL`.
+    NoScript,
+    /// Refused before execution; the connection can go on.
+    NotExecuted,
+    /// Refused before execution, and this connection is of no further use
+    /// (wrong role, wrong node, lost authentication).
+    NotExecutedRetire,
+    /// We cannot know whether the command ran.
+    Unknown,
+}
+
+fn classify(message: &str) -> ErrorClass {
+    match message.split(' ').next().unwrap_or("") {
+        "NOSCRIPT" => ErrorClass::NoScript,
+        "BUSY" | "OOM" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "MISCONF" | "NOPERM"
+        | "CROSSSLOT" | "EXECABORT" => ErrorClass::NotExecuted,
+        "READONLY" | "MOVED" | "ASK" | "NOAUTH" | "WRONGPASS" => ErrorClass::NotExecutedRetire,
+        _ => ErrorClass::Unknown,
+    }
+}
+
+fn describe(frame: &Frame) -> String {
+    let mut text = format!("{frame:?}");
+    text.truncate(120);
+    text
+}
+
+impl Client {
+    /// A client that immediately asks for its first connection. `entropy` must
+    /// be 16 random bytes, fresh for every client: lease ids are built from it.
+    pub fn new(config: Config, entropy: [u8; 16], now: Instant) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let ttl_ms = Bytes::from(config.lease_ttl.as_millis().to_string());
+        let mut client = Self {
+            config,
+            scripts: Scripts::default(),
+            ttl_ms,
+            lease_ids: LeaseIds::new(entropy),
+            next_request: 1,
+            next_connection: 1,
+            connection: None,
+            reconnect_at: None,
+            connect_failures: 0,
+            last_connect_error: ConnectionError::Closed,
+            waiting: VecDeque::new(),
+            callers: HashMap::new(),
+            caller_deadlines: BTreeSet::new(),
+            releases: Vec::new(),
+            events: VecDeque::new(),
+            actions: VecDeque::new(),
+            stats: Stats::default(),
+        };
+        client.start_connect(now);
+        Ok(client)
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// The lease id that request `request` holds if granted.
+    pub fn lease_id(&self, request: RequestId) -> LeaseId {
+        self.lease_ids.id(request.0)
+    }
+
+    /// The current connection and whether it is ready.
+    pub fn connection(&self) -> Option<(ConnectionId, bool)> {
+        self.connection.as_ref().map(|c| (c.id, c.phase == Phase::Ready))
+    }
+
+    /// Releases (and compensations) not yet done or given up.
+    pub fn outstanding_releases(&self) -> usize {
+        let in_flight = self.connection.as_ref().map_or(0, |c| {
+            c.pipeline.pending().filter(|r| matches!(r, Request::Release(_))).count()
+        });
+        self.releases.len() + in_flight
+    }
+
+    // ---- calls from users -------------------------------------------------
+
+    /// Asks for a lease on `key` with at most `limit` live leases. Exactly one
+    /// `Event::Acquired` follows for the returned id, unless it is abandoned first.
+    pub fn acquire(&mut self, now: Instant, key: &Key, limit: NonZeroU32) -> RequestId {
+        let request = RequestId(self.next_request);
+        self.next_request += 1;
+        let deadline = now + self.config.acquire_timeout;
+        self.callers.insert(request, deadline);
+        self.caller_deadlines.insert((deadline, request));
+
+        let in_flight = self.waiting.len() + self.connection.as_ref().map_or(0, |c| c.acquires);
+        if in_flight >= self.config.max_in_flight {
+            self.fail(request, Unavailable::Overloaded);
+            return request;
+        }
+        let op = AcquireOp {
+            request,
+            lease: self.lease_ids.id(request.0),
+            keys: SubjectKeys::new(&self.config.key_prefix, key),
+            limit,
+            sent_at: None,
+            by_text: false,
+        };
+        match self.connection.as_ref().map(|c| c.phase) {
+            Some(Phase::Ready) => self.send_acquire(now, op),
+            Some(_) => self.waiting.push_back(op),
+            // Backing off after failed connection attempts: say so at once
+            // rather than make every caller wait out its timeout.
+            None => self.fail(request, Unavailable::NotConnected(self.last_connect_error.clone())),
+        }
+        request
+    }
+
+    /// The caller of `request` is gone. No event will be sent for it; if Redis
+    /// grants it anyway, the lease is released.
+    pub fn abandon(&mut self, _now: Instant, request: RequestId) {
+        if let Some(deadline) = self.callers.remove(&request) {
+            self.caller_deadlines.remove(&(deadline, request));
+            self.waiting.retain(|op| op.request != request);
+        }
+    }
+
+    /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
+    pub fn release(&mut self, now: Instant, lease: Lease) {
+        let job = ReleaseJob {
+            lease: lease.id,
+            keys: lease.keys,
+            compensation: false,
+            failures: 0,
+            deadline: lease.expires_at,
+            not_before: now,
+            by_text: false,
+        };
+        self.submit_release(now, job);
+    }
+
+    // ---- inputs -----------------------------------------------------------
+
+    /// The socket for `connection` is open.
+    pub fn handle_connected(&mut self, _now: Instant, connection: ConnectionId) {
+        let Some(conn) = self.connection.as_mut().filter(|c| c.id == connection) else {
+            return;
+        };
+        let Phase::Connecting { deadline } = conn.phase else {
+            return;
+        };
+        let mut steps = Vec::with_capacity(5);
+        if self.config.credentials.is_some() {
+            steps.push(Step::Auth);
+        }
+        if self.config.database != 0 {
+            steps.push(Step::Select);
+        }
+        steps.extend([Step::Ping, Step::Load(ScriptKind::Acquire), Step::Load(ScriptKind::Compensate)]);
+        conn.phase = Phase::Handshaking {
+            deadline,
+            steps: steps.len(),
+        };
+        let (config, scripts) = (&self.config, &self.scripts);
+        for step in steps {
+            conn.pipeline.send(Request::Handshake(step), deadline, |_, out| match step {
+                Step::Auth => {
+                    let credentials = config.credentials.as_ref().expect("checked above");
+                    match &credentials.username {
+                        Some(user) => encode_command(out, &[b"AUTH", user.as_bytes(), credentials.password.as_bytes()]),
+                        None => encode_command(out, &[b"AUTH", credentials.password.as_bytes()]),
+                    }
+                }
+                Step::Select => encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()]),
+                Step::Ping => encode_command(out, &[b"PING"]),
+                Step::Load(kind) => scripts.encode_load(out, kind),
+            });
+        }
+    }
+
+    /// Bytes arrived on `connection`.
+    pub fn handle_input(&mut self, now: Instant, connection: ConnectionId, data: &[u8]) {
+        let Some(conn) = self.connection.as_mut().filter(|c| c.id == connection) else {
+            return; // A retired generation: nothing it says is trusted.
+        };
+        conn.pipeline.receive(data);
+        loop {
+            let Some(conn) = self.connection.as_mut().filter(|c| c.id == connection) else {
+                break;
+            };
+            let reply = match conn.pipeline.next_reply() {
+                Ok(Some(reply)) => reply,
+                Ok(None) => break,
+                Err(error) => {
+                    self.drop_connection(now, error.into());
+                    break;
+                }
+            };
+            if let (Request::Acquire(_), _) = &reply {
+                conn.acquires -= 1;
+            }
+            if let Err(error) = self.on_reply(now, reply.0, reply.1) {
+                self.drop_connection(now, error);
+                break;
+            }
+        }
+        self.drive(now);
+    }
+
+    /// `connection` closed, or could not be opened.
+    pub fn handle_closed(&mut self, now: Instant, connection: ConnectionId) {
+        if self.connection.as_ref().is_some_and(|c| c.id == connection) {
+            self.drop_connection(now, ConnectionError::Closed);
+            self.drive(now);
+        }
+    }
+
+    /// Time has reached (or passed) what `poll_timeout` asked for.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&(deadline, request)) = self.caller_deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.waiting.retain(|op| op.request != request);
+            self.fail(request, Unavailable::Timeout);
+        }
+        if let Some(conn) = &self.connection {
+            let overdue = match conn.phase {
+                Phase::Connecting { deadline } | Phase::Handshaking { deadline, .. } => {
+                    (deadline <= now).then_some(ConnectionError::ConnectTimeout)
+                }
+                Phase::Ready => conn
+                    .pipeline
+                    .next_deadline()
+                    .filter(|d| *d <= now)
+                    .map(|_| ConnectionError::Stalled),
+            };
+            if let Some(error) = overdue {
+                self.drop_connection(now, error);
+            }
+        }
+        if self.connection.is_none() && self.reconnect_at.is_some_and(|at| at <= now) {
+            self.start_connect(now);
+        }
+        let mut index = 0;
+        while index < self.releases.len() {
+            if self.releases[index].deadline <= now {
+                let job = self.releases.swap_remove(index);
+                self.abandon_release(job, ReleaseFailure::Expired);
+            } else {
+                index += 1;
+            }
+        }
+        self.drive(now);
+    }
+
+    // ---- outputs ----------------------------------------------------------
+
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        let conn = self.connection.as_mut()?;
+        if matches!(conn.phase, Phase::Connecting { .. }) {
+            return None;
+        }
+        let data = conn.pipeline.take_outgoing()?;
+        Some(Transmit {
+            connection: conn.id,
+            data,
+        })
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// The next instant at which `handle_timeout` has work to do.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let ready = self.connection.as_ref().is_some_and(|c| c.phase == Phase::Ready);
+        let connection = self.connection.as_ref().and_then(|c| match c.phase {
+            Phase::Connecting { deadline } | Phase::Handshaking { deadline, .. } => Some(deadline),
+            Phase::Ready => c.pipeline.next_deadline(),
+        });
+        let releases = self
+            .releases
+            .iter()
+            .map(|job| if ready { job.not_before.min(job.deadline) } else { job.deadline });
+        [self.caller_deadlines.first().map(|(d, _)| *d), connection, self.reconnect_at]
+            .into_iter()
+            .flatten()
+            .chain(releases)
+            .min()
+    }
+
+    // ---- replies ----------------------------------------------------------
+
+    /// Acts on one reply. An `Err` retires the connection; the request itself
+    /// has been dealt with by then.
+    fn on_reply(&mut self, now: Instant, request: Request, frame: Frame) -> Result<(), ConnectionError> {
+        match request {
+            Request::Handshake(step) => self.on_handshake_reply(step, frame),
+            Request::Acquire(op) => self.on_acquire_reply(now, op, frame),
+            Request::Release(job) => self.on_release_reply(now, job, frame),
+        }
+    }
+
+    fn on_handshake_reply(&mut self, step: Step, frame: Frame) -> Result<(), ConnectionError> {
+        let conn = self.connection.as_mut().expect("replies come from the current connection");
+        let handshaking = matches!(conn.phase, Phase::Handshaking { .. });
+        let ok = match (&step, &frame) {
+            (Step::Auth | Step::Select, Frame::SimpleString(s)) => &s[..] == b"OK",
+            (Step::Ping, Frame::SimpleString(s)) => &s[..] == b"PONG",
+            (Step::Load(kind), Frame::BulkString(sha)) => &sha[..] == self.scripts.get(*kind).sha.as_bytes(),
+            (Step::Load(kind), Frame::Error(_)) if !handshaking => {
+                // A reload after NOSCRIPT failed; `EVAL` keeps working without it.
+                conn.reloading[*kind as usize] = false;
+                return Ok(());
+            }
+            _ => false,
+        };
+        if !ok {
+            return Err(match (step, frame) {
+                (Step::Auth, Frame::Error(message)) => ConnectionError::Auth(message.to_string()),
+                (_, Frame::Error(message)) => ConnectionError::Handshake(message.to_string()),
+                (step, frame) => ConnectionError::UnexpectedReply(format!("{step:?}: {}", describe(&frame))),
+            });
+        }
+        if let Step::Load(kind) = step {
+            conn.reloading[kind as usize] = false;
+        }
+        if let Phase::Handshaking { steps, .. } = &mut conn.phase {
+            *steps -= 1;
+            if *steps == 0 {
+                conn.phase = Phase::Ready;
+                self.connect_failures = 0;
+                self.events.push_back(Event::Connected(conn.id));
+            }
+        }
+        Ok(())
+    }
+
+    fn on_acquire_reply(&mut self, now: Instant, op: AcquireOp, frame: Frame) -> Result<(), ConnectionError> {
+        let (status, echo) = match frame {
+            Frame::Array(items) => match <[Frame; 2]>::try_from(items) {
+                Ok([Frame::Integer(status), Frame::BulkString(echo)]) => (status, echo),
+                Ok(items) => return Err(self.ambiguous(now, op, unexpected("acquire", &Frame::Array(items.into())))),
+                Err(items) => return Err(self.ambiguous(now, op, unexpected("acquire", &Frame::Array(items)))),
+            },
+            Frame::Error(message) => return self.on_acquire_error(now, op, &message),
+            other => return Err(self.ambiguous(now, op, unexpected("acquire", &other))),
+        };
+        if echo != op.lease.to_bytes() {
+            return Err(self.ambiguous(now, op, ConnectionError::EchoMismatch));
+        }
+        let waiting = self.callers.contains_key(&op.request);
+        match status {
+            1 if waiting => {
+                let lease = Lease {
+                    id: op.lease,
+                    expires_at: op.sent_at.unwrap_or(now) + self.config.lease_ttl,
+                    keys: op.keys,
+                };
+                self.finish(op.request, Outcome::Granted(lease));
+            }
+            1 => self.compensate(now, op),
+            0 => {
+                if waiting {
+                    self.finish(op.request, Outcome::Exceeded);
+                }
+            }
+            // The id was tombstoned: no lease exists. We never reuse a
+            // compensated id, so a trusted connection should not say this.
+            -1 => self.fail(op.request, Unavailable::Refused),
+            _ => {
+                let frame = Frame::Array(vec![Frame::Integer(status), Frame::BulkString(echo)]);
+                return Err(self.ambiguous(now, op, unexpected("acquire", &frame)));
+            }
+        }
+        Ok(())
+    }
+
+    fn on_acquire_error(&mut self, now: Instant, mut op: AcquireOp, message: &str) -> Result<(), ConnectionError> {
+        match classify(message) {
+            ErrorClass::NoScript => {
+                if self.callers.contains_key(&op.request) {
+                    op.by_text = true;
+                    self.reload(now, ScriptKind::Acquire);
+                    self.send_acquire(now, op);
+                }
+                Ok(())
+            }
+            ErrorClass::NotExecuted => {
+                self.fail(op.request, Unavailable::Server(message.to_string()));
+                Ok(())
+            }
+            ErrorClass::NotExecutedRetire => {
+                self.fail(op.request, Unavailable::Server(message.to_string()));
+                Err(ConnectionError::Server(message.to_string()))
+            }
+            ErrorClass::Unknown => {
+                self.fail(op.request, Unavailable::Server(message.to_string()));
+                self.compensate(now, op);
+                Ok(())
+            }
+        }
+    }
+
+    fn on_release_reply(&mut self, now: Instant, mut job: ReleaseJob, frame: Frame) -> Result<(), ConnectionError> {
+        let done = match &frame {
+            Frame::Integer(_) => !job.compensation,
+            Frame::BulkString(echo) if job.compensation => {
+                if echo[..] != job.lease.to_bytes() {
+                    self.retry_release(now, job);
+                    return Err(ConnectionError::EchoMismatch);
+                }
+                true
+            }
+            Frame::Error(message) => {
+                let message = message.to_string();
+                return match classify(&message) {
+                    ErrorClass::NoScript if job.compensation => {
+                        job.by_text = true;
+                        self.reload(now, ScriptKind::Compensate);
+                        self.send_release(now, job);
+                        Ok(())
+                    }
+                    ErrorClass::NotExecutedRetire => {
+                        self.retry_release(now, job);
+                        Err(ConnectionError::Server(message))
+                    }
+                    _ => {
+                        self.retry_release(now, job);
+                        Ok(())
+                    }
+                };
+            }
+            _ => false,
+        };
+        if !done {
+            self.retry_release(now, job);
+            return Err(unexpected("release", &frame));
+        }
+        self.stats.releases += 1;
+        self.events.push_back(Event::Released {
+            lease: job.lease,
+            compensation: job.compensation,
+        });
+        Ok(())
+    }
+
+    // ---- connection lifecycle ----------------------------------------------
+
+    fn start_connect(&mut self, now: Instant) {
+        let id = ConnectionId(self.next_connection);
+        self.next_connection += 1;
+        self.reconnect_at = None;
+        self.connection = Some(Connection {
+            id,
+            phase: Phase::Connecting {
+                deadline: now + self.config.connect_timeout,
+            },
+            pipeline: Pipeline::new(self.config.reply_limits),
+            acquires: 0,
+            reloading: [false; 2],
+        });
+        self.actions.push_back(Action::Connect(id));
+    }
+
+    /// Gives up the current connection: a failed attempt backs off before the
+    /// next; a ready connection that is retired is replaced at once.
+    fn drop_connection(&mut self, now: Instant, error: ConnectionError) {
+        let Some(mut conn) = self.connection.take() else {
+            return;
+        };
+        self.actions.push_back(Action::Close(conn.id));
+        if conn.phase != Phase::Ready {
+            self.connect_failures += 1;
+            self.last_connect_error = error.clone();
+            let backoff = backoff(
+                self.config.reconnect_initial_backoff,
+                self.config.reconnect_max_backoff,
+                self.connect_failures,
+            );
+            self.reconnect_at = Some(now + backoff);
+            self.events.push_back(Event::ConnectFailed(conn.id, error.clone()));
+            // Nothing was sent for them; the server is not there for now.
+            for op in std::mem::take(&mut self.waiting) {
+                self.fail(op.request, Unavailable::NotConnected(error.clone()));
+            }
+            return;
+        }
+        self.stats.connections_replaced += 1;
+        self.events.push_back(Event::Retired(conn.id, error.clone()));
+        let pending: Vec<Request> = conn.pipeline.drain().collect();
+        for request in pending {
+            match request {
+                Request::Acquire(op) => {
+                    self.ambiguous(now, op, error.clone());
+                }
+                Request::Release(job) => self.retry_release(now, job),
+                Request::Handshake(_) => {}
+            }
+        }
+        self.start_connect(now);
+    }
+
+    /// Sends what can be sent on a ready connection.
+    fn drive(&mut self, now: Instant) {
+        if !self.connection.as_ref().is_some_and(|c| c.phase == Phase::Ready) {
+            return;
+        }
+        while let Some(op) = self.waiting.pop_front() {
+            self.send_acquire(now, op);
+        }
+        if self.releases.iter().any(|job| job.not_before <= now) {
+            let (due, later): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut self.releases).into_iter().partition(|job| job.not_before <= now);
+            self.releases = later;
+            for job in due {
+                self.send_release(now, job);
+            }
+        }
+    }
+
+    fn send_acquire(&mut self, now: Instant, mut op: AcquireOp) {
+        let conn = self.connection.as_mut().expect("sent on a ready connection");
+        op.sent_at.get_or_insert(now);
+        let (scripts, ttl_ms) = (&self.scripts, &self.ttl_ms);
+        conn.pipeline.send(Request::Acquire(op), now + self.config.request_liveness, |request, out| {
+            let Request::Acquire(op) = request else { unreachable!() };
+            let tombstone = op.keys.tombstone(&op.lease);
+            let limit = op.limit.to_string();
+            scripts.encode_call(
+                out,
+                ScriptKind::Acquire,
+                op.by_text,
+                [op.keys.leases(), &tombstone],
+                &[ttl_ms, limit.as_bytes(), &op.lease.to_bytes()],
+            );
+        });
+        conn.acquires += 1;
+    }
+
+    fn send_release(&mut self, now: Instant, job: ReleaseJob) {
+        let conn = self.connection.as_mut().expect("sent on a ready connection");
+        let (scripts, ttl_ms) = (&self.scripts, &self.ttl_ms);
+        conn.pipeline.send(Request::Release(job), now + self.config.request_liveness, |request, out| {
+            let Request::Release(job) = request else { unreachable!() };
+            let lease = job.lease.to_bytes();
+            if job.compensation {
+                let tombstone = job.keys.tombstone(&job.lease);
+                scripts.encode_call(out, ScriptKind::Compensate, job.by_text, [job.keys.leases(), &tombstone], &[
+                    ttl_ms, &lease,
+                ]);
+            } else {
+                encode_command(out, &[b"ZREM", job.keys.leases(), &lease]);
+            }
+        });
+    }
+
+    /// Queues a `SCRIPT LOAD` on the ready connection, once per script at a time.
+    fn reload(&mut self, now: Instant, kind: ScriptKind) {
+        let conn = self.connection.as_mut().expect("replies come from the current connection");
+        if std::mem::replace(&mut conn.reloading[kind as usize], true) {
+            return;
+        }
+        let scripts = &self.scripts;
+        conn.pipeline.send(Request::Handshake(Step::Load(kind)), now + self.config.request_liveness, |_, out| {
+            scripts.encode_load(out, kind)
+        });
+    }
+
+    // ---- outcomes ----------------------------------------------------------
+
+    /// Delivers `outcome` if the caller still waits. Returns whether it did.
+    fn finish(&mut self, request: RequestId, outcome: Outcome) -> bool {
+        let Some(deadline) = self.callers.remove(&request) else {
+            return false;
+        };
+        self.caller_deadlines.remove(&(deadline, request));
+        match &outcome {
+            Outcome::Granted(_) => self.stats.granted += 1,
+            Outcome::Exceeded => self.stats.denied += 1,
+            Outcome::Unavailable(_) => self.stats.unavailable += 1,
+            Outcome::FailOpen(_) => self.stats.fail_open += 1,
+        }
+        self.events.push_back(Event::Acquired(request, outcome));
+        true
+    }
+
+    /// No trustworthy answer for `request`: deny or fail open, by policy.
+    fn fail(&mut self, request: RequestId, reason: Unavailable) {
+        let outcome = match self.config.unavailable_policy {
+            UnavailablePolicy::Deny => Outcome::Unavailable(reason),
+            UnavailablePolicy::Allow => Outcome::FailOpen(reason),
+        };
+        self.finish(request, outcome);
+    }
+
+    /// The acquire's fate is unknown: tell the caller, release what may exist.
+    fn ambiguous(&mut self, now: Instant, op: AcquireOp, error: ConnectionError) -> ConnectionError {
+        self.fail(op.request, Unavailable::ConnectionLost(error.clone()));
+        self.compensate(now, op);
+        error
+    }
+
+    /// Releases a lease the caller will never hold, with a tombstone.
+    fn compensate(&mut self, now: Instant, op: AcquireOp) {
+        self.stats.compensations += 1;
+        let job = ReleaseJob {
+            lease: op.lease,
+            keys: op.keys,
+            compensation: true,
+            failures: 0,
+            deadline: op.sent_at.unwrap_or(now) + self.config.lease_ttl,
+            not_before: now,
+            by_text: false,
+        };
+        self.submit_release(now, job);
+    }
+
+    fn submit_release(&mut self, now: Instant, job: ReleaseJob) {
+        if self.connection.as_ref().is_some_and(|c| c.phase == Phase::Ready) {
+            self.send_release(now, job);
+        } else {
+            self.queue_release(job);
+        }
+    }
+
+    fn queue_release(&mut self, job: ReleaseJob) {
+        if self.releases.len() >= self.config.release.max_retrying {
+            self.abandon_release(job, ReleaseFailure::Overloaded);
+        } else {
+            self.releases.push(job);
+        }
+    }
+
+    /// An attempt failed: back off and try again on whatever connection is
+    /// ready then (after a retirement, always a fresh one).
+    fn retry_release(&mut self, now: Instant, mut job: ReleaseJob) {
+        job.failures += 1;
+        if job.failures >= self.config.release.max_attempts {
+            return self.abandon_release(job, ReleaseFailure::AttemptsExhausted);
+        }
+        let policy = &self.config.release;
+        job.not_before = now + backoff(policy.initial_backoff, policy.max_backoff, job.failures);
+        if job.not_before >= job.deadline {
+            return self.abandon_release(job, ReleaseFailure::Expired);
+        }
+        self.stats.release_retries += 1;
+        self.queue_release(job);
+    }
+
+    fn abandon_release(&mut self, job: ReleaseJob, reason: ReleaseFailure) {
+        self.stats.releases_abandoned += 1;
+        self.events.push_back(Event::ReleaseAbandoned {
+            lease: job.lease,
+            compensation: job.compensation,
+            reason,
+        });
+    }
+}
+
+fn unexpected(what: &str, frame: &Frame) -> ConnectionError {
+    ConnectionError::UnexpectedReply(format!("{what}: {}", describe(frame)))
+}
+
+/// `initial * 2^(failures-1)`, capped at `max`.
+fn backoff(initial: Duration, max: Duration, failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(20);
+    initial.saturating_mul(1 << doublings).min(max)
+}
+
+#[cfg(test)]
+#[path = "client_tests.rs"]
+mod tests;

@@ -1,0 +1,335 @@
+//! Configuration of the core, its validation, and the server URL.
+//!
+//! Everything a user can get wrong is refused here with a [`ConfigError`]
+//! that names the field, so a bad deployment fails at start-up instead of
+//! misbehaving under load.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use crate::resp::ReplyLimits;
+
+/// What to do when Redis cannot give a trustworthy answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UnavailablePolicy {
+    /// Refuse the request (`Unavailable`). Protects the backend; the default.
+    #[default]
+    Deny,
+    /// Let the request through without a lease (fail open) and count it.
+    Allow,
+}
+
+/// How hard a release tries before it gives up and lets the lease expire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReleasePolicy {
+    /// Attempts per release, the first included.
+    pub max_attempts: u32,
+    /// Delay before the first retry; doubled after each failure...
+    pub initial_backoff: Duration,
+    /// ...up to this.
+    pub max_backoff: Duration,
+    /// Releases waiting for a retry at once; beyond that a failing release is
+    /// abandoned (reported) rather than queued without bound.
+    pub max_retrying: usize,
+}
+
+impl Default for ReleasePolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 8,
+            initial_backoff: Duration::from_millis(25),
+            max_backoff: Duration::from_secs(1),
+            max_retrying: 4096,
+        }
+    }
+}
+
+/// Credentials sent with `AUTH` when a connection opens.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// ACL user; `None` sends the legacy single-password `AUTH`.
+    pub username: Option<String>,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The core's settings. Build with `Config::default()` and adjust fields, then
+/// [`Config::validate`] (the `Client` does so on construction).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// First component of every key. May not contain `{` or `}` (it would add a
+    /// hash tag) and must be non-empty.
+    pub key_prefix: String,
+    /// How long a lease lives if it is never released (a crashed replica's slots
+    /// come back after this).
+    pub lease_ttl: Duration,
+    /// The caller's latency budget for one acquire.
+    pub acquire_timeout: Duration,
+    /// How long a request may wait for its reply before the connection is
+    /// considered stalled and replaced. Longer than `acquire_timeout`, so a
+    /// caller that stops waiting does not condemn a slow but healthy connection.
+    pub request_liveness: Duration,
+    /// Budget for opening a connection: TCP connect plus the handshake.
+    pub connect_timeout: Duration,
+    /// Acquires waiting or in flight at once; more fail fast as unavailable.
+    pub max_in_flight: usize,
+    pub unavailable_policy: UnavailablePolicy,
+    pub release: ReleasePolicy,
+    /// Delay before reconnecting after a failed attempt; doubled per failure...
+    pub reconnect_initial_backoff: Duration,
+    /// ...up to this.
+    pub reconnect_max_backoff: Duration,
+    pub credentials: Option<Credentials>,
+    /// Logical database (`SELECT`), 0 by default.
+    pub database: u32,
+    pub reply_limits: ReplyLimits,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            key_prefix: "inflight".into(),
+            lease_ttl: Duration::from_secs(60),
+            acquire_timeout: Duration::from_millis(250),
+            request_liveness: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+            max_in_flight: 1024,
+            unavailable_policy: UnavailablePolicy::Deny,
+            release: ReleasePolicy::default(),
+            reconnect_initial_backoff: Duration::from_millis(10),
+            reconnect_max_backoff: Duration::from_secs(1),
+            credentials: None,
+            database: 0,
+            reply_limits: ReplyLimits::default(),
+        }
+    }
+}
+
+/// A setting that cannot work, with the field it is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{field} must be greater than zero")]
+    Zero { field: &'static str },
+    #[error("{field} must be at least {min_ms} ms (it is {actual_ms} ms)")]
+    TooShort { field: &'static str, min_ms: u128, actual_ms: u128 },
+    #[error("{field} is out of range: {reason}")]
+    OutOfRange { field: &'static str, reason: &'static str },
+    #[error("key prefix {0:?} is empty or contains '{{' or '}}', which would break the key's single hash tag")]
+    KeyPrefix(String),
+    #[error("invalid Redis URL {url:?}: {reason}")]
+    Url { url: String, reason: String },
+    #[error("TLS (rediss://) is not supported yet; use redis://")]
+    TlsUnsupported,
+}
+
+impl Config {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("lease_ttl", self.lease_ttl),
+            ("acquire_timeout", self.acquire_timeout),
+            ("request_liveness", self.request_liveness),
+            ("connect_timeout", self.connect_timeout),
+            ("reconnect_initial_backoff", self.reconnect_initial_backoff),
+            ("release.initial_backoff", self.release.initial_backoff),
+        ];
+        for (field, value) in positive {
+            if value.is_zero() {
+                return Err(ConfigError::Zero { field });
+            }
+        }
+        // Redis expiries are whole milliseconds; a sub-millisecond TTL is zero there.
+        if self.lease_ttl < Duration::from_millis(1) {
+            return Err(ConfigError::TooShort {
+                field: "lease_ttl",
+                min_ms: 1,
+                actual_ms: self.lease_ttl.as_millis(),
+            });
+        }
+        if self.lease_ttl > Duration::from_secs(365 * 24 * 3600) {
+            return Err(ConfigError::OutOfRange {
+                field: "lease_ttl",
+                reason: "longer than a year",
+            });
+        }
+        if self.request_liveness < self.acquire_timeout {
+            return Err(ConfigError::TooShort {
+                field: "request_liveness",
+                min_ms: self.acquire_timeout.as_millis(),
+                actual_ms: self.request_liveness.as_millis(),
+            });
+        }
+        if self.reconnect_max_backoff < self.reconnect_initial_backoff {
+            return Err(ConfigError::OutOfRange {
+                field: "reconnect_max_backoff",
+                reason: "smaller than reconnect_initial_backoff",
+            });
+        }
+        if self.release.max_backoff < self.release.initial_backoff {
+            return Err(ConfigError::OutOfRange {
+                field: "release.max_backoff",
+                reason: "smaller than release.initial_backoff",
+            });
+        }
+        let counts = [
+            ("max_in_flight", self.max_in_flight),
+            ("release.max_attempts", self.release.max_attempts as usize),
+            ("release.max_retrying", self.release.max_retrying),
+            ("reply_limits.max_frame_bytes", self.reply_limits.max_frame_bytes),
+            ("reply_limits.max_array_len", self.reply_limits.max_array_len),
+            ("reply_limits.max_depth", self.reply_limits.max_depth),
+        ];
+        for (field, value) in counts {
+            if value == 0 {
+                return Err(ConfigError::Zero { field });
+            }
+        }
+        if self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}']) {
+            return Err(ConfigError::KeyPrefix(self.key_prefix.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// A limit as given by a user: refused when zero.
+pub fn limit(value: u32) -> Result<NonZeroU32, ConfigError> {
+    NonZeroU32::new(value).ok_or(ConfigError::Zero { field: "limit" })
+}
+
+/// Where the server is and how to log in, from `redis://[user:password@]host:port[/db]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerAddress {
+    pub host: String,
+    pub port: u16,
+    pub credentials: Option<Credentials>,
+    pub database: u32,
+}
+
+impl ServerAddress {
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let error = |reason: &str| ConfigError::Url {
+            url: redact(text),
+            reason: reason.to_string(),
+        };
+        let url = url::Url::parse(text).map_err(|e| error(&e.to_string()))?;
+        match url.scheme() {
+            "redis" => {}
+            "rediss" => return Err(ConfigError::TlsUnsupported),
+            _ => return Err(error("the scheme must be redis://")),
+        }
+        let host = match url.host() {
+            Some(url::Host::Ipv6(ip)) => ip.to_string(),
+            Some(host) => host.to_string(),
+            None => return Err(error("no host")),
+        };
+        if host.is_empty() {
+            return Err(error("no host"));
+        }
+        let port = url.port().unwrap_or(6379);
+        if port == 0 {
+            return Err(error("port 0"));
+        }
+        let decode = |part: &str| {
+            percent_encoding::percent_decode_str(part)
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| error("credentials are not valid UTF-8"))
+        };
+        let username = decode(url.username())?;
+        let credentials = match url.password() {
+            Some(password) => Some(Credentials {
+                username: (!username.is_empty()).then_some(username),
+                password: decode(password)?,
+            }),
+            None if !username.is_empty() => return Err(error("a user name without a password")),
+            None => None,
+        };
+        let database = match url.path().trim_start_matches('/') {
+            "" => 0,
+            db => db.parse::<u32>().map_err(|_| error("the path must be a database number"))?,
+        };
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(error("query strings and fragments are not supported"));
+        }
+        Ok(Self {
+            host,
+            port,
+            credentials,
+            database,
+        })
+    }
+}
+
+/// The URL with any password replaced, fit for an error message or a log.
+fn redact(text: &str) -> String {
+    match url::Url::parse(text) {
+        Ok(mut url) if url.password().is_some() => {
+            let _ = url.set_password(Some("<redacted>"));
+            url.to_string()
+        }
+        Ok(_) => text.to_string(),
+        Err(_) => "<unparsable>".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_valid() {
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn zero_durations_counts_and_bad_prefixes_are_refused() {
+        let bad = |f: fn(&mut Config)| {
+            let mut config = Config::default();
+            f(&mut config);
+            config.validate().unwrap_err()
+        };
+        assert_eq!(bad(|c| c.lease_ttl = Duration::ZERO), ConfigError::Zero { field: "lease_ttl" });
+        assert!(matches!(bad(|c| c.lease_ttl = Duration::from_micros(10)), ConfigError::TooShort { .. }));
+        assert_eq!(bad(|c| c.acquire_timeout = Duration::ZERO), ConfigError::Zero { field: "acquire_timeout" });
+        assert_eq!(bad(|c| c.max_in_flight = 0), ConfigError::Zero { field: "max_in_flight" });
+        assert!(matches!(bad(|c| c.request_liveness = Duration::from_millis(1)), ConfigError::TooShort { .. }));
+        assert!(matches!(bad(|c| c.key_prefix = "a{b".into()), ConfigError::KeyPrefix(_)));
+        assert!(matches!(bad(|c| c.key_prefix = String::new()), ConfigError::KeyPrefix(_)));
+        assert_eq!(limit(0), Err(ConfigError::Zero { field: "limit" }));
+        assert_eq!(limit(3).unwrap().get(), 3);
+    }
+
+    #[test]
+    fn urls_parse_with_credentials_and_database() {
+        let plain = ServerAddress::parse("redis://127.0.0.1:7000").unwrap();
+        assert_eq!((plain.host.as_str(), plain.port, plain.database, plain.credentials), ("127.0.0.1", 7000, 0, None));
+
+        let full = ServerAddress::parse("redis://alice:p%40ss@localhost:6380/3").unwrap();
+        assert_eq!(full.database, 3);
+        assert_eq!(
+            full.credentials,
+            Some(Credentials { username: Some("alice".into()), password: "p@ss".into() })
+        );
+        let legacy = ServerAddress::parse("redis://:secret@[::1]/").unwrap();
+        assert_eq!(legacy.host, "::1");
+        assert_eq!(legacy.port, 6379);
+        assert_eq!(legacy.credentials.unwrap().username, None);
+    }
+
+    #[test]
+    fn bad_urls_are_refused_without_leaking_the_password() {
+        assert_eq!(ServerAddress::parse("rediss://h:1"), Err(ConfigError::TlsUnsupported));
+        for bad in ["", "not a url", "http://h:1", "redis://h:1/x", "redis://h:0", "redis://u@h:1", "redis://h:1/?a=b", "redis:///"] {
+            assert!(ServerAddress::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        let message = ServerAddress::parse("redis://u:hunter2@h:1/nope").unwrap_err().to_string();
+        assert!(!message.contains("hunter2"), "{message}");
+    }
+}

@@ -1,0 +1,153 @@
+//! What the client tells its driver: events, actions and transmits.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::key::SubjectKeys;
+use crate::lease_id::LeaseId;
+use crate::resp::ProtocolError;
+
+/// Names one acquire from `Client::acquire` to its outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub u64);
+
+/// One connection generation. Never reused: once retired, nothing it carries is
+/// trusted again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnectionId(pub u64);
+
+/// A granted lease. Give it back with `Client::release`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub(crate) id: LeaseId,
+    pub(crate) keys: SubjectKeys,
+    pub(crate) expires_at: Instant,
+}
+
+impl Lease {
+    pub fn id(&self) -> LeaseId {
+        self.id
+    }
+
+    /// The Redis key of the lease set this lease lives in.
+    pub fn redis_key(&self) -> &Bytes {
+        self.keys.leases()
+    }
+
+    /// No later than this, Redis forgets the lease on its own.
+    pub fn expires_at(&self) -> Instant {
+        self.expires_at
+    }
+}
+
+/// How one acquire ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Granted(Lease),
+    /// Redis, over a trusted connection, counted `limit` live leases.
+    Exceeded,
+    /// No trustworthy answer (policy `Deny`).
+    Unavailable(Unavailable),
+    /// No trustworthy answer, let through without a lease (policy `Allow`).
+    FailOpen(Unavailable),
+}
+
+/// Why an acquire got no trustworthy answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    #[error("no reply within the acquire timeout")]
+    Timeout,
+    #[error("too many acquires in flight on the connection")]
+    Overloaded,
+    #[error("not connected to Redis: {0}")]
+    NotConnected(ConnectionError),
+    #[error("the connection was lost before the reply: {0}")]
+    ConnectionLost(ConnectionError),
+    #[error("Redis answered with an error: {0}")]
+    Server(String),
+    #[error("Redis refused the lease id as already released")]
+    Refused,
+}
+
+/// Why a connection was given up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("the connection closed")]
+    Closed,
+    #[error("connecting and the handshake took longer than the connect timeout")]
+    ConnectTimeout,
+    #[error("a request waited longer than its liveness budget")]
+    Stalled,
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    #[error("a reply echoed a different lease id")]
+    EchoMismatch,
+    #[error("a reply of an unexpected shape: {0}")]
+    UnexpectedReply(String),
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    #[error("the connection handshake failed: {0}")]
+    Handshake(String),
+    #[error("Redis answered with an error that ends the connection: {0}")]
+    Server(String),
+}
+
+/// Why a release gave up (the lease will expire at its TTL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReleaseFailure {
+    #[error("every attempt failed")]
+    AttemptsExhausted,
+    #[error("the lease expired before a release got through")]
+    Expired,
+    #[error("too many releases already waiting for a retry")]
+    Overloaded,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A connection finished its handshake and carries requests.
+    Connected(ConnectionId),
+    /// A connection failed before it was ready (refused, timed out, bad password).
+    ConnectFailed(ConnectionId, ConnectionError),
+    /// A ready connection was retired; a replacement is on its way.
+    Retired(ConnectionId, ConnectionError),
+    /// The acquire's one and only outcome. Never sent after `abandon`.
+    Acquired(RequestId, Outcome),
+    /// A release (or, with `compensation`, a release we owed for an acquire whose
+    /// caller never got the lease) is done.
+    Released { lease: LeaseId, compensation: bool },
+    /// A release gave up; its lease stays until its TTL.
+    ReleaseAbandoned { lease: LeaseId, compensation: bool, reason: ReleaseFailure },
+}
+
+/// Work for the driver's sockets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Open a connection and report `handle_connected` or `handle_closed` for it.
+    Connect(ConnectionId),
+    /// Close it; ignore anything it still delivers.
+    Close(ConnectionId),
+}
+
+/// Bytes to write on a connection, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    pub connection: ConnectionId,
+    pub data: Bytes,
+}
+
+/// Running totals, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub granted: u64,
+    pub denied: u64,
+    pub unavailable: u64,
+    pub fail_open: u64,
+    /// Compensating releases started (late grants, ambiguous acquires).
+    pub compensations: u64,
+    pub releases: u64,
+    pub release_retries: u64,
+    pub releases_abandoned: u64,
+    pub connections_replaced: u64,
+}

@@ -1,0 +1,177 @@
+//! Redis key layout for lease sets.
+//!
+//! A subject's leases live at `{prefix}:{{ns|subject}}:leases`. Both components
+//! are percent-encoded for `%`, `|`, `{` and `}` so that:
+//! - the encoding is injective: `("a|b", "c")` and `("a", "b|c")` never share a key;
+//! - the key holds exactly one `{...}` section, so Redis Cluster hashes every key
+//!   of a subject (its lease set and its tombstones) to one slot, and a script
+//!   that touches both never fails with `CROSSSLOT`.
+
+use std::io::Write as _;
+
+use bytes::Bytes;
+
+use crate::lease_id::LeaseId;
+
+/// Longest namespace or subject accepted, in bytes, before encoding.
+pub const MAX_COMPONENT_LEN: usize = 512;
+
+/// What a limit is counted against: a namespace (for example a tenant tier or a
+/// route) and a subject within it (for example a tenant id).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    namespace: String,
+    subject: String,
+}
+
+/// Why a [`Key`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("the key's {0} is empty; give every key a non-empty namespace and subject")]
+    Empty(&'static str),
+    #[error("the key's {component} is {len} bytes; at most {MAX_COMPONENT_LEN} are accepted")]
+    TooLong { component: &'static str, len: usize },
+}
+
+impl Key {
+    /// Builds a key, refusing empty or oversized components.
+    pub fn new(namespace: impl Into<String>, subject: impl Into<String>) -> Result<Self, KeyError> {
+        let namespace = namespace.into();
+        let subject = subject.into();
+        check_component("namespace", &namespace)?;
+        check_component("subject", &subject)?;
+        Ok(Self { namespace, subject })
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+}
+
+fn check_component(component: &'static str, value: &str) -> Result<(), KeyError> {
+    if value.is_empty() {
+        return Err(KeyError::Empty(component));
+    }
+    if value.len() > MAX_COMPONENT_LEN {
+        return Err(KeyError::TooLong {
+            component,
+            len: value.len(),
+        });
+    }
+    Ok(())
+}
+
+/// The Redis keys of one subject: its lease set and its tombstones.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SubjectKeys {
+    /// `{prefix}:{{ns|subject}}:leases`.
+    leases: Bytes,
+    /// Length of the `{prefix}:{{ns|subject}}` part that every key of the subject shares.
+    base_len: usize,
+}
+
+impl SubjectKeys {
+    pub fn new(prefix: &str, key: &Key) -> Self {
+        let mut text = String::with_capacity(prefix.len() + key.namespace.len() + key.subject.len() + 12);
+        text.push_str(prefix);
+        text.push_str(":{");
+        push_encoded(&mut text, &key.namespace);
+        text.push('|');
+        push_encoded(&mut text, &key.subject);
+        text.push('}');
+        let base_len = text.len();
+        text.push_str(":leases");
+        Self {
+            leases: Bytes::from(text),
+            base_len,
+        }
+    }
+
+    /// The sorted set of live leases, scored by expiry (server milliseconds).
+    pub fn leases(&self) -> &Bytes {
+        &self.leases
+    }
+
+    /// The tombstone left by a compensating release of `lease`.
+    pub fn tombstone(&self, lease: &LeaseId) -> Bytes {
+        let mut key = Vec::with_capacity(self.base_len + 60);
+        key.extend_from_slice(&self.leases[..self.base_len]);
+        let _ = write!(key, ":gone:{lease}");
+        Bytes::from(key)
+    }
+}
+
+fn push_encoded(out: &mut String, component: &str) {
+    for character in component.chars() {
+        match character {
+            '%' => out.push_str("%25"),
+            '|' => out.push_str("%7C"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            other => out.push(other),
+        }
+    }
+}
+
+/// The Redis Cluster hash tag of a key: the bytes between the first `{` and the
+/// first `}` after it, when that section is non-empty.
+pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let close = key[open + 1..].iter().position(|&b| b == b'}')? + open + 1;
+    (close > open + 1).then(|| &key[open + 1..close])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(ns: &str, subject: &str) -> SubjectKeys {
+        SubjectKeys::new("inflight", &Key::new(ns, subject).unwrap())
+    }
+
+    #[test]
+    fn layout_is_prefix_tag_leases() {
+        assert_eq!(&keys("acme", "user-1").leases()[..], b"inflight:{acme|user-1}:leases");
+    }
+
+    #[test]
+    fn reserved_characters_are_percent_encoded() {
+        assert_eq!(
+            &keys("a|b{c}", "100%").leases()[..],
+            b"inflight:{a%7Cb%7Bc%7D|100%25}:leases"
+        );
+    }
+
+    #[test]
+    fn encoding_is_injective_on_separator_shuffles() {
+        let pairs = [("a|b", "c"), ("a", "b|c"), ("a%7Cb", "c"), ("a{", "}b"), ("a%", "7Cb")];
+        let mut seen = std::collections::HashSet::new();
+        for (ns, subject) in pairs {
+            assert!(seen.insert(keys(ns, subject).leases().clone()), "{ns:?} {subject:?} collides");
+        }
+    }
+
+    #[test]
+    fn lease_set_and_tombstones_share_exactly_one_hash_tag() {
+        let k = keys("te{n}ant", "sub}{ject");
+        let leases = k.leases().clone();
+        let tomb = k.tombstone(&LeaseId::from_parts(7, 9));
+        assert_eq!(hash_tag(&leases), Some(&b"te%7Bn%7Dant|sub%7D%7Bject"[..]));
+        assert_eq!(hash_tag(&leases), hash_tag(&tomb));
+        assert_eq!(leases.iter().filter(|&&b| b == b'{').count(), 1);
+        assert_eq!(leases.iter().filter(|&&b| b == b'}').count(), 1);
+    }
+
+    #[test]
+    fn empty_and_oversized_components_are_refused() {
+        assert_eq!(Key::new("", "x"), Err(KeyError::Empty("namespace")));
+        assert_eq!(Key::new("x", ""), Err(KeyError::Empty("subject")));
+        let long = "x".repeat(MAX_COMPONENT_LEN + 1);
+        assert!(matches!(Key::new("x", long), Err(KeyError::TooLong { component: "subject", .. })));
+        assert!(Key::new("x", "y".repeat(MAX_COMPONENT_LEN)).is_ok());
+    }
+}

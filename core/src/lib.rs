@@ -1,0 +1,33 @@
+//! # inflight-core
+//!
+//! The sans-IO protocol of `inflight`: exact, fleet-wide in-flight concurrency
+//! leases stored in Redis. Everything that decides anything lives here — RESP
+//! framing, the Lua scripts, key layout, lease ids, the per-connection request
+//! FIFO and the [`Client`] state machine — and none of it performs I/O, reads a
+//! clock or draws randomness. Time is an argument; entropy is given once at
+//! construction. A driver (see `inflight-tokio`) moves bytes and timers.
+//!
+//! Start with [`Client`]: its documentation is the contract between the core and
+//! any driver.
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod config;
+pub mod event;
+pub mod key;
+pub mod lease_id;
+#[cfg(any(test, feature = "model"))]
+pub mod model;
+pub mod pipeline;
+pub mod resp;
+pub mod script;
+
+pub use client::Client;
+pub use config::{Config, ConfigError, Credentials, ReleasePolicy, ServerAddress, UnavailablePolicy};
+pub use event::{
+    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats, Transmit,
+    Unavailable,
+};
+pub use key::{Key, KeyError};
+pub use lease_id::LeaseId;
+pub use resp::{ProtocolError, ReplyLimits};

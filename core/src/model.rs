@@ -1,0 +1,254 @@
+//! A reference model of the Redis that `inflight` talks to.
+//!
+//! It speaks RESP (decoded with the core's own reader), keeps its own clock in
+//! milliseconds, and executes natively what our scripts do, so property tests,
+//! fuzzers and the simulator run the real `Client` against one agreed meaning
+//! of "the lease set". It implements only what the client sends: `PING`,
+//! `AUTH`, `SELECT`, `SCRIPT LOAD`, `EVALSHA`, `EVAL` (of our two scripts) and
+//! `ZREM`, plus `SCRIPT FLUSH` to exercise `NOSCRIPT`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::resp::{Frame, ReplyLimits, ReplyReader};
+use crate::script::{Scripts, ACQUIRE, COMPENSATE};
+
+/// What one acquire did, in execution order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcquireRecord {
+    pub key: Bytes,
+    pub lease: Bytes,
+    pub status: i64,
+}
+
+#[derive(Debug, Default)]
+pub struct RedisModel {
+    /// The server clock, in milliseconds.
+    pub now_ms: u64,
+    /// Lease sets: key -> member -> expiry ms.
+    sets: HashMap<Bytes, BTreeMap<Bytes, u64>>,
+    /// Plain keys (tombstones) -> expiry ms.
+    strings: HashMap<Bytes, u64>,
+    /// SHAs of the scripts in the script cache.
+    cached: HashSet<String>,
+    scripts: Scripts,
+    /// Password required by `AUTH`, if any (legacy single-password form).
+    pub password: Option<String>,
+    /// Every acquire executed, in order.
+    pub acquires: Vec<AcquireRecord>,
+}
+
+/// One client connection's state on the model server.
+#[derive(Debug)]
+pub struct ModelConnection {
+    reader: ReplyReader,
+    authenticated: bool,
+}
+
+impl ModelConnection {
+    pub fn new() -> Self {
+        Self {
+            reader: ReplyReader::new(ReplyLimits {
+                max_frame_bytes: 1 << 20,
+                max_array_len: 64,
+                max_depth: 2,
+            }),
+            authenticated: false,
+        }
+    }
+}
+
+impl Default for ModelConnection {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The model refused the client's bytes; like Redis, it drops the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelProtocolError;
+
+impl RedisModel {
+    pub fn new(now_ms: u64) -> Self {
+        Self {
+            now_ms,
+            ..Self::default()
+        }
+    }
+
+    /// Feeds bytes from a client and returns the reply bytes.
+    pub fn handle(&mut self, conn: &mut ModelConnection, data: &[u8]) -> Result<Bytes, ModelProtocolError> {
+        conn.reader.push(data);
+        let mut out = BytesMut::new();
+        while let Some(frame) = conn.reader.next_frame().map_err(|_| ModelProtocolError)? {
+            let Frame::Array(items) = frame else {
+                return Err(ModelProtocolError);
+            };
+            let mut args = Vec::with_capacity(items.len());
+            for item in items {
+                match item {
+                    Frame::BulkString(b) => args.push(b),
+                    _ => return Err(ModelProtocolError),
+                }
+            }
+            let reply = self.execute(conn, &args);
+            redis_protocol::resp2::encode::extend_encode(&mut out, &reply, false).map_err(|_| ModelProtocolError)?;
+        }
+        Ok(out.freeze())
+    }
+
+    fn execute(&mut self, conn: &mut ModelConnection, args: &[Bytes]) -> Frame {
+        let Some(name) = args.first() else {
+            return error("ERR empty command");
+        };
+        let name = String::from_utf8_lossy(name).to_ascii_uppercase();
+        if self.password.is_some() && !conn.authenticated && name != "AUTH" {
+            return error("NOAUTH Authentication required.");
+        }
+        match (name.as_str(), args.len()) {
+            ("PING", 1) => Frame::SimpleString(Bytes::from_static(b"PONG")),
+            ("AUTH", 2) => {
+                if self.password.as_deref().map(str::as_bytes) == Some(&args[1][..]) {
+                    conn.authenticated = true;
+                    ok()
+                } else {
+                    error("WRONGPASS invalid username-password pair or user is disabled.")
+                }
+            }
+            ("SELECT", 2) => ok(),
+            ("SCRIPT", 2) if args[1].eq_ignore_ascii_case(b"FLUSH") => {
+                self.cached.clear();
+                ok()
+            }
+            ("SCRIPT", 3) if args[1].eq_ignore_ascii_case(b"LOAD") => match self.sha_of_text(&args[2]) {
+                Some(sha) => {
+                    self.cached.insert(sha.clone());
+                    Frame::BulkString(Bytes::from(sha))
+                }
+                None => error("ERR the model knows only inflight's scripts"),
+            },
+            ("EVALSHA", n) if n >= 3 => {
+                let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+                if !self.cached.contains(&sha) {
+                    return error("NOSCRIPT No matching script. Please use EVAL.");
+                }
+                self.run_script(&sha, &args[2..])
+            }
+            ("EVAL", n) if n >= 3 => match self.sha_of_text(&args[1]) {
+                Some(sha) => {
+                    self.cached.insert(sha.clone());
+                    self.run_script(&sha, &args[2..])
+                }
+                None => error("ERR the model knows only inflight's scripts"),
+            },
+            ("ZREM", 3) => {
+                self.expire();
+                let removed = self.sets.get_mut(&args[1]).and_then(|set| set.remove(&args[2])).is_some();
+                Frame::Integer(removed as i64)
+            }
+            _ => error("ERR unknown command or wrong number of arguments"),
+        }
+    }
+
+    fn sha_of_text(&self, text: &[u8]) -> Option<String> {
+        if text == ACQUIRE.as_bytes() {
+            Some(self.scripts.acquire.sha.clone())
+        } else if text == COMPENSATE.as_bytes() {
+            Some(self.scripts.compensate.sha.clone())
+        } else {
+            None
+        }
+    }
+
+    /// `numkeys keys.. args..` for one of our scripts, identified by its SHA.
+    fn run_script(&mut self, sha: &str, rest: &[Bytes]) -> Frame {
+        self.expire();
+        if sha == self.scripts.acquire.sha && rest.len() == 6 && &rest[0][..] == b"2" {
+            let (leases, tombstone) = (&rest[1], &rest[2]);
+            let (Some(ttl), Some(limit)) = (number(&rest[3]), number(&rest[4])) else {
+                return error("ERR Error running script: bad arguments");
+            };
+            let id = rest[5].clone();
+            let status = self.acquire(leases, tombstone, ttl, limit, &id);
+            self.acquires.push(AcquireRecord {
+                key: leases.clone(),
+                lease: id.clone(),
+                status,
+            });
+            Frame::Array(vec![Frame::Integer(status), Frame::BulkString(id)])
+        } else if sha == self.scripts.compensate.sha && rest.len() == 5 && &rest[0][..] == b"2" {
+            let Some(ttl) = number(&rest[3]) else {
+                return error("ERR Error running script: bad arguments");
+            };
+            if let Some(set) = self.sets.get_mut(&rest[1]) {
+                set.remove(&rest[4]);
+            }
+            self.strings.insert(rest[2].clone(), self.now_ms + ttl);
+            Frame::BulkString(rest[4].clone())
+        } else {
+            error("ERR Error running script: unknown script or arguments")
+        }
+    }
+
+    /// The acquire script's semantics: tombstone, prune, idempotent id, limit.
+    fn acquire(&mut self, leases: &Bytes, tombstone: &Bytes, ttl: u64, limit: u64, id: &Bytes) -> i64 {
+        if self.strings.contains_key(tombstone) {
+            return -1;
+        }
+        let now = self.now_ms;
+        let set = self.sets.entry(leases.clone()).or_default();
+        if set.contains_key(id) {
+            return 1;
+        }
+        if set.len() as u64 >= limit {
+            return 0;
+        }
+        set.insert(id.clone(), now + ttl);
+        1
+    }
+
+    /// Drops what has expired, as Redis would on access.
+    fn expire(&mut self) {
+        let now = self.now_ms;
+        self.strings.retain(|_, expiry| *expiry > now);
+        for set in self.sets.values_mut() {
+            set.retain(|_, expiry| *expiry > now);
+        }
+        self.sets.retain(|_, set| !set.is_empty());
+    }
+
+    /// Live lease ids of one lease-set key.
+    pub fn live_leases(&mut self, key: &[u8]) -> Vec<Bytes> {
+        self.expire();
+        self.sets.get(key).map(|set| set.keys().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Every live lease as (key, id), sorted.
+    pub fn all_live_leases(&mut self) -> Vec<(Bytes, Bytes)> {
+        self.expire();
+        let mut all: Vec<_> = self
+            .sets
+            .iter()
+            .flat_map(|(key, set)| set.keys().map(move |id| (key.clone(), id.clone())))
+            .collect();
+        all.sort();
+        all
+    }
+
+    pub fn flush_scripts(&mut self) {
+        self.cached.clear();
+    }
+}
+
+fn number(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+fn ok() -> Frame {
+    Frame::SimpleString(Bytes::from_static(b"OK"))
+}
+
+fn error(message: &str) -> Frame {
+    Frame::Error(message.into())
+}
