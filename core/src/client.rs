@@ -42,8 +42,8 @@ use bytes::Bytes;
 
 use crate::config::{Config, ConfigError};
 use crate::event::{
-    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats, Transmit,
-    Unavailable,
+    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats,
+    Transmit, Unavailable,
 };
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{LeaseId, LeaseIds};
@@ -92,9 +92,14 @@ struct Connection {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// The driver is opening the socket.
-    Connecting { deadline: Instant },
+    Connecting {
+        deadline: Instant,
+    },
     /// AUTH, SELECT, PING and SCRIPT LOADs are out; `steps` replies to go.
-    Handshaking { deadline: Instant, steps: usize },
+    Handshaking {
+        deadline: Instant,
+        steps: usize,
+    },
     Ready,
 }
 
@@ -158,8 +163,8 @@ enum ErrorClass {
 fn classify(message: &str) -> ErrorClass {
     match message.split(' ').next().unwrap_or("") {
         "NOSCRIPT" => ErrorClass::NoScript,
-        "BUSY" | "OOM" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "MISCONF" | "NOPERM"
-        | "CROSSSLOT" | "EXECABORT" => ErrorClass::NotExecuted,
+        "BUSY" | "OOM" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "MISCONF"
+        | "NOPERM" | "CROSSSLOT" | "EXECABORT" => ErrorClass::NotExecuted,
         "READONLY" | "MOVED" | "ASK" | "NOAUTH" | "WRONGPASS" => ErrorClass::NotExecutedRetire,
         _ => ErrorClass::Unknown,
     }
@@ -215,13 +220,18 @@ impl Client {
 
     /// The current connection and whether it is ready.
     pub fn connection(&self) -> Option<(ConnectionId, bool)> {
-        self.connection.as_ref().map(|c| (c.id, c.phase == Phase::Ready))
+        self.connection
+            .as_ref()
+            .map(|c| (c.id, c.phase == Phase::Ready))
     }
 
     /// Releases (and compensations) not yet done or given up.
     pub fn outstanding_releases(&self) -> usize {
         let in_flight = self.connection.as_ref().map_or(0, |c| {
-            c.pipeline.pending().filter(|r| matches!(r, Request::Release(_))).count()
+            c.pipeline
+                .pending()
+                .filter(|r| matches!(r, Request::Release(_)))
+                .count()
         });
         self.releases.len() + in_flight
     }
@@ -255,7 +265,10 @@ impl Client {
             Some(_) => self.waiting.push_back(op),
             // Backing off after failed connection attempts: say so at once
             // rather than make every caller wait out its timeout.
-            None => self.fail(request, Unavailable::NotConnected(self.last_connect_error.clone())),
+            None => self.fail(
+                request,
+                Unavailable::NotConnected(self.last_connect_error.clone()),
+            ),
         }
         request
     }
@@ -300,25 +313,37 @@ impl Client {
         if self.config.database != 0 {
             steps.push(Step::Select);
         }
-        steps.extend([Step::Ping, Step::Load(ScriptKind::Acquire), Step::Load(ScriptKind::Compensate)]);
+        steps.extend([
+            Step::Ping,
+            Step::Load(ScriptKind::Acquire),
+            Step::Load(ScriptKind::Compensate),
+        ]);
         conn.phase = Phase::Handshaking {
             deadline,
             steps: steps.len(),
         };
         let (config, scripts) = (&self.config, &self.scripts);
         for step in steps {
-            conn.pipeline.send(Request::Handshake(step), deadline, |_, out| match step {
-                Step::Auth => {
-                    let credentials = config.credentials.as_ref().expect("checked above");
-                    match &credentials.username {
-                        Some(user) => encode_command(out, &[b"AUTH", user.as_bytes(), credentials.password.as_bytes()]),
-                        None => encode_command(out, &[b"AUTH", credentials.password.as_bytes()]),
+            conn.pipeline
+                .send(Request::Handshake(step), deadline, |_, out| match step {
+                    Step::Auth => {
+                        let credentials = config.credentials.as_ref().expect("checked above");
+                        match &credentials.username {
+                            Some(user) => encode_command(
+                                out,
+                                &[b"AUTH", user.as_bytes(), credentials.password.as_bytes()],
+                            ),
+                            None => {
+                                encode_command(out, &[b"AUTH", credentials.password.as_bytes()])
+                            }
+                        }
                     }
-                }
-                Step::Select => encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()]),
-                Step::Ping => encode_command(out, &[b"PING"]),
-                Step::Load(kind) => scripts.encode_load(out, kind),
-            });
+                    Step::Select => {
+                        encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()])
+                    }
+                    Step::Ping => encode_command(out, &[b"PING"]),
+                    Step::Load(kind) => scripts.encode_load(out, kind),
+                });
         }
     }
 
@@ -422,27 +447,42 @@ impl Client {
 
     /// The next instant at which `handle_timeout` has work to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let ready = self.connection.as_ref().is_some_and(|c| c.phase == Phase::Ready);
+        let ready = self
+            .connection
+            .as_ref()
+            .is_some_and(|c| c.phase == Phase::Ready);
         let connection = self.connection.as_ref().and_then(|c| match c.phase {
             Phase::Connecting { deadline } | Phase::Handshaking { deadline, .. } => Some(deadline),
             Phase::Ready => c.pipeline.next_deadline(),
         });
-        let releases = self
-            .releases
-            .iter()
-            .map(|job| if ready { job.not_before.min(job.deadline) } else { job.deadline });
-        [self.caller_deadlines.first().map(|(d, _)| *d), connection, self.reconnect_at]
-            .into_iter()
-            .flatten()
-            .chain(releases)
-            .min()
+        let releases = self.releases.iter().map(|job| {
+            if ready {
+                job.not_before.min(job.deadline)
+            } else {
+                job.deadline
+            }
+        });
+        [
+            self.caller_deadlines.first().map(|(d, _)| *d),
+            connection,
+            self.reconnect_at,
+        ]
+        .into_iter()
+        .flatten()
+        .chain(releases)
+        .min()
     }
 
     // ---- replies ----------------------------------------------------------
 
     /// Acts on one reply. An `Err` retires the connection; the request itself
     /// has been dealt with by then.
-    fn on_reply(&mut self, now: Instant, request: Request, frame: Frame) -> Result<(), ConnectionError> {
+    fn on_reply(
+        &mut self,
+        now: Instant,
+        request: Request,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
         match request {
             Request::Handshake(step) => self.on_handshake_reply(step, frame),
             Request::Acquire(op) => self.on_acquire_reply(now, op, frame),
@@ -451,12 +491,17 @@ impl Client {
     }
 
     fn on_handshake_reply(&mut self, step: Step, frame: Frame) -> Result<(), ConnectionError> {
-        let conn = self.connection.as_mut().expect("replies come from the current connection");
+        let conn = self
+            .connection
+            .as_mut()
+            .expect("replies come from the current connection");
         let handshaking = matches!(conn.phase, Phase::Handshaking { .. });
         let ok = match (&step, &frame) {
             (Step::Auth | Step::Select, Frame::SimpleString(s)) => &s[..] == b"OK",
             (Step::Ping, Frame::SimpleString(s)) => &s[..] == b"PONG",
-            (Step::Load(kind), Frame::BulkString(sha)) => &sha[..] == self.scripts.get(*kind).sha.as_bytes(),
+            (Step::Load(kind), Frame::BulkString(sha)) => {
+                &sha[..] == self.scripts.get(*kind).sha.as_bytes()
+            }
             (Step::Load(kind), Frame::Error(_)) if !handshaking => {
                 // A reload after NOSCRIPT failed; `EVAL` keeps working without it.
                 conn.reloading[*kind as usize] = false;
@@ -468,7 +513,9 @@ impl Client {
             return Err(match (step, frame) {
                 (Step::Auth, Frame::Error(message)) => ConnectionError::Auth(message.to_string()),
                 (_, Frame::Error(message)) => ConnectionError::Handshake(message.to_string()),
-                (step, frame) => ConnectionError::UnexpectedReply(format!("{step:?}: {}", describe(&frame))),
+                (step, frame) => {
+                    ConnectionError::UnexpectedReply(format!("{step:?}: {}", describe(&frame)))
+                }
             });
         }
         if let Step::Load(kind) = step {
@@ -485,12 +532,29 @@ impl Client {
         Ok(())
     }
 
-    fn on_acquire_reply(&mut self, now: Instant, op: AcquireOp, frame: Frame) -> Result<(), ConnectionError> {
+    fn on_acquire_reply(
+        &mut self,
+        now: Instant,
+        op: AcquireOp,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
         let (status, echo) = match frame {
             Frame::Array(items) => match <[Frame; 2]>::try_from(items) {
                 Ok([Frame::Integer(status), Frame::BulkString(echo)]) => (status, echo),
-                Ok(items) => return Err(self.ambiguous(now, op, unexpected("acquire", &Frame::Array(items.into())))),
-                Err(items) => return Err(self.ambiguous(now, op, unexpected("acquire", &Frame::Array(items)))),
+                Ok(items) => {
+                    return Err(self.ambiguous(
+                        now,
+                        op,
+                        unexpected("acquire", &Frame::Array(items.into())),
+                    ))
+                }
+                Err(items) => {
+                    return Err(self.ambiguous(
+                        now,
+                        op,
+                        unexpected("acquire", &Frame::Array(items)),
+                    ))
+                }
             },
             Frame::Error(message) => return self.on_acquire_error(now, op, &message),
             other => return Err(self.ambiguous(now, op, unexpected("acquire", &other))),
@@ -525,7 +589,12 @@ impl Client {
         Ok(())
     }
 
-    fn on_acquire_error(&mut self, now: Instant, mut op: AcquireOp, message: &str) -> Result<(), ConnectionError> {
+    fn on_acquire_error(
+        &mut self,
+        now: Instant,
+        mut op: AcquireOp,
+        message: &str,
+    ) -> Result<(), ConnectionError> {
         match classify(message) {
             ErrorClass::NoScript => {
                 if self.callers.contains_key(&op.request) {
@@ -551,7 +620,12 @@ impl Client {
         }
     }
 
-    fn on_release_reply(&mut self, now: Instant, mut job: ReleaseJob, frame: Frame) -> Result<(), ConnectionError> {
+    fn on_release_reply(
+        &mut self,
+        now: Instant,
+        mut job: ReleaseJob,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
         let done = match &frame {
             Frame::Integer(_) => !job.compensation,
             Frame::BulkString(echo) if job.compensation => {
@@ -628,7 +702,8 @@ impl Client {
                 self.connect_failures,
             );
             self.reconnect_at = Some(now + backoff);
-            self.events.push_back(Event::ConnectFailed(conn.id, error.clone()));
+            self.events
+                .push_back(Event::ConnectFailed(conn.id, error.clone()));
             // Nothing was sent for them; the server is not there for now.
             for op in std::mem::take(&mut self.waiting) {
                 self.fail(op.request, Unavailable::NotConnected(error.clone()));
@@ -636,7 +711,8 @@ impl Client {
             return;
         }
         self.stats.connections_replaced += 1;
-        self.events.push_back(Event::Retired(conn.id, error.clone()));
+        self.events
+            .push_back(Event::Retired(conn.id, error.clone()));
         let pending: Vec<Request> = conn.pipeline.drain().collect();
         for request in pending {
             match request {
@@ -652,15 +728,20 @@ impl Client {
 
     /// Sends what can be sent on a ready connection.
     fn drive(&mut self, now: Instant) {
-        if !self.connection.as_ref().is_some_and(|c| c.phase == Phase::Ready) {
+        if !self
+            .connection
+            .as_ref()
+            .is_some_and(|c| c.phase == Phase::Ready)
+        {
             return;
         }
         while let Some(op) = self.waiting.pop_front() {
             self.send_acquire(now, op);
         }
         if self.releases.iter().any(|job| job.not_before <= now) {
-            let (due, later): (Vec<_>, Vec<_>) =
-                std::mem::take(&mut self.releases).into_iter().partition(|job| job.not_before <= now);
+            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.releases)
+                .into_iter()
+                .partition(|job| job.not_before <= now);
             self.releases = later;
             for job in due {
                 self.send_release(now, job);
@@ -669,51 +750,78 @@ impl Client {
     }
 
     fn send_acquire(&mut self, now: Instant, mut op: AcquireOp) {
-        let conn = self.connection.as_mut().expect("sent on a ready connection");
+        let conn = self
+            .connection
+            .as_mut()
+            .expect("sent on a ready connection");
         op.sent_at.get_or_insert(now);
         let (scripts, ttl_ms) = (&self.scripts, &self.ttl_ms);
-        conn.pipeline.send(Request::Acquire(op), now + self.config.request_liveness, |request, out| {
-            let Request::Acquire(op) = request else { unreachable!() };
-            let tombstone = op.keys.tombstone(&op.lease);
-            let limit = op.limit.to_string();
-            scripts.encode_call(
-                out,
-                ScriptKind::Acquire,
-                op.by_text,
-                [op.keys.leases(), &tombstone],
-                &[ttl_ms, limit.as_bytes(), &op.lease.to_bytes()],
-            );
-        });
+        conn.pipeline.send(
+            Request::Acquire(op),
+            now + self.config.request_liveness,
+            |request, out| {
+                let Request::Acquire(op) = request else {
+                    unreachable!()
+                };
+                let tombstone = op.keys.tombstone(&op.lease);
+                let limit = op.limit.to_string();
+                scripts.encode_call(
+                    out,
+                    ScriptKind::Acquire,
+                    op.by_text,
+                    [op.keys.leases(), &tombstone],
+                    &[ttl_ms, limit.as_bytes(), &op.lease.to_bytes()],
+                );
+            },
+        );
         conn.acquires += 1;
     }
 
     fn send_release(&mut self, now: Instant, job: ReleaseJob) {
-        let conn = self.connection.as_mut().expect("sent on a ready connection");
+        let conn = self
+            .connection
+            .as_mut()
+            .expect("sent on a ready connection");
         let (scripts, ttl_ms) = (&self.scripts, &self.ttl_ms);
-        conn.pipeline.send(Request::Release(job), now + self.config.request_liveness, |request, out| {
-            let Request::Release(job) = request else { unreachable!() };
-            let lease = job.lease.to_bytes();
-            if job.compensation {
-                let tombstone = job.keys.tombstone(&job.lease);
-                scripts.encode_call(out, ScriptKind::Compensate, job.by_text, [job.keys.leases(), &tombstone], &[
-                    ttl_ms, &lease,
-                ]);
-            } else {
-                encode_command(out, &[b"ZREM", job.keys.leases(), &lease]);
-            }
-        });
+        conn.pipeline.send(
+            Request::Release(job),
+            now + self.config.request_liveness,
+            |request, out| {
+                let Request::Release(job) = request else {
+                    unreachable!()
+                };
+                let lease = job.lease.to_bytes();
+                if job.compensation {
+                    let tombstone = job.keys.tombstone(&job.lease);
+                    scripts.encode_call(
+                        out,
+                        ScriptKind::Compensate,
+                        job.by_text,
+                        [job.keys.leases(), &tombstone],
+                        &[ttl_ms, &lease],
+                    );
+                } else {
+                    encode_command(out, &[b"ZREM", job.keys.leases(), &lease]);
+                }
+            },
+        );
     }
 
     /// Queues a `SCRIPT LOAD` on the ready connection, once per script at a time.
     fn reload(&mut self, now: Instant, kind: ScriptKind) {
-        let conn = self.connection.as_mut().expect("replies come from the current connection");
+        let conn = self
+            .connection
+            .as_mut()
+            .expect("replies come from the current connection");
         if std::mem::replace(&mut conn.reloading[kind as usize], true) {
             return;
         }
         let scripts = &self.scripts;
-        conn.pipeline.send(Request::Handshake(Step::Load(kind)), now + self.config.request_liveness, |_, out| {
-            scripts.encode_load(out, kind)
-        });
+        conn.pipeline.send(
+            Request::Handshake(Step::Load(kind)),
+            now + self.config.request_liveness,
+            |_, out| scripts.encode_load(out, kind),
+        );
     }
 
     // ---- outcomes ----------------------------------------------------------
@@ -744,7 +852,12 @@ impl Client {
     }
 
     /// The acquire's fate is unknown: tell the caller, release what may exist.
-    fn ambiguous(&mut self, now: Instant, op: AcquireOp, error: ConnectionError) -> ConnectionError {
+    fn ambiguous(
+        &mut self,
+        now: Instant,
+        op: AcquireOp,
+        error: ConnectionError,
+    ) -> ConnectionError {
         self.fail(op.request, Unavailable::ConnectionLost(error.clone()));
         self.compensate(now, op);
         error
@@ -766,7 +879,11 @@ impl Client {
     }
 
     fn submit_release(&mut self, now: Instant, job: ReleaseJob) {
-        if self.connection.as_ref().is_some_and(|c| c.phase == Phase::Ready) {
+        if self
+            .connection
+            .as_ref()
+            .is_some_and(|c| c.phase == Phase::Ready)
+        {
             self.send_release(now, job);
         } else {
             self.queue_release(job);

@@ -119,9 +119,16 @@ pub enum ConfigError {
     #[error("{field} must be greater than zero")]
     Zero { field: &'static str },
     #[error("{field} must be at least {min_ms} ms (it is {actual_ms} ms)")]
-    TooShort { field: &'static str, min_ms: u128, actual_ms: u128 },
+    TooShort {
+        field: &'static str,
+        min_ms: u128,
+        actual_ms: u128,
+    },
     #[error("{field} is out of range: {reason}")]
-    OutOfRange { field: &'static str, reason: &'static str },
+    OutOfRange {
+        field: &'static str,
+        reason: &'static str,
+    },
     #[error("key prefix {0:?} is empty or contains '{{' or '}}', which would break the key's single hash tag")]
     KeyPrefix(String),
     #[error("invalid Redis URL {url:?}: {reason}")]
@@ -182,8 +189,14 @@ impl Config {
             ("max_in_flight", self.max_in_flight),
             ("release.max_attempts", self.release.max_attempts as usize),
             ("release.max_retrying", self.release.max_retrying),
-            ("reply_limits.max_frame_bytes", self.reply_limits.max_frame_bytes),
-            ("reply_limits.max_array_len", self.reply_limits.max_array_len),
+            (
+                "reply_limits.max_frame_bytes",
+                self.reply_limits.max_frame_bytes,
+            ),
+            (
+                "reply_limits.max_array_len",
+                self.reply_limits.max_array_len,
+            ),
             ("reply_limits.max_depth", self.reply_limits.max_depth),
         ];
         for (field, value) in counts {
@@ -253,7 +266,9 @@ impl ServerAddress {
         };
         let database = match url.path().trim_start_matches('/') {
             "" => 0,
-            db => db.parse::<u32>().map_err(|_| error("the path must be a database number"))?,
+            db => db
+                .parse::<u32>()
+                .map_err(|_| error("the path must be a database number"))?,
         };
         if url.query().is_some() || url.fragment().is_some() {
             return Err(error("query strings and fragments are not supported"));
@@ -295,13 +310,38 @@ mod tests {
             f(&mut config);
             config.validate().unwrap_err()
         };
-        assert_eq!(bad(|c| c.lease_ttl = Duration::ZERO), ConfigError::Zero { field: "lease_ttl" });
-        assert!(matches!(bad(|c| c.lease_ttl = Duration::from_micros(10)), ConfigError::TooShort { .. }));
-        assert_eq!(bad(|c| c.acquire_timeout = Duration::ZERO), ConfigError::Zero { field: "acquire_timeout" });
-        assert_eq!(bad(|c| c.max_in_flight = 0), ConfigError::Zero { field: "max_in_flight" });
-        assert!(matches!(bad(|c| c.request_liveness = Duration::from_millis(1)), ConfigError::TooShort { .. }));
-        assert!(matches!(bad(|c| c.key_prefix = "a{b".into()), ConfigError::KeyPrefix(_)));
-        assert!(matches!(bad(|c| c.key_prefix = String::new()), ConfigError::KeyPrefix(_)));
+        assert_eq!(
+            bad(|c| c.lease_ttl = Duration::ZERO),
+            ConfigError::Zero { field: "lease_ttl" }
+        );
+        assert!(matches!(
+            bad(|c| c.lease_ttl = Duration::from_micros(10)),
+            ConfigError::TooShort { .. }
+        ));
+        assert_eq!(
+            bad(|c| c.acquire_timeout = Duration::ZERO),
+            ConfigError::Zero {
+                field: "acquire_timeout"
+            }
+        );
+        assert_eq!(
+            bad(|c| c.max_in_flight = 0),
+            ConfigError::Zero {
+                field: "max_in_flight"
+            }
+        );
+        assert!(matches!(
+            bad(|c| c.request_liveness = Duration::from_millis(1)),
+            ConfigError::TooShort { .. }
+        ));
+        assert!(matches!(
+            bad(|c| c.key_prefix = "a{b".into()),
+            ConfigError::KeyPrefix(_)
+        ));
+        assert!(matches!(
+            bad(|c| c.key_prefix = String::new()),
+            ConfigError::KeyPrefix(_)
+        ));
         assert_eq!(limit(0), Err(ConfigError::Zero { field: "limit" }));
         assert_eq!(limit(3).unwrap().get(), 3);
     }
@@ -309,13 +349,24 @@ mod tests {
     #[test]
     fn urls_parse_with_credentials_and_database() {
         let plain = ServerAddress::parse("redis://127.0.0.1:7000").unwrap();
-        assert_eq!((plain.host.as_str(), plain.port, plain.database, plain.credentials), ("127.0.0.1", 7000, 0, None));
+        assert_eq!(
+            (
+                plain.host.as_str(),
+                plain.port,
+                plain.database,
+                plain.credentials
+            ),
+            ("127.0.0.1", 7000, 0, None)
+        );
 
         let full = ServerAddress::parse("redis://alice:p%40ss@localhost:6380/3").unwrap();
         assert_eq!(full.database, 3);
         assert_eq!(
             full.credentials,
-            Some(Credentials { username: Some("alice".into()), password: "p@ss".into() })
+            Some(Credentials {
+                username: Some("alice".into()),
+                password: "p@ss".into()
+            })
         );
         let legacy = ServerAddress::parse("redis://:secret@[::1]/").unwrap();
         assert_eq!(legacy.host, "::1");
@@ -325,11 +376,25 @@ mod tests {
 
     #[test]
     fn bad_urls_are_refused_without_leaking_the_password() {
-        assert_eq!(ServerAddress::parse("rediss://h:1"), Err(ConfigError::TlsUnsupported));
-        for bad in ["", "not a url", "http://h:1", "redis://h:1/x", "redis://h:0", "redis://u@h:1", "redis://h:1/?a=b", "redis:///"] {
+        assert_eq!(
+            ServerAddress::parse("rediss://h:1"),
+            Err(ConfigError::TlsUnsupported)
+        );
+        for bad in [
+            "",
+            "not a url",
+            "http://h:1",
+            "redis://h:1/x",
+            "redis://h:0",
+            "redis://u@h:1",
+            "redis://h:1/?a=b",
+            "redis:///",
+        ] {
             assert!(ServerAddress::parse(bad).is_err(), "{bad:?} accepted");
         }
-        let message = ServerAddress::parse("redis://u:hunter2@h:1/nope").unwrap_err().to_string();
+        let message = ServerAddress::parse("redis://u:hunter2@h:1/nope")
+            .unwrap_err()
+            .to_string();
         assert!(!message.contains("hunter2"), "{message}");
     }
 }

@@ -18,7 +18,7 @@ pub struct RequestId(pub u64);
 pub struct ConnectionId(pub u64);
 
 /// A granted lease. Give it back with `Client::release`.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
     pub(crate) id: LeaseId,
     pub(crate) keys: SubjectKeys,
@@ -42,7 +42,7 @@ impl Lease {
 }
 
 /// How one acquire ended.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Granted(Lease),
     /// Redis, over a trusted connection, counted `limit` live leases.
@@ -104,7 +104,7 @@ pub enum ReleaseFailure {
     Overloaded,
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A connection finished its handshake and carries requests.
     Connected(ConnectionId),
@@ -118,7 +118,11 @@ pub enum Event {
     /// caller never got the lease) is done.
     Released { lease: LeaseId, compensation: bool },
     /// A release gave up; its lease stays until its TTL.
-    ReleaseAbandoned { lease: LeaseId, compensation: bool, reason: ReleaseFailure },
+    ReleaseAbandoned {
+        lease: LeaseId,
+        compensation: bool,
+        reason: ReleaseFailure,
+    },
 }
 
 /// Work for the driver's sockets.

@@ -76,7 +76,8 @@ pub struct SubjectKeys {
 
 impl SubjectKeys {
     pub fn new(prefix: &str, key: &Key) -> Self {
-        let mut text = String::with_capacity(prefix.len() + key.namespace.len() + key.subject.len() + 12);
+        let mut text =
+            String::with_capacity(prefix.len() + key.namespace.len() + key.subject.len() + 12);
         text.push_str(prefix);
         text.push_str(":{");
         push_encoded(&mut text, &key.namespace);
@@ -135,7 +136,10 @@ mod tests {
 
     #[test]
     fn layout_is_prefix_tag_leases() {
-        assert_eq!(&keys("acme", "user-1").leases()[..], b"inflight:{acme|user-1}:leases");
+        assert_eq!(
+            &keys("acme", "user-1").leases()[..],
+            b"inflight:{acme|user-1}:leases"
+        );
     }
 
     #[test]
@@ -148,10 +152,19 @@ mod tests {
 
     #[test]
     fn encoding_is_injective_on_separator_shuffles() {
-        let pairs = [("a|b", "c"), ("a", "b|c"), ("a%7Cb", "c"), ("a{", "}b"), ("a%", "7Cb")];
+        let pairs = [
+            ("a|b", "c"),
+            ("a", "b|c"),
+            ("a%7Cb", "c"),
+            ("a{", "}b"),
+            ("a%", "7Cb"),
+        ];
         let mut seen = std::collections::HashSet::new();
         for (ns, subject) in pairs {
-            assert!(seen.insert(keys(ns, subject).leases().clone()), "{ns:?} {subject:?} collides");
+            assert!(
+                seen.insert(keys(ns, subject).leases().clone()),
+                "{ns:?} {subject:?} collides"
+            );
         }
     }
 
@@ -171,7 +184,13 @@ mod tests {
         assert_eq!(Key::new("", "x"), Err(KeyError::Empty("namespace")));
         assert_eq!(Key::new("x", ""), Err(KeyError::Empty("subject")));
         let long = "x".repeat(MAX_COMPONENT_LEN + 1);
-        assert!(matches!(Key::new("x", long), Err(KeyError::TooLong { component: "subject", .. })));
+        assert!(matches!(
+            Key::new("x", long),
+            Err(KeyError::TooLong {
+                component: "subject",
+                ..
+            })
+        ));
         assert!(Key::new("x", "y".repeat(MAX_COMPONENT_LEN)).is_ok());
     }
 }

@@ -21,12 +21,16 @@ pub mod model;
 pub mod pipeline;
 pub mod resp;
 pub mod script;
+#[cfg(any(test, feature = "model"))]
+pub mod testkit;
 
 pub use client::Client;
-pub use config::{Config, ConfigError, Credentials, ReleasePolicy, ServerAddress, UnavailablePolicy};
+pub use config::{
+    Config, ConfigError, Credentials, ReleasePolicy, ServerAddress, UnavailablePolicy,
+};
 pub use event::{
-    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats, Transmit,
-    Unavailable,
+    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats,
+    Transmit, Unavailable,
 };
 pub use key::{Key, KeyError};
 pub use lease_id::LeaseId;

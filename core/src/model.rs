@@ -78,7 +78,11 @@ impl RedisModel {
     }
 
     /// Feeds bytes from a client and returns the reply bytes.
-    pub fn handle(&mut self, conn: &mut ModelConnection, data: &[u8]) -> Result<Bytes, ModelProtocolError> {
+    pub fn handle(
+        &mut self,
+        conn: &mut ModelConnection,
+        data: &[u8],
+    ) -> Result<Bytes, ModelProtocolError> {
         conn.reader.push(data);
         let mut out = BytesMut::new();
         while let Some(frame) = conn.reader.next_frame().map_err(|_| ModelProtocolError)? {
@@ -93,7 +97,8 @@ impl RedisModel {
                 }
             }
             let reply = self.execute(conn, &args);
-            redis_protocol::resp2::encode::extend_encode(&mut out, &reply, false).map_err(|_| ModelProtocolError)?;
+            redis_protocol::resp2::encode::extend_encode(&mut out, &reply, false)
+                .map_err(|_| ModelProtocolError)?;
         }
         Ok(out.freeze())
     }
@@ -121,13 +126,15 @@ impl RedisModel {
                 self.cached.clear();
                 ok()
             }
-            ("SCRIPT", 3) if args[1].eq_ignore_ascii_case(b"LOAD") => match self.sha_of_text(&args[2]) {
-                Some(sha) => {
-                    self.cached.insert(sha.clone());
-                    Frame::BulkString(Bytes::from(sha))
+            ("SCRIPT", 3) if args[1].eq_ignore_ascii_case(b"LOAD") => {
+                match self.sha_of_text(&args[2]) {
+                    Some(sha) => {
+                        self.cached.insert(sha.clone());
+                        Frame::BulkString(Bytes::from(sha))
+                    }
+                    None => error("ERR the model knows only inflight's scripts"),
                 }
-                None => error("ERR the model knows only inflight's scripts"),
-            },
+            }
             ("EVALSHA", n) if n >= 3 => {
                 let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
                 if !self.cached.contains(&sha) {
@@ -144,7 +151,11 @@ impl RedisModel {
             },
             ("ZREM", 3) => {
                 self.expire();
-                let removed = self.sets.get_mut(&args[1]).and_then(|set| set.remove(&args[2])).is_some();
+                let removed = self
+                    .sets
+                    .get_mut(&args[1])
+                    .and_then(|set| set.remove(&args[2]))
+                    .is_some();
                 Frame::Integer(removed as i64)
             }
             _ => error("ERR unknown command or wrong number of arguments"),
@@ -192,7 +203,14 @@ impl RedisModel {
     }
 
     /// The acquire script's semantics: tombstone, prune, idempotent id, limit.
-    fn acquire(&mut self, leases: &Bytes, tombstone: &Bytes, ttl: u64, limit: u64, id: &Bytes) -> i64 {
+    fn acquire(
+        &mut self,
+        leases: &Bytes,
+        tombstone: &Bytes,
+        ttl: u64,
+        limit: u64,
+        id: &Bytes,
+    ) -> i64 {
         if self.strings.contains_key(tombstone) {
             return -1;
         }
@@ -221,7 +239,10 @@ impl RedisModel {
     /// Live lease ids of one lease-set key.
     pub fn live_leases(&mut self, key: &[u8]) -> Vec<Bytes> {
         self.expire();
-        self.sets.get(key).map(|set| set.keys().cloned().collect()).unwrap_or_default()
+        self.sets
+            .get(key)
+            .map(|set| set.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Every live lease as (key, id), sorted.

@@ -85,18 +85,29 @@ mod tests {
         let now = Instant::now();
         let mut pipeline = Pipeline::new(ReplyLimits::default());
         pipeline.send("a", now, |_, out| encode_command(out, &[b"PING"]));
-        pipeline.send("b", now + Duration::from_secs(1), |_, out| encode_command(out, &[b"PING"]));
-        assert_eq!(pipeline.take_outgoing().unwrap(), &b"*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPING\r\n"[..]);
+        pipeline.send("b", now + Duration::from_secs(1), |_, out| {
+            encode_command(out, &[b"PING"])
+        });
+        assert_eq!(
+            pipeline.take_outgoing().unwrap(),
+            &b"*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPING\r\n"[..]
+        );
         assert_eq!(pipeline.take_outgoing(), None);
         assert_eq!(pipeline.next_deadline(), Some(now));
 
         for byte in b":1\r\n:2" {
             pipeline.receive(&[*byte]);
         }
-        assert_eq!(pipeline.next_reply().unwrap(), Some(("a", Frame::Integer(1))));
+        assert_eq!(
+            pipeline.next_reply().unwrap(),
+            Some(("a", Frame::Integer(1)))
+        );
         assert_eq!(pipeline.next_reply().unwrap(), None);
         pipeline.receive(b"\r\n");
-        assert_eq!(pipeline.next_reply().unwrap(), Some(("b", Frame::Integer(2))));
+        assert_eq!(
+            pipeline.next_reply().unwrap(),
+            Some(("b", Frame::Integer(2)))
+        );
         assert_eq!(pipeline.next_deadline(), None);
     }
 

@@ -52,7 +52,10 @@ pub enum ProtocolError {
 pub fn encode_command(out: &mut BytesMut, args: &[&[u8]]) {
     // Commands have at most 8 arguments; a fixed array keeps this allocation-free.
     let mut frames = [const { BorrowedFrame::Null }; 8];
-    assert!(args.len() <= frames.len(), "command with too many arguments");
+    assert!(
+        args.len() <= frames.len(),
+        "command with too many arguments"
+    );
     for (frame, arg) in frames.iter_mut().zip(args) {
         *frame = BorrowedFrame::BulkString(arg);
     }
@@ -103,7 +106,11 @@ impl ReplyReader {
 
 /// Walks one frame's headers. `Ok(Some(n))`: a whole frame of `n` bytes is at
 /// the front of `buf`; `Ok(None)`: it is incomplete so far.
-pub fn scan(buf: &[u8], limits: &ReplyLimits, depth: usize) -> Result<Option<usize>, ProtocolError> {
+pub fn scan(
+    buf: &[u8],
+    limits: &ReplyLimits,
+    depth: usize,
+) -> Result<Option<usize>, ProtocolError> {
     let Some((&kind, rest)) = buf.split_first() else {
         return Ok(None);
     };
@@ -129,7 +136,9 @@ pub fn scan(buf: &[u8], limits: &ReplyLimits, depth: usize) -> Result<Option<usi
                 return Ok(None);
             }
             if &buf[header + len..total] != b"\r\n" {
-                return Err(ProtocolError::Malformed("bulk string not terminated by CRLF"));
+                return Err(ProtocolError::Malformed(
+                    "bulk string not terminated by CRLF",
+                ));
             }
             Ok(Some(total))
         }
@@ -196,7 +205,8 @@ mod tests {
         Ok(frames)
     }
 
-    const REPLIES: &[u8] = b"+PONG\r\n*2\r\n:1\r\n$4\r\nab\r\n\r\n-ERR boom\r\n:-7\r\n$-1\r\n*-1\r\n*0\r\n$0\r\n\r\n";
+    const REPLIES: &[u8] =
+        b"+PONG\r\n*2\r\n:1\r\n$4\r\nab\r\n\r\n-ERR boom\r\n:-7\r\n$-1\r\n*-1\r\n*0\r\n$0\r\n\r\n";
 
     #[test]
     fn command_encoding_is_a_resp_array_of_bulk_strings() {
@@ -215,7 +225,10 @@ mod tests {
             frames,
             vec![
                 Frame::SimpleString(Bytes::from_static(b"PONG")),
-                Frame::Array(vec![Frame::Integer(1), Frame::BulkString(Bytes::from_static(b"ab\r\n"))]),
+                Frame::Array(vec![
+                    Frame::Integer(1),
+                    Frame::BulkString(Bytes::from_static(b"ab\r\n"))
+                ]),
                 Frame::Error("ERR boom".into()),
                 Frame::Integer(-7),
                 Frame::Null,
@@ -246,23 +259,46 @@ mod tests {
     #[test]
     fn huge_declared_lengths_are_refused_before_any_allocation() {
         let huge = format!("${}\r\n", 1u64 << 62);
-        assert!(matches!(decode_all(huge.as_bytes()), Err(ProtocolError::TooLarge { .. })));
-        assert!(matches!(decode_all(b"*1000000\r\n"), Err(ProtocolError::TooLarge { .. })));
-        assert!(matches!(decode_all(b"$9223372036854775807\r\n"), Err(ProtocolError::TooLarge { .. })));
+        assert!(matches!(
+            decode_all(huge.as_bytes()),
+            Err(ProtocolError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            decode_all(b"*1000000\r\n"),
+            Err(ProtocolError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            decode_all(b"$9223372036854775807\r\n"),
+            Err(ProtocolError::TooLarge { .. })
+        ));
     }
 
     #[test]
     fn deep_nesting_and_endless_lines_are_refused() {
-        assert_eq!(decode_all(&b"*1\r\n".repeat(10)), Err(ProtocolError::TooDeep(4)));
+        assert_eq!(
+            decode_all(&b"*1\r\n".repeat(10)),
+            Err(ProtocolError::TooDeep(4))
+        );
         let endless = vec![b'a'; 70 * 1024];
         let mut line = b"+".to_vec();
         line.extend_from_slice(&endless);
-        assert!(matches!(decode_all(&line), Err(ProtocolError::TooLarge { .. })));
+        assert!(matches!(
+            decode_all(&line),
+            Err(ProtocolError::TooLarge { .. })
+        ));
     }
 
     #[test]
     fn garbage_is_malformed_not_a_panic() {
-        for input in [&b"?x\r\n"[..], b":abc\r\n", b"$3\r\nabcXY", b"$-5\r\n", b"*-2\r\n", b">1\r\n:1\r\n", b"%1\r\n"] {
+        for input in [
+            &b"?x\r\n"[..],
+            b":abc\r\n",
+            b"$3\r\nabcXY",
+            b"$-5\r\n",
+            b"*-2\r\n",
+            b">1\r\n:1\r\n",
+            b"%1\r\n",
+        ] {
             assert!(decode_all(input).is_err(), "{input:?}");
         }
     }

@@ -96,7 +96,14 @@ impl Scripts {
     }
 
     /// `EVALSHA sha 2 keys.. args..`, or `EVAL text ..` when `by_text`.
-    pub fn encode_call(&self, out: &mut BytesMut, kind: ScriptKind, by_text: bool, keys: [&[u8]; 2], args: &[&[u8]]) {
+    pub fn encode_call(
+        &self,
+        out: &mut BytesMut,
+        kind: ScriptKind,
+        by_text: bool,
+        keys: [&[u8]; 2],
+        args: &[&[u8]],
+    ) {
         let script = self.get(kind);
         let (verb, body): (&[u8], &[u8]) = if by_text {
             (b"EVAL", script.text.as_bytes())
@@ -121,14 +128,23 @@ mod tests {
     #[test]
     fn sha_is_the_sha1_redis_computes() {
         // The SHA1 of "return 1", as `SCRIPT LOAD "return 1"` answers.
-        assert_eq!(Script::new("return 1").sha, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+        assert_eq!(
+            Script::new("return 1").sha,
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+        );
     }
 
     #[test]
     fn acquire_and_compensate_calls_encode_literally() {
         let scripts = Scripts::default();
         let mut out = BytesMut::new();
-        scripts.encode_call(&mut out, ScriptKind::Acquire, false, [b"L", b"T"], &[b"1000", b"5", b"id"]);
+        scripts.encode_call(
+            &mut out,
+            ScriptKind::Acquire,
+            false,
+            [b"L", b"T"],
+            &[b"1000", b"5", b"id"],
+        );
         let sha = &scripts.acquire.sha;
         let expected = format!(
             "*8\r\n$7\r\nEVALSHA\r\n$40\r\n{sha}\r\n$1\r\n2\r\n$1\r\nL\r\n$1\r\nT\r\n$4\r\n1000\r\n$1\r\n5\r\n$2\r\nid\r\n"
@@ -136,7 +152,13 @@ mod tests {
         assert_eq!(out, expected.as_bytes());
 
         out.clear();
-        scripts.encode_call(&mut out, ScriptKind::Compensate, true, [b"L", b"T"], &[b"9", b"id"]);
+        scripts.encode_call(
+            &mut out,
+            ScriptKind::Compensate,
+            true,
+            [b"L", b"T"],
+            &[b"9", b"id"],
+        );
         let text = COMPENSATE;
         let expected = format!(
             "*7\r\n$4\r\nEVAL\r\n${}\r\n{text}\r\n$1\r\n2\r\n$1\r\nL\r\n$1\r\nT\r\n$1\r\n9\r\n$2\r\nid\r\n",
@@ -150,7 +172,10 @@ mod tests {
         let scripts = Scripts::default();
         let mut out = BytesMut::new();
         scripts.encode_load(&mut out, ScriptKind::Compensate);
-        let expected = format!("*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n${}\r\n{COMPENSATE}\r\n", COMPENSATE.len());
+        let expected = format!(
+            "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n${}\r\n{COMPENSATE}\r\n",
+            COMPENSATE.len()
+        );
         assert_eq!(out, expected.as_bytes());
     }
 }

@@ -1,0 +1,385 @@
+//! A deterministic test bench: the real [`Client`] wired to the [`RedisModel`]
+//! through a simulated wire, with virtual time and an independent ledger that
+//! checks the client's promises after every step.
+//!
+//! Like quinn-proto's test `Pair`, tests read as protocol stories: acquire,
+//! deliver some bytes, cut the link, advance the clock, and look at what came
+//! out. Nothing here sleeps or reads a clock; the start instant is given.
+//!
+//! The wire can lose a connection while bytes are still on their way to the
+//! server. Those bytes become a *ghost* that may still land later, after the
+//! client has moved on: exactly the case the compensation tombstone exists for.
+
+use std::collections::{HashMap, HashSet};
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::event::{Action, ConnectionId, Event, Lease, Outcome, RequestId};
+use crate::key::{Key, SubjectKeys};
+use crate::lease_id::LeaseId;
+use crate::model::{ModelConnection, RedisModel};
+use crate::{Client, Config};
+
+/// One open connection between the client and the model.
+struct Link {
+    id: ConnectionId,
+    server: ModelConnection,
+    to_server: BytesMut,
+    to_client: BytesMut,
+}
+
+/// What the ledger knows of one acquire.
+#[derive(Debug, Default)]
+struct RequestRecord {
+    key: Bytes,
+    answered: bool,
+    abandoned: bool,
+}
+
+/// The client, the model server, the wire between them, and the ledger.
+pub struct Pair {
+    pub client: Client,
+    pub server: RedisModel,
+    pub now: Instant,
+    link: Option<Link>,
+    ghosts: Vec<Link>,
+    connects: Vec<ConnectionId>,
+    /// Every event, in order, for tests to read.
+    pub events: Vec<Event>,
+    /// Leases granted to the test and not yet given back.
+    pub held: Vec<Lease>,
+    requests: HashMap<RequestId, RequestRecord>,
+    /// Leases whose release the client reported as abandoned: allowed to stay.
+    given_up: HashSet<LeaseId>,
+}
+
+impl Pair {
+    /// `start` is any instant; it is the only one the bench does not compute.
+    pub fn new(config: Config, start: Instant) -> Self {
+        let client = Client::new(config, [7; 16], start).expect("valid config");
+        let mut pair = Self {
+            client,
+            server: RedisModel::new(1_700_000_000_000),
+            now: start,
+            link: None,
+            ghosts: Vec::new(),
+            connects: Vec::new(),
+            events: Vec::new(),
+            held: Vec::new(),
+            requests: HashMap::new(),
+            given_up: HashSet::new(),
+        };
+        pair.pump();
+        pair
+    }
+
+    /// A pair whose first connection is open and ready.
+    pub fn connected(config: Config, start: Instant) -> Self {
+        let mut pair = Self::new(config, start);
+        pair.accept();
+        pair.exchange();
+        assert!(
+            pair.client.connection().is_some_and(|(_, ready)| ready),
+            "handshake did not finish"
+        );
+        pair
+    }
+
+    // ---- what a caller does -------------------------------------------------
+
+    pub fn acquire(&mut self, namespace: &str, subject: &str, limit: u32) -> RequestId {
+        let key = Key::new(namespace, subject).expect("valid key");
+        let limit = NonZeroU32::new(limit).expect("non-zero limit");
+        let request = self.client.acquire(self.now, &key, limit);
+        let redis_key = SubjectKeys::new(&self.client.config().key_prefix, &key)
+            .leases()
+            .clone();
+        self.requests.insert(
+            request,
+            RequestRecord {
+                key: redis_key,
+                ..RequestRecord::default()
+            },
+        );
+        self.pump();
+        request
+    }
+
+    pub fn abandon(&mut self, request: RequestId) {
+        let record = self.requests.get_mut(&request).expect("known request");
+        if !record.answered {
+            record.abandoned = true;
+        }
+        self.client.abandon(self.now, request);
+        self.pump();
+    }
+
+    /// Releases the `index`-th held lease.
+    pub fn release(&mut self, index: usize) {
+        let lease = self.held.remove(index);
+        self.client.release(self.now, lease);
+        self.pump();
+    }
+
+    /// The outcome delivered for `request`, if any.
+    pub fn outcome(&self, request: RequestId) -> Option<&Outcome> {
+        self.events.iter().find_map(|event| match event {
+            Event::Acquired(r, outcome) if *r == request => Some(outcome),
+            _ => None,
+        })
+    }
+
+    // ---- what the network does ---------------------------------------------
+
+    /// Opens every connection the client asked for.
+    pub fn accept(&mut self) {
+        for id in std::mem::take(&mut self.connects) {
+            if let Some(old) = self.link.take() {
+                self.ghosts.push(old);
+            }
+            self.link = Some(Link {
+                id,
+                server: ModelConnection::new(),
+                to_server: BytesMut::new(),
+                to_client: BytesMut::new(),
+            });
+            self.client.handle_connected(self.now, id);
+            self.pump();
+        }
+    }
+
+    /// Fails every connection attempt in progress.
+    pub fn refuse(&mut self) {
+        for id in std::mem::take(&mut self.connects) {
+            self.client.handle_closed(self.now, id);
+            self.pump();
+        }
+    }
+
+    /// Moves up to `max` bytes from the client to the server.
+    pub fn to_server(&mut self, max: usize) {
+        let Some(link) = self.link.as_mut() else {
+            return;
+        };
+        let n = max.min(link.to_server.len());
+        let chunk = link.to_server.split_to(n);
+        match self.server.handle(&mut link.server, &chunk) {
+            Ok(reply) => link.to_client.extend_from_slice(&reply),
+            Err(_) => self.cut(),
+        }
+    }
+
+    /// Moves up to `max` bytes from the server to the client.
+    pub fn to_client(&mut self, max: usize) {
+        let Some(link) = self.link.as_mut() else {
+            return;
+        };
+        let n = max.min(link.to_client.len());
+        if n == 0 {
+            return;
+        }
+        let chunk = link.to_client.split_to(n);
+        let id = link.id;
+        self.client.handle_input(self.now, id, &chunk);
+        self.pump();
+    }
+
+    /// Injects raw bytes as if the server had sent them.
+    pub fn inject(&mut self, bytes: &[u8]) {
+        let id = self.link.as_ref().expect("a link").id;
+        self.client.handle_input(self.now, id, bytes);
+        self.pump();
+    }
+
+    /// Delivers everything in both directions until the wire is quiet.
+    pub fn exchange(&mut self) {
+        loop {
+            self.accept();
+            let Some(link) = &self.link else { return };
+            if !link.to_server.is_empty() {
+                self.to_server(usize::MAX);
+            } else if !link.to_client.is_empty() {
+                self.to_client(usize::MAX);
+            } else {
+                return;
+            }
+        }
+    }
+
+    /// The connection breaks. Bytes not yet delivered to the server may still
+    /// land later (see [`Pair::land_ghosts`]); replies in flight are lost.
+    pub fn cut(&mut self) {
+        if let Some(mut link) = self.link.take() {
+            link.to_client.clear();
+            let id = link.id;
+            self.ghosts.push(link);
+            self.client.handle_closed(self.now, id);
+            self.pump();
+        }
+    }
+
+    /// Late bytes of dead connections reach the server; their replies go nowhere.
+    pub fn land_ghosts(&mut self) {
+        for mut ghost in std::mem::take(&mut self.ghosts) {
+            let _ = self.server.handle(&mut ghost.server, &ghost.to_server);
+        }
+    }
+
+    /// Moves the clock forward and lets the client act on what became due.
+    pub fn advance(&mut self, by: Duration) {
+        self.now += by;
+        self.server.now_ms += by.as_millis() as u64;
+        self.client.handle_timeout(self.now);
+        self.pump();
+    }
+
+    /// Runs until nothing is left to do: connections accepted, bytes delivered,
+    /// timers fired. Bounded, so a livelock fails the test instead of hanging.
+    pub fn settle(&mut self) {
+        for _ in 0..100_000 {
+            self.exchange();
+            match self.client.poll_timeout() {
+                Some(at) => {
+                    let by = at.saturating_duration_since(self.now);
+                    self.advance(by);
+                }
+                None => return,
+            }
+        }
+        panic!("the pair did not settle");
+    }
+
+    // ---- the ledger ----------------------------------------------------------
+
+    /// Drains the client's outputs into the wire and checks every event.
+    fn pump(&mut self) {
+        loop {
+            let mut progressed = false;
+            while let Some(action) = self.client.poll_action() {
+                progressed = true;
+                match action {
+                    Action::Connect(id) => self.connects.push(id),
+                    Action::Close(id) => {
+                        self.connects.retain(|c| *c != id);
+                        if self.link.as_ref().is_some_and(|l| l.id == id) {
+                            let mut link = self.link.take().expect("checked");
+                            link.to_client.clear();
+                            self.ghosts.push(link);
+                        }
+                    }
+                }
+            }
+            while let Some(transmit) = self.client.poll_transmit() {
+                progressed = true;
+                let link = self.link.as_mut().filter(|l| l.id == transmit.connection);
+                link.expect("transmit on the open connection")
+                    .to_server
+                    .extend_from_slice(&transmit.data);
+            }
+            while let Some(event) = self.client.poll_event() {
+                progressed = true;
+                self.check(event);
+            }
+            if !progressed {
+                return;
+            }
+        }
+    }
+
+    fn check(&mut self, event: Event) {
+        match &event {
+            Event::Acquired(request, outcome) => {
+                let record = self
+                    .requests
+                    .get_mut(request)
+                    .expect("an outcome for a request never made");
+                assert!(!record.answered, "{request:?} got a second outcome");
+                assert!(
+                    !record.abandoned,
+                    "{request:?} got an outcome after it was abandoned"
+                );
+                record.answered = true;
+                let lease_id = self.client.lease_id(*request).to_string();
+                match outcome {
+                    Outcome::Granted(lease) => {
+                        assert_eq!(
+                            lease.id().to_string(),
+                            lease_id,
+                            "{request:?} was handed another request's lease"
+                        );
+                        assert_eq!(
+                            lease.redis_key(),
+                            &record.key,
+                            "{request:?} granted on another key"
+                        );
+                        let live = self.server.live_leases(&record.key);
+                        assert!(
+                            live.iter().any(|id| id[..] == *lease_id.as_bytes()),
+                            "granted lease is not in Redis"
+                        );
+                    }
+                    Outcome::Exceeded => {
+                        let ran: Vec<i64> = self
+                            .server
+                            .acquires
+                            .iter()
+                            .filter(|a| a.lease[..] == *lease_id.as_bytes())
+                            .map(|a| a.status)
+                            .collect();
+                        assert!(
+                            ran.contains(&0) && !ran.contains(&1),
+                            "Exceeded without a trusted denial: {ran:?}"
+                        );
+                    }
+                    Outcome::Unavailable(_) | Outcome::FailOpen(_) => {}
+                }
+            }
+            Event::ReleaseAbandoned { lease, .. } => {
+                self.given_up.insert(*lease);
+            }
+            _ => {}
+        }
+        if let Event::Acquired(_, Outcome::Granted(lease)) = &event {
+            self.held.push(lease.clone());
+        }
+        self.events.push(event);
+    }
+
+    /// Requests that never got an outcome and were not abandoned.
+    pub fn unanswered(&self) -> Vec<RequestId> {
+        let mut open: Vec<_> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| !r.answered && !r.abandoned)
+            .map(|(id, _)| *id)
+            .collect();
+        open.sort();
+        open
+    }
+
+    /// Every live lease in the server belongs to a lease the test holds (or one
+    /// whose release was reported abandoned), and every held lease is live.
+    pub fn assert_no_leak(&mut self) {
+        let held: HashSet<Vec<u8>> = self.held.iter().map(|l| l.id().to_bytes()).collect();
+        let given_up: HashSet<Vec<u8>> = self.given_up.iter().map(|l| l.to_bytes()).collect();
+        let live = self.server.all_live_leases();
+        for (key, id) in &live {
+            assert!(
+                held.contains(&id[..]) || given_up.contains(&id[..]),
+                "leaked lease {:?} on {:?}",
+                String::from_utf8_lossy(id),
+                String::from_utf8_lossy(key)
+            );
+        }
+        let live_ids: HashSet<&[u8]> = live.iter().map(|(_, id)| &id[..]).collect();
+        for lease in &self.held {
+            assert!(
+                live_ids.contains(&lease.id().to_bytes()[..]),
+                "held lease {} is gone from Redis",
+                lease.id()
+            );
+        }
+    }
+}
