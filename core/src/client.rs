@@ -937,3 +937,7 @@ fn backoff(initial: Duration, max: Duration, failures: u32) -> Duration {
 #[cfg(test)]
 #[path = "client_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "client_props.rs"]
+mod props;
