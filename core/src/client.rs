@@ -42,8 +42,8 @@ use bytes::Bytes;
 
 use crate::config::{Config, ConfigError};
 use crate::event::{
-    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats,
-    Transmit, Unavailable,
+    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats, Transmit,
+    Unavailable,
 };
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{LeaseId, LeaseIds};
@@ -163,8 +163,8 @@ enum ErrorClass {
 fn classify(message: &str) -> ErrorClass {
     match message.split(' ').next().unwrap_or("") {
         "NOSCRIPT" => ErrorClass::NoScript,
-        "BUSY" | "OOM" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "MISCONF"
-        | "NOPERM" | "CROSSSLOT" | "EXECABORT" => ErrorClass::NotExecuted,
+        "BUSY" | "OOM" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "MISCONF" | "NOPERM" | "CROSSSLOT"
+        | "EXECABORT" => ErrorClass::NotExecuted,
         "READONLY" | "MOVED" | "ASK" | "NOAUTH" | "WRONGPASS" => ErrorClass::NotExecutedRetire,
         _ => ErrorClass::Unknown,
     }
@@ -220,9 +220,7 @@ impl Client {
 
     /// The current connection and whether it is ready.
     pub fn connection(&self) -> Option<(ConnectionId, bool)> {
-        self.connection
-            .as_ref()
-            .map(|c| (c.id, c.phase == Phase::Ready))
+        self.connection.as_ref().map(|c| (c.id, c.phase == Phase::Ready))
     }
 
     /// Releases (and compensations) not yet done or given up.
@@ -265,10 +263,7 @@ impl Client {
             Some(_) => self.waiting.push_back(op),
             // Backing off after failed connection attempts: say so at once
             // rather than make every caller wait out its timeout.
-            None => self.fail(
-                request,
-                Unavailable::NotConnected(self.last_connect_error.clone()),
-            ),
+            None => self.fail(request, Unavailable::NotConnected(self.last_connect_error.clone())),
         }
         request
     }
@@ -329,18 +324,13 @@ impl Client {
                     Step::Auth => {
                         let credentials = config.credentials.as_ref().expect("checked above");
                         match &credentials.username {
-                            Some(user) => encode_command(
-                                out,
-                                &[b"AUTH", user.as_bytes(), credentials.password.as_bytes()],
-                            ),
-                            None => {
-                                encode_command(out, &[b"AUTH", credentials.password.as_bytes()])
+                            Some(user) => {
+                                encode_command(out, &[b"AUTH", user.as_bytes(), credentials.password.as_bytes()])
                             }
+                            None => encode_command(out, &[b"AUTH", credentials.password.as_bytes()]),
                         }
                     }
-                    Step::Select => {
-                        encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()])
-                    }
+                    Step::Select => encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()]),
                     Step::Ping => encode_command(out, &[b"PING"]),
                     Step::Load(kind) => scripts.encode_load(out, kind),
                 });
@@ -353,10 +343,7 @@ impl Client {
             return; // A retired generation: nothing it says is trusted.
         };
         conn.pipeline.receive(data);
-        loop {
-            let Some(conn) = self.connection.as_mut().filter(|c| c.id == connection) else {
-                break;
-            };
+        while let Some(conn) = self.connection.as_mut().filter(|c| c.id == connection) {
             let reply = match conn.pipeline.next_reply() {
                 Ok(Some(reply)) => reply,
                 Ok(None) => break,
@@ -447,10 +434,7 @@ impl Client {
 
     /// The next instant at which `handle_timeout` has work to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let ready = self
-            .connection
-            .as_ref()
-            .is_some_and(|c| c.phase == Phase::Ready);
+        let ready = self.connection.as_ref().is_some_and(|c| c.phase == Phase::Ready);
         let connection = self.connection.as_ref().and_then(|c| match c.phase {
             Phase::Connecting { deadline } | Phase::Handshaking { deadline, .. } => Some(deadline),
             Phase::Ready => c.pipeline.next_deadline(),
@@ -477,12 +461,7 @@ impl Client {
 
     /// Acts on one reply. An `Err` retires the connection; the request itself
     /// has been dealt with by then.
-    fn on_reply(
-        &mut self,
-        now: Instant,
-        request: Request,
-        frame: Frame,
-    ) -> Result<(), ConnectionError> {
+    fn on_reply(&mut self, now: Instant, request: Request, frame: Frame) -> Result<(), ConnectionError> {
         match request {
             Request::Handshake(step) => self.on_handshake_reply(step, frame),
             Request::Acquire(op) => self.on_acquire_reply(now, op, frame),
@@ -499,9 +478,7 @@ impl Client {
         let ok = match (&step, &frame) {
             (Step::Auth | Step::Select, Frame::SimpleString(s)) => &s[..] == b"OK",
             (Step::Ping, Frame::SimpleString(s)) => &s[..] == b"PONG",
-            (Step::Load(kind), Frame::BulkString(sha)) => {
-                &sha[..] == self.scripts.get(*kind).sha.as_bytes()
-            }
+            (Step::Load(kind), Frame::BulkString(sha)) => &sha[..] == self.scripts.get(*kind).sha.as_bytes(),
             (Step::Load(kind), Frame::Error(_)) if !handshaking => {
                 // A reload after NOSCRIPT failed; `EVAL` keeps working without it.
                 conn.reloading[*kind as usize] = false;
@@ -513,9 +490,7 @@ impl Client {
             return Err(match (step, frame) {
                 (Step::Auth, Frame::Error(message)) => ConnectionError::Auth(message.to_string()),
                 (_, Frame::Error(message)) => ConnectionError::Handshake(message.to_string()),
-                (step, frame) => {
-                    ConnectionError::UnexpectedReply(format!("{step:?}: {}", describe(&frame)))
-                }
+                (step, frame) => ConnectionError::UnexpectedReply(format!("{step:?}: {}", describe(&frame))),
             });
         }
         if let Step::Load(kind) = step {
@@ -532,29 +507,12 @@ impl Client {
         Ok(())
     }
 
-    fn on_acquire_reply(
-        &mut self,
-        now: Instant,
-        op: AcquireOp,
-        frame: Frame,
-    ) -> Result<(), ConnectionError> {
+    fn on_acquire_reply(&mut self, now: Instant, op: AcquireOp, frame: Frame) -> Result<(), ConnectionError> {
         let (status, echo) = match frame {
             Frame::Array(items) => match <[Frame; 2]>::try_from(items) {
                 Ok([Frame::Integer(status), Frame::BulkString(echo)]) => (status, echo),
-                Ok(items) => {
-                    return Err(self.ambiguous(
-                        now,
-                        op,
-                        unexpected("acquire", &Frame::Array(items.into())),
-                    ))
-                }
-                Err(items) => {
-                    return Err(self.ambiguous(
-                        now,
-                        op,
-                        unexpected("acquire", &Frame::Array(items)),
-                    ))
-                }
+                Ok(items) => return Err(self.ambiguous(now, op, unexpected("acquire", &Frame::Array(items.into())))),
+                Err(items) => return Err(self.ambiguous(now, op, unexpected("acquire", &Frame::Array(items)))),
             },
             Frame::Error(message) => return self.on_acquire_error(now, op, &message),
             other => return Err(self.ambiguous(now, op, unexpected("acquire", &other))),
@@ -589,12 +547,7 @@ impl Client {
         Ok(())
     }
 
-    fn on_acquire_error(
-        &mut self,
-        now: Instant,
-        mut op: AcquireOp,
-        message: &str,
-    ) -> Result<(), ConnectionError> {
+    fn on_acquire_error(&mut self, now: Instant, mut op: AcquireOp, message: &str) -> Result<(), ConnectionError> {
         match classify(message) {
             ErrorClass::NoScript => {
                 if self.callers.contains_key(&op.request) {
@@ -620,12 +573,7 @@ impl Client {
         }
     }
 
-    fn on_release_reply(
-        &mut self,
-        now: Instant,
-        mut job: ReleaseJob,
-        frame: Frame,
-    ) -> Result<(), ConnectionError> {
+    fn on_release_reply(&mut self, now: Instant, mut job: ReleaseJob, frame: Frame) -> Result<(), ConnectionError> {
         let done = match &frame {
             Frame::Integer(_) => !job.compensation,
             Frame::BulkString(echo) if job.compensation => {
@@ -702,8 +650,7 @@ impl Client {
                 self.connect_failures,
             );
             self.reconnect_at = Some(now + backoff);
-            self.events
-                .push_back(Event::ConnectFailed(conn.id, error.clone()));
+            self.events.push_back(Event::ConnectFailed(conn.id, error.clone()));
             // Nothing was sent for them; the server is not there for now.
             for op in std::mem::take(&mut self.waiting) {
                 self.fail(op.request, Unavailable::NotConnected(error.clone()));
@@ -711,8 +658,7 @@ impl Client {
             return;
         }
         self.stats.connections_replaced += 1;
-        self.events
-            .push_back(Event::Retired(conn.id, error.clone()));
+        self.events.push_back(Event::Retired(conn.id, error.clone()));
         let pending: Vec<Request> = conn.pipeline.drain().collect();
         for request in pending {
             match request {
@@ -728,11 +674,7 @@ impl Client {
 
     /// Sends what can be sent on a ready connection.
     fn drive(&mut self, now: Instant) {
-        if !self
-            .connection
-            .as_ref()
-            .is_some_and(|c| c.phase == Phase::Ready)
-        {
+        if !self.connection.as_ref().is_some_and(|c| c.phase == Phase::Ready) {
             return;
         }
         while let Some(op) = self.waiting.pop_front() {
@@ -750,19 +692,14 @@ impl Client {
     }
 
     fn send_acquire(&mut self, now: Instant, mut op: AcquireOp) {
-        let conn = self
-            .connection
-            .as_mut()
-            .expect("sent on a ready connection");
+        let conn = self.connection.as_mut().expect("sent on a ready connection");
         op.sent_at.get_or_insert(now);
         let (scripts, ttl_ms) = (&self.scripts, &self.ttl_ms);
         conn.pipeline.send(
             Request::Acquire(op),
             now + self.config.request_liveness,
             |request, out| {
-                let Request::Acquire(op) = request else {
-                    unreachable!()
-                };
+                let Request::Acquire(op) = request else { unreachable!() };
                 let tombstone = op.keys.tombstone(&op.lease);
                 let limit = op.limit.to_string();
                 scripts.encode_call(
@@ -778,18 +715,13 @@ impl Client {
     }
 
     fn send_release(&mut self, now: Instant, job: ReleaseJob) {
-        let conn = self
-            .connection
-            .as_mut()
-            .expect("sent on a ready connection");
+        let conn = self.connection.as_mut().expect("sent on a ready connection");
         let (scripts, ttl_ms) = (&self.scripts, &self.ttl_ms);
         conn.pipeline.send(
             Request::Release(job),
             now + self.config.request_liveness,
             |request, out| {
-                let Request::Release(job) = request else {
-                    unreachable!()
-                };
+                let Request::Release(job) = request else { unreachable!() };
                 let lease = job.lease.to_bytes();
                 if job.compensation {
                     let tombstone = job.keys.tombstone(&job.lease);
@@ -852,12 +784,7 @@ impl Client {
     }
 
     /// The acquire's fate is unknown: tell the caller, release what may exist.
-    fn ambiguous(
-        &mut self,
-        now: Instant,
-        op: AcquireOp,
-        error: ConnectionError,
-    ) -> ConnectionError {
+    fn ambiguous(&mut self, now: Instant, op: AcquireOp, error: ConnectionError) -> ConnectionError {
         self.fail(op.request, Unavailable::ConnectionLost(error.clone()));
         self.compensate(now, op);
         error
@@ -879,11 +806,7 @@ impl Client {
     }
 
     fn submit_release(&mut self, now: Instant, job: ReleaseJob) {
-        if self
-            .connection
-            .as_ref()
-            .is_some_and(|c| c.phase == Phase::Ready)
-        {
+        if self.connection.as_ref().is_some_and(|c| c.phase == Phase::Ready) {
             self.send_release(now, job);
         } else {
             self.queue_release(job);

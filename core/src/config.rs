@@ -125,10 +125,7 @@ pub enum ConfigError {
         actual_ms: u128,
     },
     #[error("{field} is out of range: {reason}")]
-    OutOfRange {
-        field: &'static str,
-        reason: &'static str,
-    },
+    OutOfRange { field: &'static str, reason: &'static str },
     #[error("key prefix {0:?} is empty or contains '{{' or '}}', which would break the key's single hash tag")]
     KeyPrefix(String),
     #[error("invalid Redis URL {url:?}: {reason}")]
@@ -189,14 +186,8 @@ impl Config {
             ("max_in_flight", self.max_in_flight),
             ("release.max_attempts", self.release.max_attempts as usize),
             ("release.max_retrying", self.release.max_retrying),
-            (
-                "reply_limits.max_frame_bytes",
-                self.reply_limits.max_frame_bytes,
-            ),
-            (
-                "reply_limits.max_array_len",
-                self.reply_limits.max_array_len,
-            ),
+            ("reply_limits.max_frame_bytes", self.reply_limits.max_frame_bytes),
+            ("reply_limits.max_array_len", self.reply_limits.max_array_len),
             ("reply_limits.max_depth", self.reply_limits.max_depth),
         ];
         for (field, value) in counts {
@@ -326,9 +317,7 @@ mod tests {
         );
         assert_eq!(
             bad(|c| c.max_in_flight = 0),
-            ConfigError::Zero {
-                field: "max_in_flight"
-            }
+            ConfigError::Zero { field: "max_in_flight" }
         );
         assert!(matches!(
             bad(|c| c.request_liveness = Duration::from_millis(1)),
@@ -350,12 +339,7 @@ mod tests {
     fn urls_parse_with_credentials_and_database() {
         let plain = ServerAddress::parse("redis://127.0.0.1:7000").unwrap();
         assert_eq!(
-            (
-                plain.host.as_str(),
-                plain.port,
-                plain.database,
-                plain.credentials
-            ),
+            (plain.host.as_str(), plain.port, plain.database, plain.credentials),
             ("127.0.0.1", 7000, 0, None)
         );
 
@@ -376,10 +360,7 @@ mod tests {
 
     #[test]
     fn bad_urls_are_refused_without_leaking_the_password() {
-        assert_eq!(
-            ServerAddress::parse("rediss://h:1"),
-            Err(ConfigError::TlsUnsupported)
-        );
+        assert_eq!(ServerAddress::parse("rediss://h:1"), Err(ConfigError::TlsUnsupported));
         for bad in [
             "",
             "not a url",

@@ -76,8 +76,7 @@ pub struct SubjectKeys {
 
 impl SubjectKeys {
     pub fn new(prefix: &str, key: &Key) -> Self {
-        let mut text =
-            String::with_capacity(prefix.len() + key.namespace.len() + key.subject.len() + 12);
+        let mut text = String::with_capacity(prefix.len() + key.namespace.len() + key.subject.len() + 12);
         text.push_str(prefix);
         text.push_str(":{");
         push_encoded(&mut text, &key.namespace);
@@ -136,10 +135,7 @@ mod tests {
 
     #[test]
     fn layout_is_prefix_tag_leases() {
-        assert_eq!(
-            &keys("acme", "user-1").leases()[..],
-            b"inflight:{acme|user-1}:leases"
-        );
+        assert_eq!(&keys("acme", "user-1").leases()[..], b"inflight:{acme|user-1}:leases");
     }
 
     #[test]
@@ -152,13 +148,7 @@ mod tests {
 
     #[test]
     fn encoding_is_injective_on_separator_shuffles() {
-        let pairs = [
-            ("a|b", "c"),
-            ("a", "b|c"),
-            ("a%7Cb", "c"),
-            ("a{", "}b"),
-            ("a%", "7Cb"),
-        ];
+        let pairs = [("a|b", "c"), ("a", "b|c"), ("a%7Cb", "c"), ("a{", "}b"), ("a%", "7Cb")];
         let mut seen = std::collections::HashSet::new();
         for (ns, subject) in pairs {
             assert!(

@@ -89,10 +89,7 @@ mod tests {
         assert_eq!(text, "00000000000000000000000000000abc-1f");
         assert_eq!(LeaseId::parse(text.as_bytes()), Some(id));
         assert_eq!(LeaseId::parse(b"00000000000000000000000000000ABC-1f"), None);
-        assert_eq!(
-            LeaseId::parse(b"00000000000000000000000000000abc-01f"),
-            None
-        );
+        assert_eq!(LeaseId::parse(b"00000000000000000000000000000abc-01f"), None);
         assert_eq!(LeaseId::parse(b"abc-1f"), None);
         assert_eq!(LeaseId::parse(b""), None);
     }

@@ -25,12 +25,10 @@ pub mod script;
 pub mod testkit;
 
 pub use client::Client;
-pub use config::{
-    Config, ConfigError, Credentials, ReleasePolicy, ServerAddress, UnavailablePolicy,
-};
+pub use config::{Config, ConfigError, Credentials, ReleasePolicy, ServerAddress, UnavailablePolicy};
 pub use event::{
-    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats,
-    Transmit, Unavailable,
+    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats, Transmit,
+    Unavailable,
 };
 pub use key::{Key, KeyError};
 pub use lease_id::LeaseId;

@@ -78,11 +78,7 @@ impl RedisModel {
     }
 
     /// Feeds bytes from a client and returns the reply bytes.
-    pub fn handle(
-        &mut self,
-        conn: &mut ModelConnection,
-        data: &[u8],
-    ) -> Result<Bytes, ModelProtocolError> {
+    pub fn handle(&mut self, conn: &mut ModelConnection, data: &[u8]) -> Result<Bytes, ModelProtocolError> {
         conn.reader.push(data);
         let mut out = BytesMut::new();
         while let Some(frame) = conn.reader.next_frame().map_err(|_| ModelProtocolError)? {
@@ -97,8 +93,7 @@ impl RedisModel {
                 }
             }
             let reply = self.execute(conn, &args);
-            redis_protocol::resp2::encode::extend_encode(&mut out, &reply, false)
-                .map_err(|_| ModelProtocolError)?;
+            redis_protocol::resp2::encode::extend_encode(&mut out, &reply, false).map_err(|_| ModelProtocolError)?;
         }
         Ok(out.freeze())
     }
@@ -126,15 +121,13 @@ impl RedisModel {
                 self.cached.clear();
                 ok()
             }
-            ("SCRIPT", 3) if args[1].eq_ignore_ascii_case(b"LOAD") => {
-                match self.sha_of_text(&args[2]) {
-                    Some(sha) => {
-                        self.cached.insert(sha.clone());
-                        Frame::BulkString(Bytes::from(sha))
-                    }
-                    None => error("ERR the model knows only inflight's scripts"),
+            ("SCRIPT", 3) if args[1].eq_ignore_ascii_case(b"LOAD") => match self.sha_of_text(&args[2]) {
+                Some(sha) => {
+                    self.cached.insert(sha.clone());
+                    Frame::BulkString(Bytes::from(sha))
                 }
-            }
+                None => error("ERR the model knows only inflight's scripts"),
+            },
             ("EVALSHA", n) if n >= 3 => {
                 let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
                 if !self.cached.contains(&sha) {
@@ -203,14 +196,7 @@ impl RedisModel {
     }
 
     /// The acquire script's semantics: tombstone, prune, idempotent id, limit.
-    fn acquire(
-        &mut self,
-        leases: &Bytes,
-        tombstone: &Bytes,
-        ttl: u64,
-        limit: u64,
-        id: &Bytes,
-    ) -> i64 {
+    fn acquire(&mut self, leases: &Bytes, tombstone: &Bytes, ttl: u64, limit: u64, id: &Bytes) -> i64 {
         if self.strings.contains_key(tombstone) {
             return -1;
         }

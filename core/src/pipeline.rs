@@ -81,6 +81,7 @@ mod tests {
     use std::time::Duration;
 
     #[test]
+    #[allow(clippy::disallowed_methods)] // an arbitrary starting instant
     fn replies_meet_requests_in_order_whatever_the_chunking() {
         let now = Instant::now();
         let mut pipeline = Pipeline::new(ReplyLimits::default());
@@ -98,16 +99,10 @@ mod tests {
         for byte in b":1\r\n:2" {
             pipeline.receive(&[*byte]);
         }
-        assert_eq!(
-            pipeline.next_reply().unwrap(),
-            Some(("a", Frame::Integer(1)))
-        );
+        assert_eq!(pipeline.next_reply().unwrap(), Some(("a", Frame::Integer(1))));
         assert_eq!(pipeline.next_reply().unwrap(), None);
         pipeline.receive(b"\r\n");
-        assert_eq!(
-            pipeline.next_reply().unwrap(),
-            Some(("b", Frame::Integer(2)))
-        );
+        assert_eq!(pipeline.next_reply().unwrap(), Some(("b", Frame::Integer(2))));
         assert_eq!(pipeline.next_deadline(), None);
     }
 

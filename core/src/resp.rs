@@ -52,10 +52,7 @@ pub enum ProtocolError {
 pub fn encode_command(out: &mut BytesMut, args: &[&[u8]]) {
     // Commands have at most 8 arguments; a fixed array keeps this allocation-free.
     let mut frames = [const { BorrowedFrame::Null }; 8];
-    assert!(
-        args.len() <= frames.len(),
-        "command with too many arguments"
-    );
+    assert!(args.len() <= frames.len(), "command with too many arguments");
     for (frame, arg) in frames.iter_mut().zip(args) {
         *frame = BorrowedFrame::BulkString(arg);
     }
@@ -106,11 +103,7 @@ impl ReplyReader {
 
 /// Walks one frame's headers. `Ok(Some(n))`: a whole frame of `n` bytes is at
 /// the front of `buf`; `Ok(None)`: it is incomplete so far.
-pub fn scan(
-    buf: &[u8],
-    limits: &ReplyLimits,
-    depth: usize,
-) -> Result<Option<usize>, ProtocolError> {
+pub fn scan(buf: &[u8], limits: &ReplyLimits, depth: usize) -> Result<Option<usize>, ProtocolError> {
     let Some((&kind, rest)) = buf.split_first() else {
         return Ok(None);
     };
@@ -136,9 +129,7 @@ pub fn scan(
                 return Ok(None);
             }
             if &buf[header + len..total] != b"\r\n" {
-                return Err(ProtocolError::Malformed(
-                    "bulk string not terminated by CRLF",
-                ));
+                return Err(ProtocolError::Malformed("bulk string not terminated by CRLF"));
             }
             Ok(Some(total))
         }
@@ -205,8 +196,7 @@ mod tests {
         Ok(frames)
     }
 
-    const REPLIES: &[u8] =
-        b"+PONG\r\n*2\r\n:1\r\n$4\r\nab\r\n\r\n-ERR boom\r\n:-7\r\n$-1\r\n*-1\r\n*0\r\n$0\r\n\r\n";
+    const REPLIES: &[u8] = b"+PONG\r\n*2\r\n:1\r\n$4\r\nab\r\n\r\n-ERR boom\r\n:-7\r\n$-1\r\n*-1\r\n*0\r\n$0\r\n\r\n";
 
     #[test]
     fn command_encoding_is_a_resp_array_of_bulk_strings() {
@@ -275,17 +265,11 @@ mod tests {
 
     #[test]
     fn deep_nesting_and_endless_lines_are_refused() {
-        assert_eq!(
-            decode_all(&b"*1\r\n".repeat(10)),
-            Err(ProtocolError::TooDeep(4))
-        );
+        assert_eq!(decode_all(&b"*1\r\n".repeat(10)), Err(ProtocolError::TooDeep(4)));
         let endless = vec![b'a'; 70 * 1024];
         let mut line = b"+".to_vec();
         line.extend_from_slice(&endless);
-        assert!(matches!(
-            decode_all(&line),
-            Err(ProtocolError::TooLarge { .. })
-        ));
+        assert!(matches!(decode_all(&line), Err(ProtocolError::TooLarge { .. })));
     }
 
     #[test]

@@ -96,14 +96,7 @@ impl Scripts {
     }
 
     /// `EVALSHA sha 2 keys.. args..`, or `EVAL text ..` when `by_text`.
-    pub fn encode_call(
-        &self,
-        out: &mut BytesMut,
-        kind: ScriptKind,
-        by_text: bool,
-        keys: [&[u8]; 2],
-        args: &[&[u8]],
-    ) {
+    pub fn encode_call(&self, out: &mut BytesMut, kind: ScriptKind, by_text: bool, keys: [&[u8]; 2], args: &[&[u8]]) {
         let script = self.get(kind);
         let (verb, body): (&[u8], &[u8]) = if by_text {
             (b"EVAL", script.text.as_bytes())
@@ -128,10 +121,7 @@ mod tests {
     #[test]
     fn sha_is_the_sha1_redis_computes() {
         // The SHA1 of "return 1", as `SCRIPT LOAD "return 1"` answers.
-        assert_eq!(
-            Script::new("return 1").sha,
-            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
-        );
+        assert_eq!(Script::new("return 1").sha, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
     }
 
     #[test]
@@ -152,13 +142,7 @@ mod tests {
         assert_eq!(out, expected.as_bytes());
 
         out.clear();
-        scripts.encode_call(
-            &mut out,
-            ScriptKind::Compensate,
-            true,
-            [b"L", b"T"],
-            &[b"9", b"id"],
-        );
+        scripts.encode_call(&mut out, ScriptKind::Compensate, true, [b"L", b"T"], &[b"9", b"id"]);
         let text = COMPENSATE;
         let expected = format!(
             "*7\r\n$4\r\nEVAL\r\n${}\r\n{text}\r\n$1\r\n2\r\n$1\r\nL\r\n$1\r\nT\r\n$1\r\n9\r\n$2\r\nid\r\n",

@@ -296,10 +296,7 @@ impl Pair {
                     .get_mut(request)
                     .expect("an outcome for a request never made");
                 assert!(!record.answered, "{request:?} got a second outcome");
-                assert!(
-                    !record.abandoned,
-                    "{request:?} got an outcome after it was abandoned"
-                );
+                assert!(!record.abandoned, "{request:?} got an outcome after it was abandoned");
                 record.answered = true;
                 let lease_id = self.client.lease_id(*request).to_string();
                 match outcome {
@@ -309,11 +306,7 @@ impl Pair {
                             lease_id,
                             "{request:?} was handed another request's lease"
                         );
-                        assert_eq!(
-                            lease.redis_key(),
-                            &record.key,
-                            "{request:?} granted on another key"
-                        );
+                        assert_eq!(lease.redis_key(), &record.key, "{request:?} granted on another key");
                         let live = self.server.live_leases(&record.key);
                         assert!(
                             live.iter().any(|id| id[..] == *lease_id.as_bytes()),

@@ -1,1 +1,11 @@
+//! Test fixtures for `inflight` against a real `redis-server`.
+//!
+//! [`RedisServer`] starts its own server on a free loopback port and stops it
+//! on drop. When `redis-server` is not installed, it fails the test with the
+//! command that installs it: a test that needs Redis never passes without it.
 
+pub mod redis_server;
+pub mod resp_client;
+
+pub use redis_server::RedisServer;
+pub use resp_client::RespClient;

@@ -1,0 +1,130 @@
+//! A `redis-server` process owned by one test.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::resp_client::RespClient;
+
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    password: Option<String>,
+}
+
+const INSTALL_HINT: &str = "redis-server was not found on PATH. These tests run a real Redis. \
+Install it with `apt-get update && apt-get install -y redis-server` (Debian/Ubuntu) \
+or `brew install redis` (macOS), then run the tests again.";
+
+impl RedisServer {
+    /// Starts a server with no persistence on a free loopback port.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server that requires `password` (legacy `requirepass`).
+    pub fn start_with_password(password: &str) -> Self {
+        let mut server = Self::start_with(&["--requirepass", password]);
+        server.password = Some(password.to_string());
+        server
+    }
+
+    /// Starts a server with extra command-line options.
+    pub fn start_with(extra: &[&str]) -> Self {
+        // A port can be taken between our probe and the server's bind; retry.
+        for _ in 0..5 {
+            let port = free_port();
+            let child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .args(["--protected-mode", "no", "--loglevel", "warning"])
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn();
+            let child = match child {
+                Ok(child) => child,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+                Err(error) => panic!("could not start redis-server: {error}"),
+            };
+            let mut server = Self {
+                child,
+                port,
+                password: extra
+                    .iter()
+                    .position(|a| *a == "--requirepass")
+                    .map(|i| extra[i + 1].to_string()),
+            };
+            if server.wait_ready(Duration::from_secs(10)) {
+                return server;
+            }
+            let _ = server.child.kill();
+        }
+        panic!("redis-server did not start on a free loopback port after 5 tries");
+    }
+
+    fn wait_ready(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false; // exited: most likely the port was taken
+            }
+            if let Ok(mut client) = RespClient::connect(self.addr()) {
+                if let Some(password) = &self.password {
+                    let _ = client.call(&[b"AUTH", password.as_bytes()]);
+                }
+                if client.call(&[b"PING"]).is_ok() {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    pub fn url(&self) -> String {
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    /// A plain RESP connection to this server, authenticated if needed.
+    pub fn client(&self) -> RespClient {
+        let mut client = RespClient::connect(self.addr()).expect("connect to the test redis-server");
+        if let Some(password) = &self.password {
+            client.call(&[b"AUTH", password.as_bytes()]).expect("AUTH");
+        }
+        client
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("bind a loopback port")
+}
