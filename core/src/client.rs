@@ -234,6 +234,12 @@ impl Client {
         self.releases.len() + in_flight
     }
 
+    /// Acquires waiting for a connection or for their reply, abandoned ones
+    /// included (their reply may still call for a compensation).
+    pub fn in_flight_acquires(&self) -> usize {
+        self.waiting.len() + self.connection.as_ref().map_or(0, |c| c.acquires)
+    }
+
     // ---- calls from users -------------------------------------------------
 
     /// Asks for a lease on `key` with at most `limit` live leases. Exactly one
@@ -245,8 +251,7 @@ impl Client {
         self.callers.insert(request, deadline);
         self.caller_deadlines.insert((deadline, request));
 
-        let in_flight = self.waiting.len() + self.connection.as_ref().map_or(0, |c| c.acquires);
-        if in_flight >= self.config.max_in_flight {
+        if self.in_flight_acquires() >= self.config.max_in_flight {
             self.fail(request, Unavailable::Overloaded);
             return request;
         }

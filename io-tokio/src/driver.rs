@@ -1,0 +1,426 @@
+//! The one task that owns the core. It moves bytes between sockets and the
+//! `Client`, turns `poll_timeout` into a timer, and hands outcomes to callers.
+//! It decides nothing: every protocol decision is the core's.
+
+use std::collections::HashMap;
+use std::io;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use inflight_core::{
+    Action, Client, Config, ConnectionError, ConnectionId, Event, Key, Lease, LeaseId, Outcome, RequestId,
+    ServerAddress, Stats,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::connector::Connector;
+use crate::error::{ConnectError, Error, ReleaseError};
+use crate::metric_names as names;
+use crate::permit::Permit;
+
+/// What limiter handles and permits ask of the driver.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Acquire {
+        ticket: u64,
+        key: Key,
+        limit: NonZeroU32,
+        reply: oneshot::Sender<Result<Permit, Error>>,
+    },
+    Abandon {
+        ticket: u64,
+    },
+    Release {
+        lease: Lease,
+        done: Option<oneshot::Sender<Result<(), ReleaseError>>>,
+    },
+    Flush {
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// What connection tasks report.
+enum IoEvent {
+    Connected(ConnectionId),
+    Data(ConnectionId, Bytes),
+    Closed(ConnectionId, Option<String>),
+}
+
+type Startup = oneshot::Sender<Result<(), ConnectError>>;
+
+pub(crate) struct Driver<C: Connector> {
+    client: Client,
+    address: ServerAddress,
+    connector: Arc<C>,
+    /// Our own command sender, handed to every permit so that its drop can
+    /// release. The receiver side closes when no limiter or permit is left.
+    commands: mpsc::WeakUnboundedSender<Command>,
+    io_tx: mpsc::UnboundedSender<IoEvent>,
+    connections: HashMap<ConnectionId, Connection>,
+    tickets: HashMap<u64, RequestId>,
+    callers: HashMap<RequestId, (u64, oneshot::Sender<Result<Permit, Error>>)>,
+    release_waiters: HashMap<LeaseId, oneshot::Sender<Result<(), ReleaseError>>>,
+    flush_waiters: Vec<oneshot::Sender<()>>,
+    startup: Option<Startup>,
+    last_io_error: Option<String>,
+    /// The first connection failed: `connect` returned an error, nobody holds
+    /// a handle, and the driver stops instead of retrying forever.
+    failed_start: bool,
+    reported: Stats,
+}
+
+struct Connection {
+    outgoing: mpsc::UnboundedSender<Bytes>,
+    task: JoinHandle<()>,
+}
+
+fn now() -> Instant {
+    // Under a simulator, tokio's clock is the simulated one; std's is not.
+    tokio::time::Instant::now().into_std()
+}
+
+impl<C: Connector> Driver<C> {
+    /// Starts the driver task. The receiver resolves once the first connection
+    /// is ready, or with the reason it could not be made.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn spawn(
+        config: Config,
+        entropy: [u8; 16],
+        address: ServerAddress,
+        connector: C,
+    ) -> Result<
+        (
+            mpsc::UnboundedSender<Command>,
+            oneshot::Receiver<Result<(), ConnectError>>,
+        ),
+        ConnectError,
+    > {
+        let client = Client::new(config, entropy, now())?;
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let (io_tx, io_rx) = mpsc::unbounded_channel();
+        let (startup, started) = oneshot::channel();
+        let driver = Driver {
+            client,
+            address,
+            connector: Arc::new(connector),
+            commands: commands.downgrade(),
+            io_tx,
+            connections: HashMap::new(),
+            tickets: HashMap::new(),
+            callers: HashMap::new(),
+            release_waiters: HashMap::new(),
+            flush_waiters: Vec::new(),
+            startup: Some(startup),
+            last_io_error: None,
+            failed_start: false,
+            reported: Stats::default(),
+        };
+        tokio::spawn(driver.run(command_rx, io_rx));
+        Ok((commands, started))
+    }
+
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>, mut io: mpsc::UnboundedReceiver<IoEvent>) {
+        let mut users_gone = false;
+        loop {
+            self.flush_outputs();
+            if self.failed_start {
+                break;
+            }
+            if users_gone && self.idle() {
+                tracing::debug!("inflight driver: no handles left and nothing owed; stopping");
+                break;
+            }
+            let deadline = self.client.poll_timeout();
+            let sleep = tokio::time::sleep_until(deadline.map_or_else(far_future, tokio::time::Instant::from_std));
+            tokio::select! {
+                biased;
+                Some(event) = io.recv() => {
+                    self.on_io(event);
+                    // Take everything already queued before writing: one batch per wake-up.
+                    while let Ok(event) = io.try_recv() {
+                        self.on_io(event);
+                    }
+                }
+                command = commands.recv(), if !users_gone => match command {
+                    Some(command) => {
+                        self.on_command(command);
+                        while let Ok(command) = commands.try_recv() {
+                            self.on_command(command);
+                        }
+                    }
+                    None => users_gone = true,
+                },
+                _ = sleep, if deadline.is_some() => self.client.handle_timeout(now()),
+            }
+        }
+        for (_, connection) in self.connections.drain() {
+            connection.task.abort();
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.client.outstanding_releases() == 0 && self.client.in_flight_acquires() == 0
+    }
+
+    fn on_command(&mut self, command: Command) {
+        let now = now();
+        match command {
+            Command::Acquire {
+                ticket,
+                key,
+                limit,
+                reply,
+            } => {
+                let request = self.client.acquire(now, &key, limit);
+                self.tickets.insert(ticket, request);
+                self.callers.insert(request, (ticket, reply));
+            }
+            Command::Abandon { ticket } => {
+                if let Some(request) = self.tickets.remove(&ticket) {
+                    self.callers.remove(&request);
+                    self.client.abandon(now, request);
+                }
+            }
+            Command::Release { lease, done } => {
+                if let Some(done) = done {
+                    self.release_waiters.insert(lease.id(), done);
+                }
+                self.client.release(now, lease);
+            }
+            Command::Flush { done } => self.flush_waiters.push(done),
+        }
+    }
+
+    fn on_io(&mut self, event: IoEvent) {
+        let now = now();
+        match event {
+            IoEvent::Connected(id) => self.client.handle_connected(now, id),
+            IoEvent::Data(id, data) => self.client.handle_input(now, id, &data),
+            IoEvent::Closed(id, error) => {
+                if error.is_some() {
+                    self.last_io_error = error;
+                }
+                self.connections.remove(&id);
+                self.client.handle_closed(now, id);
+            }
+        }
+    }
+
+    /// Drains the core: sockets first, then bytes, then callers.
+    fn flush_outputs(&mut self) {
+        while let Some(action) = self.client.poll_action() {
+            match action {
+                Action::Connect(id) => self.open(id),
+                Action::Close(id) => {
+                    if let Some(connection) = self.connections.remove(&id) {
+                        connection.task.abort();
+                    }
+                }
+            }
+        }
+        while let Some(transmit) = self.client.poll_transmit() {
+            if let Some(connection) = self.connections.get(&transmit.connection) {
+                // A closed writer means the task ended; its Closed event follows.
+                let _ = connection.outgoing.send(transmit.data);
+            }
+        }
+        while let Some(event) = self.client.poll_event() {
+            self.on_event(event);
+        }
+        if !self.flush_waiters.is_empty() && self.idle() {
+            for done in self.flush_waiters.drain(..) {
+                let _ = done.send(());
+            }
+        }
+        self.report_metrics();
+    }
+
+    fn on_event(&mut self, event: Event) {
+        match event {
+            Event::Acquired(request, outcome) => {
+                let Some((ticket, reply)) = self.callers.remove(&request) else {
+                    // The caller left; the core was told and compensates.
+                    if let Outcome::Granted(lease) = outcome {
+                        self.client.release(now(), lease);
+                    }
+                    return;
+                };
+                self.tickets.remove(&ticket);
+                let result = match outcome {
+                    Outcome::Granted(lease) => match self.commands.upgrade() {
+                        Some(commands) => Ok(Permit::enforced(lease, commands)),
+                        None => {
+                            self.client.release(now(), lease);
+                            Err(Error::Stopped)
+                        }
+                    },
+                    Outcome::Exceeded => Err(Error::Exceeded),
+                    Outcome::Unavailable(reason) => Err(Error::Unavailable { reason }),
+                    Outcome::FailOpen(reason) => {
+                        tracing::warn!(%reason, "inflight: Redis unavailable; letting the request through unenforced");
+                        Ok(Permit::unenforced())
+                    }
+                };
+                // If the caller dropped its future just now, the permit inside
+                // comes back here and its drop queues the release.
+                let _ = reply.send(result);
+            }
+            Event::Released { lease, compensation } => {
+                tracing::trace!(%lease, compensation, "inflight: lease released");
+                if let Some(done) = self.release_waiters.remove(&lease) {
+                    let _ = done.send(Ok(()));
+                }
+            }
+            Event::ReleaseAbandoned {
+                lease,
+                compensation,
+                reason,
+            } => {
+                tracing::warn!(%lease, compensation, %reason, "inflight: release gave up; the lease expires at its TTL");
+                if let Some(done) = self.release_waiters.remove(&lease) {
+                    let _ = done.send(Err(ReleaseError::Abandoned(reason)));
+                }
+            }
+            Event::Connected(id) => {
+                tracing::debug!(connection = id.0, "inflight: connection ready");
+                if let Some(startup) = self.startup.take() {
+                    let _ = startup.send(Ok(()));
+                }
+            }
+            Event::ConnectFailed(id, error) => {
+                let addr = format!("{}:{}", self.address.host, self.address.port);
+                if let Some(startup) = self.startup.take() {
+                    let _ = startup.send(Err(self.startup_error(addr, error)));
+                    self.failed_start = true;
+                } else {
+                    tracing::warn!(connection = id.0, %error, %addr, "inflight: connecting to Redis failed; retrying with backoff");
+                }
+            }
+            Event::Retired(id, error) => {
+                tracing::warn!(connection = id.0, %error, "inflight: connection retired; opening a fresh one");
+            }
+        }
+    }
+
+    fn startup_error(&self, addr: String, error: ConnectionError) -> ConnectError {
+        match error {
+            ConnectionError::Closed => ConnectError::Unreachable {
+                addr,
+                reason: self.last_io_error.clone().unwrap_or_else(|| "connection closed".into()),
+            },
+            ConnectionError::ConnectTimeout => ConnectError::Timeout {
+                addr,
+                after: self.client.config().connect_timeout,
+            },
+            ConnectionError::Auth(reason) => ConnectError::Auth { addr, reason },
+            other => ConnectError::Handshake {
+                addr,
+                reason: other.to_string(),
+            },
+        }
+    }
+
+    fn open(&mut self, id: ConnectionId) {
+        let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run_connection(
+            self.connector.clone(),
+            self.address.host.clone(),
+            self.address.port,
+            id,
+            self.io_tx.clone(),
+            outgoing_rx,
+        ));
+        self.connections.insert(id, Connection { outgoing, task });
+    }
+
+    /// Publishes what the core counted since the last call.
+    fn report_metrics(&mut self) {
+        let now = self.client.stats();
+        let before = std::mem::replace(&mut self.reported, now);
+        let deltas = [
+            (names::GRANTED, now.granted - before.granted),
+            (names::DENIED, now.denied - before.denied),
+            (names::UNAVAILABLE, now.unavailable - before.unavailable),
+            (names::FAIL_OPEN, now.fail_open - before.fail_open),
+            (names::COMPENSATED, now.compensations - before.compensations),
+            (names::RELEASE_RETRIED, now.release_retries - before.release_retries),
+            (
+                names::RELEASE_ABANDONED,
+                now.releases_abandoned - before.releases_abandoned,
+            ),
+            (
+                names::CONNECTION_REPLACED,
+                now.connections_replaced - before.connections_replaced,
+            ),
+        ];
+        for (name, delta) in deltas {
+            if delta > 0 {
+                metrics::counter!(name).increment(delta);
+            }
+        }
+    }
+}
+
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + std::time::Duration::from_secs(86_400 * 365)
+}
+
+/// One connection: connect, then copy bytes both ways until either side ends
+/// or the driver aborts the task. Reads and writes run concurrently, so a
+/// peer that stops reading cannot stop us from reading its replies.
+async fn run_connection<C: Connector>(
+    connector: Arc<C>,
+    host: String,
+    port: u16,
+    id: ConnectionId,
+    events: mpsc::UnboundedSender<IoEvent>,
+    mut outgoing: mpsc::UnboundedReceiver<Bytes>,
+) {
+    // The core's connect deadline bounds this: it closes (aborts) us when due.
+    let io = match connector.connect(&host, port).await {
+        Ok(io) => io,
+        Err(error) => {
+            let _ = events.send(IoEvent::Closed(id, Some(error.to_string())));
+            return;
+        }
+    };
+    if events.send(IoEvent::Connected(id)).is_err() {
+        return;
+    }
+    let (mut reader, mut writer) = tokio::io::split(io);
+    let write = async {
+        while let Some(data) = outgoing.recv().await {
+            writer.write_all(&data).await?;
+            writer.flush().await?;
+        }
+        Ok::<_, io::Error>(())
+    };
+    let read = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = reader.read(&mut buf).await?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "Redis closed the connection",
+                ));
+            }
+            if events
+                .send(IoEvent::Data(id, Bytes::copy_from_slice(&buf[..n])))
+                .is_err()
+            {
+                return Ok(());
+            }
+        }
+    };
+    let result = tokio::select! {
+        biased;
+        result = read => result,
+        result = write => result,
+    };
+    let _ = events.send(IoEvent::Closed(id, result.err().map(|e| e.to_string())));
+}

@@ -1,0 +1,52 @@
+//! Errors a user of the limiter sees, each saying what can be done about it.
+
+use std::time::Duration;
+
+use inflight_core::{ConfigError, ReleaseFailure, Unavailable};
+
+/// Why an acquire did not return a permit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The key already has `limit` requests in flight across the fleet. Shed
+    /// the request (e.g. HTTP 429).
+    #[error("the in-flight limit for this key is reached")]
+    Exceeded,
+    /// Redis gave no trustworthy answer in time, and the policy is `Deny`.
+    /// Shed the request (e.g. HTTP 503); the limiter recovers on its own.
+    #[error("the limiter is unavailable: {reason}")]
+    Unavailable { reason: Unavailable },
+    /// The limiter's driver task has stopped (its runtime shut down).
+    #[error("the limiter's driver has stopped")]
+    Stopped,
+    /// A per-call limit of zero.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// Why `connect` failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectError {
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    #[error("could not reach Redis at {addr}: {reason}")]
+    Unreachable { addr: String, reason: String },
+    #[error("Redis at {addr} did not answer within the connect timeout of {after:?}")]
+    Timeout { addr: String, after: Duration },
+    #[error("Redis at {addr} refused the credentials: {reason}")]
+    Auth { addr: String, reason: String },
+    #[error("the connection handshake with Redis at {addr} failed: {reason}")]
+    Handshake { addr: String, reason: String },
+    #[error("the limiter's driver stopped before connecting")]
+    Stopped,
+}
+
+/// Why `Permit::release` could not confirm the release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReleaseError {
+    /// Every attempt failed; the lease expires at its TTL.
+    #[error("the release gave up ({0}); the lease expires at its TTL")]
+    Abandoned(ReleaseFailure),
+    /// The driver has stopped; the lease expires at its TTL.
+    #[error("the limiter's driver has stopped; the lease expires at its TTL")]
+    Stopped,
+}

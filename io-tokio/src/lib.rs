@@ -1,0 +1,71 @@
+//! # inflight-tokio
+//!
+//! Exact, fleet-wide in-flight concurrency limits stored in Redis, for tokio
+//! services. Every replica shares one limit per key; a request takes a
+//! [`Permit`] before it starts and gives it back when it ends; leases expire so
+//! a crashed replica's slots come back.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use inflight_tokio::{Error, Key, Limiter};
+//!
+//! let limiter = Limiter::builder("redis://127.0.0.1:6379")
+//!     .default_limit(50)
+//!     .lease_ttl(Duration::from_secs(30))
+//!     .timeout(Duration::from_millis(100))
+//!     .connect()
+//!     .await?;
+//! match limiter.acquire(&Key::new("tenant", "acme")?).await {
+//!     Ok(permit) => { /* serve the request; dropping `permit` releases the slot */ drop(permit) }
+//!     Err(Error::Exceeded) => { /* 429 */ }
+//!     Err(other) => { /* 503: {other} */ }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! ## Cancellation safety
+//! The acquire future may be dropped at any point (a `select!`, a timeout, a
+//! client hanging up). The driver is told, and should Redis grant the lease
+//! anyway, it is released. Replies can never shift onto the wrong request:
+//! the connection's request FIFO lives in the sans-IO core
+//! ([`inflight_core::Client`]), not in the caller's future.
+//!
+//! ## Metrics (crate `metrics`)
+//! Counters: `inflight_acquire_granted_total`, `inflight_acquire_denied_total`,
+//! `inflight_acquire_unavailable_total`, `inflight_acquire_fail_open_total`,
+//! `inflight_compensations_total`, `inflight_release_retries_total`,
+//! `inflight_releases_abandoned_total`, `inflight_connections_replaced_total`.
+//! Histogram: `inflight_acquire_seconds` (time from call to outcome).
+//!
+//! ## Tracing
+//! `warn` for a retired connection, a failed reconnect, a release that gave up
+//! and a fail-open admission; `debug`/`trace` for connection and release detail.
+#![forbid(unsafe_code)]
+
+mod connector;
+mod driver;
+mod error;
+mod limiter;
+mod permit;
+
+pub use connector::{Connector, TcpConnector};
+pub use error::{ConnectError, Error, ReleaseError};
+pub use inflight_core::{
+    ConfigError, ConnectionError, Key, KeyError, LeaseId, ReleaseFailure, ReleasePolicy, Unavailable, UnavailablePolicy,
+};
+pub use limiter::{Builder, Limiter};
+pub use permit::Permit;
+
+/// The names under which the driver publishes metrics.
+pub mod metric_names {
+    pub const GRANTED: &str = "inflight_acquire_granted_total";
+    pub const DENIED: &str = "inflight_acquire_denied_total";
+    pub const UNAVAILABLE: &str = "inflight_acquire_unavailable_total";
+    pub const FAIL_OPEN: &str = "inflight_acquire_fail_open_total";
+    pub const COMPENSATED: &str = "inflight_compensations_total";
+    pub const RELEASE_RETRIED: &str = "inflight_release_retries_total";
+    pub const RELEASE_ABANDONED: &str = "inflight_releases_abandoned_total";
+    pub const CONNECTION_REPLACED: &str = "inflight_connections_replaced_total";
+    pub const ACQUIRE_SECONDS: &str = "inflight_acquire_seconds";
+}

@@ -1,0 +1,227 @@
+//! `Limiter` and its builder: what a service holds and calls.
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use inflight_core::{Config, Key, ReleasePolicy, ServerAddress, UnavailablePolicy};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::connector::{Connector, TcpConnector};
+use crate::driver::{Command, Driver};
+use crate::error::{ConnectError, Error};
+use crate::permit::Permit;
+
+/// A fleet-wide in-flight limiter. Cheap to clone; all clones share one driver
+/// task and one connection.
+#[derive(Clone, Debug)]
+pub struct Limiter {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    commands: mpsc::UnboundedSender<Command>,
+    default_limit: NonZeroU32,
+    policy: UnavailablePolicy,
+    next_ticket: AtomicU64,
+}
+
+impl Limiter {
+    /// Starts a builder for `redis://[user:password@]host:port[/db]`.
+    pub fn builder(url: impl Into<String>) -> Builder {
+        Builder {
+            url: url.into(),
+            config: Config::default(),
+            default_limit: 100,
+            liveness: None,
+            entropy: None,
+        }
+    }
+
+    /// Takes a slot under the default limit.
+    pub async fn acquire(&self, key: &Key) -> Result<Permit, Error> {
+        self.acquire_limited(key, self.shared.default_limit).await
+    }
+
+    /// Takes a slot under `limit` for this call (tiers need no second limiter).
+    pub async fn acquire_with(&self, key: &Key, limit: u32) -> Result<Permit, Error> {
+        let limit = inflight_core::config::limit(limit)?;
+        self.acquire_limited(key, limit).await
+    }
+
+    /// Cancel-safe: dropping this future at any await point tells the driver
+    /// the caller is gone; a grant that arrives later is released.
+    async fn acquire_limited(&self, key: &Key, limit: NonZeroU32) -> Result<Permit, Error> {
+        let started = tokio::time::Instant::now();
+        let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
+        let (reply, outcome) = oneshot::channel();
+        let command = Command::Acquire {
+            ticket,
+            key: key.clone(),
+            limit,
+            reply,
+        };
+        if self.shared.commands.send(command).is_err() {
+            return self.stopped();
+        }
+        let mut guard = AbandonOnDrop {
+            ticket,
+            commands: &self.shared.commands,
+            armed: true,
+        };
+        let result = outcome.await;
+        guard.armed = false;
+        metrics::histogram!(crate::metric_names::ACQUIRE_SECONDS).record(started.elapsed().as_secs_f64());
+        match result {
+            Ok(result) => result,
+            Err(_) => self.stopped(),
+        }
+    }
+
+    fn stopped(&self) -> Result<Permit, Error> {
+        match self.shared.policy {
+            UnavailablePolicy::Deny => Err(Error::Stopped),
+            UnavailablePolicy::Allow => Ok(Permit::unenforced()),
+        }
+    }
+
+    /// Waits until every release this limiter owes is done or given up, so a
+    /// process can exit without stranding leases until their TTL.
+    pub async fn close(self) {
+        let (done, finished) = oneshot::channel();
+        if self.shared.commands.send(Command::Flush { done }).is_ok() {
+            let _ = finished.await;
+        }
+    }
+}
+
+/// Tells the driver the caller is gone, unless the outcome was received.
+struct AbandonOnDrop<'a> {
+    ticket: u64,
+    commands: &'a mpsc::UnboundedSender<Command>,
+    armed: bool,
+}
+
+impl Drop for AbandonOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.commands.send(Command::Abandon { ticket: self.ticket });
+        }
+    }
+}
+
+/// Configures and connects a [`Limiter`]. Every setting is validated by `connect`.
+#[derive(Debug, Clone)]
+pub struct Builder {
+    url: String,
+    config: Config,
+    default_limit: u32,
+    liveness: Option<Duration>,
+    entropy: Option<[u8; 16]>,
+}
+
+impl Builder {
+    /// First component of every Redis key (default `inflight`).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.key_prefix = prefix.into();
+        self
+    }
+
+    /// Limit used by [`Limiter::acquire`] (default 100).
+    pub fn default_limit(mut self, limit: u32) -> Self {
+        self.default_limit = limit;
+        self
+    }
+
+    /// How long an unreleased lease lives (default 60 s).
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.config.lease_ttl = ttl;
+        self
+    }
+
+    /// The caller's latency budget for one acquire (default 250 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.config.acquire_timeout = timeout;
+        self
+    }
+
+    /// How long a request may go unanswered before its connection is replaced
+    /// (default: the larger of 2 s and 4 × the timeout).
+    pub fn request_liveness(mut self, liveness: Duration) -> Self {
+        self.liveness = Some(liveness);
+        self
+    }
+
+    /// Budget for TCP connect plus handshake (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// What to do when Redis cannot answer (default `Deny`).
+    pub fn on_unavailable(mut self, policy: UnavailablePolicy) -> Self {
+        self.config.unavailable_policy = policy;
+        self
+    }
+
+    /// Acquires in flight at once before new ones fail fast (default 1024).
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.config.max_in_flight = max;
+        self
+    }
+
+    pub fn release_policy(mut self, policy: ReleasePolicy) -> Self {
+        self.config.release = policy;
+        self
+    }
+
+    /// Entropy for lease ids. Leave unset in production (the OS provides it);
+    /// simulations set it so runs replay exactly.
+    pub fn entropy(mut self, entropy: [u8; 16]) -> Self {
+        self.entropy = Some(entropy);
+        self
+    }
+
+    /// Validates the settings, connects over TCP, authenticates, selects the
+    /// database, loads the scripts and returns once Redis has answered.
+    pub async fn connect(self) -> Result<Limiter, ConnectError> {
+        self.connect_with(TcpConnector).await
+    }
+
+    /// As [`Builder::connect`], over any [`Connector`].
+    pub async fn connect_with<C: Connector>(self, connector: C) -> Result<Limiter, ConnectError> {
+        let address = ServerAddress::parse(&self.url)?;
+        let default_limit = inflight_core::config::limit(self.default_limit)?;
+        let mut config = self.config;
+        config.credentials = address.credentials.clone();
+        config.database = address.database;
+        config.request_liveness = self
+            .liveness
+            .unwrap_or_else(|| Duration::from_secs(2).max(config.acquire_timeout.saturating_mul(4)));
+        config.validate()?;
+        let entropy = match self.entropy {
+            Some(entropy) => entropy,
+            None => {
+                let mut entropy = [0u8; 16];
+                getrandom::fill(&mut entropy).map_err(|e| ConnectError::Unreachable {
+                    addr: format!("{}:{}", address.host, address.port),
+                    reason: format!("no OS randomness for lease ids: {e}"),
+                })?;
+                entropy
+            }
+        };
+        let policy = config.unavailable_policy;
+        let (commands, started) = Driver::spawn(config, entropy, address, connector)?;
+        started.await.unwrap_or(Err(ConnectError::Stopped))?;
+        Ok(Limiter {
+            shared: Arc::new(Shared {
+                commands,
+                default_limit,
+                policy,
+                next_ticket: AtomicU64::new(1),
+            }),
+        })
+    }
+}
