@@ -5,7 +5,9 @@
 //! command that installs it: a test that needs Redis never passes without it.
 
 pub mod redis_server;
+pub mod relay;
 pub mod resp_client;
 
 pub use redis_server::RedisServer;
+pub use relay::{Mode, Relay};
 pub use resp_client::RespClient;

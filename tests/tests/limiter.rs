@@ -1,0 +1,546 @@
+//! The tokio `Limiter` against a real redis-server, with a misbehaving relay
+//! in between: every behaviour of design.md §1–12, end to end.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use inflight_core::resp::Frame;
+use inflight_tests::{Mode, RedisServer, Relay};
+use inflight_tokio::{
+    Builder, ConnectError, ConnectionError, Error, Key, Limiter, ReleaseError, ReleasePolicy, Unavailable,
+    UnavailablePolicy,
+};
+
+const PREFIX: &str = "it";
+
+fn builder(url: &str) -> Builder {
+    Limiter::builder(url)
+        .key_prefix(PREFIX)
+        .default_limit(1)
+        .lease_ttl(Duration::from_secs(30))
+        .timeout(Duration::from_millis(150))
+        .request_liveness(Duration::from_millis(600))
+        .connect_timeout(Duration::from_millis(500))
+}
+
+fn key(subject: &str) -> Key {
+    Key::new("tier", subject).unwrap()
+}
+
+fn redis_key(subject: &str) -> Bytes {
+    Bytes::from(format!("{PREFIX}:{{tier|{subject}}}:leases"))
+}
+
+fn live(server: &RedisServer, subject: &str) -> i64 {
+    match server.client().call(&[b"ZCARD", &redis_key(subject)]).unwrap() {
+        Frame::Integer(n) => n,
+        other => panic!("ZCARD answered {other:?}"),
+    }
+}
+
+/// Waits (bounded) until `subject` has no live lease in Redis.
+async fn until_empty(server: &RedisServer, subject: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while live(server, subject) != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "leases of {subject} still live after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits (bounded) until `condition` holds.
+async fn until(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_limiters_sharing_one_redis_enforce_one_limit() {
+    let server = RedisServer::start();
+    let a = builder(&server.url()).connect().await.unwrap();
+    let b = builder(&server.url()).connect().await.unwrap();
+    let permit = a.acquire(&key("shared")).await.unwrap();
+    assert!(permit.is_enforced());
+    assert_eq!(b.acquire(&key("shared")).await.unwrap_err(), Error::Exceeded);
+    assert_eq!(a.acquire(&key("shared")).await.unwrap_err(), Error::Exceeded);
+    permit.release().await.unwrap();
+    let permit = b.acquire(&key("shared")).await.unwrap();
+    // Per-call limits: a bigger tier on the same key admits one more.
+    let second = a.acquire_with(&key("shared"), 2).await.unwrap();
+    drop((permit, second));
+    until_empty(&server, "shared", Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_lease_is_reclaimed_after_its_ttl() {
+    let server = RedisServer::start();
+    let limiter = builder(&server.url())
+        .lease_ttl(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    std::mem::forget(limiter.acquire(&key("forgotten")).await.unwrap());
+    assert_eq!(limiter.acquire(&key("forgotten")).await.unwrap_err(), Error::Exceeded);
+    tokio::time::sleep(Duration::from_millis(400)).await; // Redis's clock must pass the TTL
+    let permit = limiter
+        .acquire(&key("forgotten"))
+        .await
+        .expect("the expired slot is free again");
+    drop(permit);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blackholed_acquire_fails_at_its_timeout_and_the_limiter_recovers() {
+    let server = RedisServer::start();
+    let relay = Relay::start(server.addr()).await;
+    let timeout = Duration::from_millis(150);
+    let limiter = builder(&relay.url()).timeout(timeout).connect().await.unwrap();
+    relay.set(Mode::Blackhole);
+    let started = Instant::now();
+    let error = limiter.acquire(&key("blackhole")).await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(
+        error,
+        Error::Unavailable {
+            reason: Unavailable::Timeout
+        }
+    );
+    assert!(took >= timeout, "failed after {took:?}, before its timeout");
+    assert!(
+        took < timeout + Duration::from_secs(1),
+        "took {took:?}: not bounded by its timeout"
+    );
+
+    relay.set(Mode::Cut);
+    relay.set(Mode::Forward);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match limiter.acquire(&key("blackhole")).await {
+            Ok(permit) => {
+                permit.release().await.unwrap();
+                break;
+            }
+            Err(Error::Unavailable { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(other) => panic!("the limiter did not recover: {other}"),
+        }
+    }
+    until_empty(&server, "blackhole", Duration::from_secs(3)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_policy_admits_unenforced_when_redis_is_unavailable() {
+    let server = RedisServer::start();
+    let relay = Relay::start(server.addr()).await;
+    let limiter = builder(&relay.url())
+        .on_unavailable(UnavailablePolicy::Allow)
+        .connect()
+        .await
+        .unwrap();
+    relay.set(Mode::Blackhole);
+    let permit = limiter.acquire(&key("open")).await.expect("fail open");
+    assert!(!permit.is_enforced());
+    assert_eq!(permit.lease_id(), None);
+}
+
+/// Polls `future` exactly `polls` times (yielding to the driver in between),
+/// then drops it. Returns whether it completed first.
+async fn poll_then_drop<F: Future>(future: F, polls: usize) -> bool {
+    let mut future: Pin<Box<F>> = Box::pin(future);
+    for _ in 0..polls {
+        let ready = std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx).is_ready())).await;
+        if ready {
+            return true;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_dropped_at_any_poll_leaks_no_slot() {
+    let server = RedisServer::start();
+    let relay = Relay::start(server.addr()).await;
+    let limiter = builder(&relay.url()).connect().await.unwrap();
+    for stall in [false, true] {
+        for polls in 0..8 {
+            if stall {
+                relay.set(Mode::StallResponses);
+            }
+            poll_then_drop(limiter.acquire(&key("dropped")), polls).await;
+            relay.set(Mode::Forward);
+            until_empty(&server, "dropped", Duration::from_secs(3)).await;
+        }
+    }
+    // Still exactly one slot: nothing leaked, nothing double-counted.
+    let permit = limiter.acquire(&key("dropped")).await.unwrap();
+    assert_eq!(live(&server, "dropped"), 1);
+    permit.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_timeout_on_a_slow_server_keeps_the_connection() {
+    let server = RedisServer::start();
+    let relay = Relay::start(server.addr()).await;
+    let limiter = builder(&relay.url()).connect().await.unwrap();
+    assert_eq!(relay.connections(), 1);
+    relay.set(Mode::StallResponses);
+    let error = limiter.acquire(&key("slow")).await.unwrap_err();
+    assert_eq!(
+        error,
+        Error::Unavailable {
+            reason: Unavailable::Timeout
+        }
+    );
+    relay.set(Mode::Forward); // well within the liveness budget
+    until_empty(&server, "slow", Duration::from_secs(2)).await;
+    let permit = limiter
+        .acquire(&key("slow"))
+        .await
+        .expect("the same connection serves the next acquire");
+    assert_eq!(relay.connections(), 1, "a slow but healthy connection was replaced");
+    permit.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_arriving_after_the_caller_timed_out_is_released() {
+    let server = RedisServer::start();
+    let relay = Relay::start(server.addr()).await;
+    let limiter = builder(&relay.url()).connect().await.unwrap();
+    relay.set(Mode::StallResponses);
+    assert!(limiter.acquire(&key("late")).await.is_err());
+    assert_eq!(live(&server, "late"), 1, "Redis granted it; the reply is held");
+    relay.set(Mode::Forward);
+    until_empty(&server, "late", Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_echoing_another_lease_retires_the_connection_and_is_unavailable() {
+    let server = RedisServer::start();
+    let relay = Relay::start(server.addr()).await;
+    let limiter = builder(&relay.url()).connect().await.unwrap();
+    relay.set(Mode::CorruptOneEcho);
+    let error = limiter.acquire(&key("echo")).await.unwrap_err();
+    assert_eq!(
+        error,
+        Error::Unavailable {
+            reason: Unavailable::ConnectionLost(ConnectionError::EchoMismatch)
+        }
+    );
+    until_empty(&server, "echo", Duration::from_secs(2)).await;
+    until("a fresh connection", Duration::from_secs(2), || {
+        relay.connections() == 2
+    })
+    .await;
+    let permit = limiter.acquire(&key("echo")).await.unwrap();
+    permit.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_flight_cap_refuses_at_once_and_leaves_the_connection_healthy() {
+    let server = RedisServer::start();
+    let relay = Relay::start(server.addr()).await;
+    let limiter = builder(&relay.url())
+        .max_in_flight(2)
+        .timeout(Duration::from_millis(400))
+        .request_liveness(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    relay.set(Mode::StallResponses);
+    let first = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire_with(&key("cap"), 5).await }
+    });
+    let second = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire_with(&key("cap"), 5).await }
+    });
+    until("two acquires in Redis", Duration::from_secs(2), || {
+        live(&server, "cap") == 2
+    })
+    .await;
+    let started = Instant::now();
+    let refused = limiter.acquire_with(&key("cap"), 5).await.unwrap_err();
+    assert_eq!(
+        refused,
+        Error::Unavailable {
+            reason: Unavailable::Overloaded
+        }
+    );
+    assert!(started.elapsed() < Duration::from_millis(200), "the refusal waited");
+    relay.set(Mode::Forward);
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
+    assert!(first.is_ok() && second.is_ok());
+    drop((first, second));
+    let permit = limiter.acquire_with(&key("cap"), 5).await.unwrap();
+    assert_eq!(relay.connections(), 1);
+    permit.release().await.unwrap();
+    until_empty(&server, "cap", Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_release_falls_through_to_a_fresh_connection() {
+    let server = RedisServer::start();
+    let relay = Relay::start(server.addr()).await;
+    let limiter = builder(&relay.url()).connect().await.unwrap();
+    let permit = limiter.acquire(&key("stalled")).await.unwrap();
+    relay.set(Mode::Blackhole);
+    let release = tokio::spawn(permit.release());
+    // The release's liveness budget runs out; a new connection is opened.
+    until("a replacement connection", Duration::from_secs(3), || {
+        relay.connections() >= 2
+    })
+    .await;
+    relay.set(Mode::Forward);
+    release
+        .await
+        .unwrap()
+        .expect("the release succeeds on the fresh connection");
+    assert_eq!(live(&server, "stalled"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_cannot_succeed_gives_up_within_the_ttl_and_says_so() {
+    let server = RedisServer::start();
+    let relay = Relay::start(server.addr()).await;
+    let ttl = Duration::from_millis(1500);
+    let limiter = builder(&relay.url())
+        .lease_ttl(ttl)
+        .release_policy(ReleasePolicy {
+            max_attempts: 100,
+            ..ReleasePolicy::default()
+        })
+        .connect()
+        .await
+        .unwrap();
+    let permit = limiter.acquire(&key("doomed")).await.unwrap();
+    let granted = Instant::now();
+    relay.set(Mode::Blackhole);
+    let error = permit.release().await.unwrap_err();
+    assert!(matches!(error, ReleaseError::Abandoned(_)), "{error}");
+    assert!(
+        granted.elapsed() <= ttl + Duration::from_millis(500),
+        "gave up after {:?}",
+        granted.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_fails_clearly_on_bad_config_wrong_password_and_no_server() {
+    let server = RedisServer::start_with_password("s3cret");
+
+    let wrong = format!("redis://:nope@127.0.0.1:{}/", server.port());
+    match builder(&wrong).connect().await.unwrap_err() {
+        ConnectError::Auth { reason, .. } => assert!(reason.contains("WRONGPASS"), "{reason}"),
+        other => panic!("expected an auth error, got {other}"),
+    }
+    let missing = format!("redis://127.0.0.1:{}/", server.port());
+    let error = builder(&missing).connect().await.unwrap_err();
+    assert!(
+        matches!(error, ConnectError::Handshake { ref reason, .. } if reason.contains("NOAUTH")),
+        "{error}"
+    );
+    builder(&server.url())
+        .connect()
+        .await
+        .expect("the right password connects");
+
+    // Nothing listens on a port we just released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let error = builder(&format!("redis://127.0.0.1:{port}"))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ConnectError::Unreachable { .. }), "{error}");
+    assert!(error.to_string().contains(&port.to_string()), "{error}");
+
+    // A server that accepts but never answers: bounded by the connect timeout.
+    let relay = Relay::start(server.addr()).await;
+    relay.set(Mode::Blackhole);
+    let started = Instant::now();
+    let error = builder(&relay.url()).connect().await.unwrap_err();
+    assert!(matches!(error, ConnectError::Timeout { .. }), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+
+    let url = server.url();
+    let config_errors = [
+        builder(&url).default_limit(0).connect().await.unwrap_err(),
+        builder(&url).lease_ttl(Duration::ZERO).connect().await.unwrap_err(),
+        builder(&url).timeout(Duration::ZERO).connect().await.unwrap_err(),
+        builder(&url).key_prefix("a{b}").connect().await.unwrap_err(),
+        builder("redis://").connect().await.unwrap_err(),
+        builder("http://127.0.0.1:1").connect().await.unwrap_err(),
+        builder("rediss://127.0.0.1:1").connect().await.unwrap_err(),
+    ];
+    for error in config_errors {
+        assert!(matches!(error, ConnectError::Config(_)), "{error}");
+    }
+    let limiter = builder(&url).connect().await.unwrap();
+    assert!(matches!(
+        limiter.acquire_with(&key("zero"), 0).await,
+        Err(Error::Config(_))
+    ));
+}
+
+/// One holder in the fleet test's independent count. Dropping it counts the
+/// holder out *before* the permit inside gives the slot back, so the count can
+/// never run behind Redis, even when the task is aborted mid-hold.
+struct Holding<'a> {
+    count: &'a std::sync::atomic::AtomicUsize,
+    _permit: inflight_tokio::Permit,
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A small deterministic generator for the fleet test's choices.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_limiters_never_exceeds_the_limit_and_leaves_nothing_behind() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    const LIMIT: usize = 10;
+    const SUBJECTS: [&str; 3] = ["k0", "k1", "k2"];
+    let server = RedisServer::start();
+    let mut limiters = Vec::new();
+    for _ in 0..8 {
+        limiters.push(
+            builder(&server.url())
+                .default_limit(LIMIT as u32)
+                .timeout(Duration::from_millis(300))
+                .request_liveness(Duration::from_secs(2))
+                .connect()
+                .await
+                .unwrap(),
+        );
+    }
+    let holders: Arc<[AtomicUsize; 3]> = Arc::new(Default::default());
+    let peaks: Arc<[AtomicUsize; 3]> = Arc::new(Default::default());
+    let granted = Arc::new(AtomicUsize::new(0));
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut tasks = Vec::new();
+    for limiter in &limiters {
+        for _ in 0..200 {
+            let which = rng.below(3) as usize;
+            let hold = Duration::from_millis(rng.below(15));
+            let arrival = Duration::from_millis(rng.below(300));
+            // Most callers wait patiently; one in five gives up almost at once.
+            let caller_timeout = match rng.below(5) {
+                0 => Duration::from_micros(100 + rng.below(3_000)),
+                _ => Duration::from_secs(2),
+            };
+            let abort_after = (rng.below(8) == 0).then(|| Duration::from_micros(rng.below(3_000)));
+            let (limiter, holders, peaks, granted) = (limiter.clone(), holders.clone(), peaks.clone(), granted.clone());
+            let task = tokio::spawn(async move {
+                tokio::time::sleep(arrival).await;
+                let subject = key(SUBJECTS[which]);
+                let acquire = limiter.acquire(&subject);
+                let Ok(Ok(permit)) = tokio::time::timeout(caller_timeout, acquire).await else {
+                    return;
+                };
+                granted.fetch_add(1, Ordering::SeqCst);
+                let now_holding = holders[which].fetch_add(1, Ordering::SeqCst) + 1;
+                peaks[which].fetch_max(now_holding, Ordering::SeqCst);
+                let _holding = Holding {
+                    count: &holders[which],
+                    _permit: permit,
+                };
+                // Aborting here drops `_holding`: counted out, then released.
+                tokio::time::sleep(hold).await;
+            });
+            if let Some(after) = abort_after {
+                // Aborted mid-acquire or mid-hold, whichever it is doing then.
+                let abort = task.abort_handle();
+                tokio::spawn(async move {
+                    tokio::time::sleep(arrival + after).await;
+                    abort.abort();
+                });
+            }
+            tasks.push(task);
+        }
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    for (i, peak) in peaks.iter().enumerate() {
+        let peak = peak.load(Ordering::SeqCst);
+        assert!(
+            peak <= LIMIT,
+            "{} had {peak} concurrent holders, limit {LIMIT}",
+            SUBJECTS[i]
+        );
+    }
+    let granted = granted.load(Ordering::SeqCst);
+    println!(
+        "fleet: {granted} grants, peaks {:?}",
+        peaks.iter().map(|p| p.load(Ordering::SeqCst)).collect::<Vec<_>>()
+    );
+    assert!(granted > 300, "only {granted} grants: too few to mean anything");
+    assert!(
+        peaks.iter().all(|p| p.load(Ordering::SeqCst) == LIMIT),
+        "the limit was never reached: no contention tested"
+    );
+    for limiter in limiters {
+        limiter.close().await;
+    }
+    for subject in SUBJECTS {
+        assert_eq!(live(&server, subject), 0, "{subject} has leases left after close");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_dropped_on_a_thread_without_a_runtime_is_still_released() {
+    let server = RedisServer::start();
+    let limiter = builder(&server.url()).connect().await.unwrap();
+    let permit = limiter.acquire(&key("elsewhere")).await.unwrap();
+    std::thread::spawn(move || drop(permit)).join().unwrap();
+    until_empty(&server, "elsewhere", Duration::from_secs(2)).await;
+}
+
+#[test]
+fn a_permit_outliving_its_runtime_does_not_panic_and_expires_by_ttl() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let permit = runtime.block_on(async {
+        let limiter = builder(&server.url())
+            .lease_ttl(Duration::from_millis(300))
+            .connect()
+            .await
+            .unwrap();
+        limiter.acquire(&key("orphan")).await.unwrap()
+    });
+    drop(runtime); // the driver task is gone
+    drop(permit); // warns; nothing to release it with
+    assert_eq!(live(&server, "orphan"), 1);
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(live(&server, "orphan"), 0, "the lease expires at its TTL");
+}
