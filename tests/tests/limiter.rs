@@ -544,3 +544,44 @@ fn a_permit_outliving_its_runtime_does_not_panic_and_expires_by_ttl() {
     std::thread::sleep(Duration::from_millis(400));
     assert_eq!(live(&server, "orphan"), 0, "the lease expires at its TTL");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_cannot_shift_the_next_reply_onto_the_wrong_caller() {
+    let server = RedisServer::start();
+    let relay = Relay::start(server.addr()).await;
+    let limiter = builder(&relay.url()).default_limit(5).connect().await.unwrap();
+    relay.set(Mode::DropOneReply);
+    let first = limiter.acquire(&key("shift")).await.unwrap_err();
+    assert_eq!(first, Error::Unavailable { reason: Unavailable::Timeout });
+    // The next reply meets the first request's slot in the FIFO; its echo
+    // gives it away, so nobody is handed someone else's lease.
+    let second = limiter.acquire(&key("shift")).await.unwrap_err();
+    assert_eq!(
+        second,
+        Error::Unavailable {
+            reason: Unavailable::ConnectionLost(ConnectionError::EchoMismatch)
+        }
+    );
+    until_empty(&server, "shift", Duration::from_secs(2)).await;
+    let permit = limiter.acquire(&key("shift")).await.unwrap();
+    assert_eq!(relay.connections(), 2);
+    permit.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_user_and_a_database_number_are_honoured() {
+    let server = RedisServer::start();
+    let mut admin = server.client();
+    admin.call(&[b"ACL", b"SETUSER", b"svc", b"on", b">pw", b"~*", b"+@all"]).unwrap();
+    let url = format!("redis://svc:pw@127.0.0.1:{}/3", server.port());
+    let limiter = builder(&url).connect().await.unwrap();
+    let permit = limiter.acquire(&key("acl")).await.unwrap();
+    admin.call(&[b"SELECT", b"3"]).unwrap();
+    match admin.call(&[b"ZCARD", &redis_key("acl")]).unwrap() {
+        Frame::Integer(n) => assert_eq!(n, 1, "the lease lives in database 3"),
+        other => panic!("{other:?}"),
+    }
+    permit.release().await.unwrap();
+    let wrong = format!("redis://svc:nope@127.0.0.1:{}/3", server.port());
+    assert!(matches!(builder(&wrong).connect().await, Err(ConnectError::Auth { .. })));
+}
