@@ -522,7 +522,7 @@ impl Client {
             Frame::Error(message) => return self.on_acquire_error(now, op, &message),
             other => return Err(self.ambiguous(now, op, unexpected("acquire", &other))),
         };
-        if echo != op.lease.to_bytes() {
+        if echo != op.lease.to_bytes() && !self.bug_skip_echo_check() {
             return Err(self.ambiguous(now, op, ConnectionError::EchoMismatch));
         }
         let waiting = self.callers.contains_key(&op.request);
@@ -535,6 +535,7 @@ impl Client {
                 };
                 self.finish(op.request, Outcome::Granted(lease));
             }
+            1 if self.bug_skip_late_grant_compensation() => {}
             1 => self.compensate(now, op),
             0 => {
                 if waiting {
@@ -619,6 +620,20 @@ impl Client {
             compensation: job.compensation,
         });
         Ok(())
+    }
+
+    fn bug_skip_echo_check(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.config.bugs.skip_echo_check;
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+
+    fn bug_skip_late_grant_compensation(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.config.bugs.skip_late_grant_compensation;
+        #[cfg(not(feature = "fault-injection"))]
+        false
     }
 
     // ---- connection lifecycle ----------------------------------------------

@@ -25,6 +25,8 @@ pub mod script;
 pub mod testkit;
 
 pub use client::Client;
+#[cfg(feature = "fault-injection")]
+pub use config::InjectedBugs;
 pub use config::{Config, ConfigError, Credentials, ReleasePolicy, ServerAddress, UnavailablePolicy};
 pub use event::{
     Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats, Transmit,

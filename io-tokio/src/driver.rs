@@ -43,6 +43,13 @@ pub(crate) enum Command {
     },
 }
 
+/// A started driver: where to send commands, when it is connected, its counters.
+pub(crate) struct Spawned {
+    pub commands: mpsc::UnboundedSender<Command>,
+    pub started: oneshot::Receiver<Result<(), ConnectError>>,
+    pub stats: tokio::sync::watch::Receiver<Stats>,
+}
+
 /// What connection tasks report.
 enum IoEvent {
     Connected(ConnectionId),
@@ -71,6 +78,7 @@ pub(crate) struct Driver<C: Connector> {
     /// a handle, and the driver stops instead of retrying forever.
     failed_start: bool,
     reported: Stats,
+    stats: tokio::sync::watch::Sender<Stats>,
 }
 
 struct Connection {
@@ -86,23 +94,17 @@ fn now() -> Instant {
 impl<C: Connector> Driver<C> {
     /// Starts the driver task. The receiver resolves once the first connection
     /// is ready, or with the reason it could not be made.
-    #[allow(clippy::type_complexity)]
     pub(crate) fn spawn(
         config: Config,
         entropy: [u8; 16],
         address: ServerAddress,
         connector: C,
-    ) -> Result<
-        (
-            mpsc::UnboundedSender<Command>,
-            oneshot::Receiver<Result<(), ConnectError>>,
-        ),
-        ConnectError,
-    > {
+    ) -> Result<Spawned, ConnectError> {
         let client = Client::new(config, entropy, now())?;
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (io_tx, io_rx) = mpsc::unbounded_channel();
         let (startup, started) = oneshot::channel();
+        let (stats_tx, stats) = tokio::sync::watch::channel(Stats::default());
         let driver = Driver {
             client,
             address,
@@ -118,9 +120,14 @@ impl<C: Connector> Driver<C> {
             last_io_error: None,
             failed_start: false,
             reported: Stats::default(),
+            stats: stats_tx,
         };
         tokio::spawn(driver.run(command_rx, io_rx));
-        Ok((commands, started))
+        Ok(Spawned {
+            commands,
+            started,
+            stats,
+        })
     }
 
     async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>, mut io: mpsc::UnboundedReceiver<IoEvent>) {
@@ -340,7 +347,11 @@ impl<C: Connector> Driver<C> {
     /// Publishes what the core counted since the last call.
     fn report_metrics(&mut self) {
         let now = self.client.stats();
+        if now == self.reported {
+            return;
+        }
         let before = std::mem::replace(&mut self.reported, now);
+        self.stats.send_replace(now);
         let deltas = [
             (names::GRANTED, now.granted - before.granted),
             (names::DENIED, now.denied - before.denied),

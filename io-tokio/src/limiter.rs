@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use inflight_core::{Config, Key, ReleasePolicy, ServerAddress, UnavailablePolicy};
-use tokio::sync::{mpsc, oneshot};
+use inflight_core::{Config, Key, ReleasePolicy, ServerAddress, Stats, UnavailablePolicy};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::connector::{Connector, TcpConnector};
 use crate::driver::{Command, Driver};
@@ -26,6 +26,7 @@ struct Shared {
     default_limit: NonZeroU32,
     policy: UnavailablePolicy,
     next_ticket: AtomicU64,
+    stats: watch::Receiver<Stats>,
 }
 
 impl Limiter {
@@ -85,6 +86,11 @@ impl Limiter {
             UnavailablePolicy::Deny => Err(Error::Stopped),
             UnavailablePolicy::Allow => Ok(Permit::unenforced()),
         }
+    }
+
+    /// Running totals of the driver (the same figures as the metrics).
+    pub fn stats(&self) -> Stats {
+        *self.shared.stats.borrow()
     }
 
     /// Waits until every release this limiter owes is done or given up, so a
@@ -184,6 +190,13 @@ impl Builder {
         self
     }
 
+    /// Switches on deliberate bugs: for the simulator's self-test only.
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_bugs(mut self, bugs: inflight_core::InjectedBugs) -> Self {
+        self.config.bugs = bugs;
+        self
+    }
+
     /// Validates the settings, connects over TCP, authenticates, selects the
     /// database, loads the scripts and returns once Redis has answered.
     pub async fn connect(self) -> Result<Limiter, ConnectError> {
@@ -213,14 +226,15 @@ impl Builder {
             }
         };
         let policy = config.unavailable_policy;
-        let (commands, started) = Driver::spawn(config, entropy, address, connector)?;
-        started.await.unwrap_or(Err(ConnectError::Stopped))?;
+        let spawned = Driver::spawn(config, entropy, address, connector)?;
+        spawned.started.await.unwrap_or(Err(ConnectError::Stopped))?;
         Ok(Limiter {
             shared: Arc::new(Shared {
-                commands,
+                commands: spawned.commands,
                 default_limit,
                 policy,
                 next_ticket: AtomicU64::new(1),
+                stats: spawned.stats,
             }),
         })
     }

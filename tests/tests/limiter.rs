@@ -552,7 +552,12 @@ async fn a_lost_reply_cannot_shift_the_next_reply_onto_the_wrong_caller() {
     let limiter = builder(&relay.url()).default_limit(5).connect().await.unwrap();
     relay.set(Mode::DropOneReply);
     let first = limiter.acquire(&key("shift")).await.unwrap_err();
-    assert_eq!(first, Error::Unavailable { reason: Unavailable::Timeout });
+    assert_eq!(
+        first,
+        Error::Unavailable {
+            reason: Unavailable::Timeout
+        }
+    );
     // The next reply meets the first request's slot in the FIFO; its echo
     // gives it away, so nobody is handed someone else's lease.
     let second = limiter.acquire(&key("shift")).await.unwrap_err();
@@ -572,7 +577,9 @@ async fn a_lost_reply_cannot_shift_the_next_reply_onto_the_wrong_caller() {
 async fn an_acl_user_and_a_database_number_are_honoured() {
     let server = RedisServer::start();
     let mut admin = server.client();
-    admin.call(&[b"ACL", b"SETUSER", b"svc", b"on", b">pw", b"~*", b"+@all"]).unwrap();
+    admin
+        .call(&[b"ACL", b"SETUSER", b"svc", b"on", b">pw", b"~*", b"+@all"])
+        .unwrap();
     let url = format!("redis://svc:pw@127.0.0.1:{}/3", server.port());
     let limiter = builder(&url).connect().await.unwrap();
     let permit = limiter.acquire(&key("acl")).await.unwrap();
@@ -583,5 +590,8 @@ async fn an_acl_user_and_a_database_number_are_honoured() {
     }
     permit.release().await.unwrap();
     let wrong = format!("redis://svc:nope@127.0.0.1:{}/3", server.port());
-    assert!(matches!(builder(&wrong).connect().await, Err(ConnectError::Auth { .. })));
+    assert!(matches!(
+        builder(&wrong).connect().await,
+        Err(ConnectError::Auth { .. })
+    ));
 }
