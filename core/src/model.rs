@@ -79,8 +79,18 @@ impl RedisModel {
 
     /// Feeds bytes from a client and returns the reply bytes.
     pub fn handle(&mut self, conn: &mut ModelConnection, data: &[u8]) -> Result<Bytes, ModelProtocolError> {
-        conn.reader.push(data);
         let mut out = BytesMut::new();
+        for reply in self.handle_each(conn, data)? {
+            out.extend_from_slice(&reply);
+        }
+        Ok(out.freeze())
+    }
+
+    /// Feeds bytes from a client and returns each reply separately, so a
+    /// simulator can lose exactly one of them.
+    pub fn handle_each(&mut self, conn: &mut ModelConnection, data: &[u8]) -> Result<Vec<Bytes>, ModelProtocolError> {
+        conn.reader.push(data);
+        let mut replies = Vec::new();
         while let Some(frame) = conn.reader.next_frame().map_err(|_| ModelProtocolError)? {
             let Frame::Array(items) = frame else {
                 return Err(ModelProtocolError);
@@ -93,9 +103,11 @@ impl RedisModel {
                 }
             }
             let reply = self.execute(conn, &args);
+            let mut out = BytesMut::new();
             redis_protocol::resp2::encode::extend_encode(&mut out, &reply, false).map_err(|_| ModelProtocolError)?;
+            replies.push(out.freeze());
         }
-        Ok(out.freeze())
+        Ok(replies)
     }
 
     fn execute(&mut self, conn: &mut ModelConnection, args: &[Bytes]) -> Frame {

@@ -1,0 +1,149 @@
+//! The harness's own record of what happened, kept outside the code under
+//! test, and the invariants checked against it as the run goes.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Write as _;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Duration;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: &'static str,
+    pub detail: String,
+    pub at: Duration,
+}
+
+/// Per-run totals, summed into the summary table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub acquires: u64,
+    pub granted: u64,
+    pub denied: u64,
+    pub unavailable: u64,
+    pub fail_open: u64,
+    pub compensations: u64,
+    pub release_retries: u64,
+    pub releases_abandoned: u64,
+    pub connections_replaced: u64,
+    pub faults: u64,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    limit: u32,
+    holders: u32,
+    peak: u32,
+    /// `Exceeded` outcomes seen by callers, and denials Redis really made.
+    exceeded: u64,
+    denials: u64,
+}
+
+#[derive(Debug)]
+pub struct Ledger {
+    exact: bool,
+    keys: BTreeMap<&'static str, KeyState>,
+    pub counters: Counters,
+    pub violations: Vec<Violation>,
+    recent: VecDeque<String>,
+    trace: DefaultHasher,
+}
+
+impl Ledger {
+    pub fn new(keys: &[(&'static str, u32)], exact: bool) -> Self {
+        Self {
+            exact,
+            keys: keys
+                .iter()
+                .map(|&(name, limit)| {
+                    (
+                        name,
+                        KeyState {
+                            limit,
+                            ..KeyState::default()
+                        },
+                    )
+                })
+                .collect(),
+            counters: Counters::default(),
+            violations: Vec::new(),
+            recent: VecDeque::new(),
+            trace: DefaultHasher::new(),
+        }
+    }
+
+    /// Notes an event in the trace (hashed for S5) and the recent-events window.
+    pub fn note(&mut self, at: Duration, what: impl Into<String>) {
+        let what = what.into();
+        (at.as_micros(), &what).hash(&mut self.trace);
+        if self.recent.len() == 40 {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(format!("{:>9.3}s {what}", at.as_secs_f64()));
+    }
+
+    pub fn violate(&mut self, at: Duration, invariant: &'static str, detail: String) {
+        self.note(at, format!("VIOLATION {invariant}: {detail}"));
+        self.violations.push(Violation { invariant, detail, at });
+    }
+
+    /// A caller starts holding a permit for `key` (S1).
+    pub fn hold(&mut self, at: Duration, who: &str, key: &'static str) {
+        let state = self.keys.get_mut(key).expect("known key");
+        state.holders += 1;
+        state.peak = state.peak.max(state.holders);
+        let (holders, limit) = (state.holders, state.limit);
+        self.note(at, format!("{who} holds {key} ({holders}/{limit})"));
+        if self.exact && holders > limit {
+            self.violate(
+                at,
+                "S1 exactness",
+                format!("{holders} callers hold {key} at once, limit {limit}"),
+            );
+        }
+    }
+
+    pub fn unhold(&mut self, at: Duration, who: &str, key: &'static str) {
+        let state = self.keys.get_mut(key).expect("known key");
+        state.holders -= 1;
+        self.note(at, format!("{who} lets go of {key}"));
+    }
+
+    pub fn exceeded(&mut self, key: &'static str) {
+        self.keys.get_mut(key).expect("known key").exceeded += 1;
+    }
+
+    /// Redis (the model) executed a denial on `key`.
+    pub fn server_denied(&mut self, key: &'static str) {
+        self.keys.get_mut(key).expect("known key").denials += 1;
+    }
+
+    /// S4: every `Exceeded` a caller saw must be backed by a denial Redis made.
+    pub fn check_honest_denials(&mut self, at: Duration) {
+        let unbacked: Vec<_> = self
+            .keys
+            .iter()
+            .filter(|(_, s)| s.exceeded > s.denials)
+            .map(|(k, s)| format!("{k}: {} Exceeded, {} denials", s.exceeded, s.denials))
+            .collect();
+        for detail in unbacked {
+            self.violate(at, "S4 honest errors", detail);
+        }
+    }
+
+    /// The highest number of simultaneous holders per key, with its limit.
+    pub fn peaks(&self) -> Vec<(&'static str, u32, u32)> {
+        self.keys.iter().map(|(k, s)| (*k, s.peak, s.limit)).collect()
+    }
+
+    pub fn trace_hash(&self) -> u64 {
+        self.trace.finish()
+    }
+
+    pub fn recent_events(&self) -> String {
+        let mut out = String::new();
+        for line in &self.recent {
+            let _ = writeln!(out, "    {line}");
+        }
+        out
+    }
+}

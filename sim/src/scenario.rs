@@ -1,0 +1,166 @@
+//! The scenarios: who runs, on which keys, and which faults the seed may pick.
+
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub about: &'static str,
+    /// Client hosts, each running one real `Limiter`.
+    pub clients: usize,
+    /// Caller tasks per client.
+    pub callers: usize,
+    /// Keys and their limits (callers use `acquire_with(key, limit)`).
+    pub keys: &'static [(&'static str, u32)],
+    /// How long callers keep acquiring, in virtual time.
+    pub active: Duration,
+    pub faults: Faults,
+    /// Whether S1 (exactness) is checked: a server that loses its data
+    /// cannot keep an exact limit, so the bounce scenario does not claim it.
+    pub exact: bool,
+}
+
+/// Which faults the seed's schedule may inject, and how often.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Faults {
+    /// Client–server links cut (messages dropped, TCP breaks) and repaired.
+    pub partitions: bool,
+    /// Client–server links held (nothing delivered) and released: stalls.
+    pub stalls: bool,
+    /// Per-message failure rate; on TCP a failure resets the connection.
+    pub resets: f64,
+    /// The server drops a reply but keeps the connection (a buggy proxy).
+    pub reply_loss: bool,
+    /// Latency varies per message between these bounds.
+    pub jitter: bool,
+    /// The server restarts and forgets everything.
+    pub bounce: bool,
+}
+
+const KEYS: &[(&str, u32)] = &[("k0", 2), ("k1", 5), ("k2", 10)];
+
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "calm",
+        about: "no faults: the baseline every other scenario is compared with",
+        clients: 3,
+        callers: 12,
+        keys: KEYS,
+        active: Duration::from_secs(4),
+        faults: Faults {
+            partitions: false,
+            stalls: false,
+            resets: 0.0,
+            reply_loss: false,
+            jitter: false,
+            bounce: false,
+        },
+        exact: true,
+    },
+    Scenario {
+        name: "stalls",
+        about: "links held for up to 3 s, past the liveness budget, then released",
+        clients: 3,
+        callers: 12,
+        keys: KEYS,
+        active: Duration::from_secs(6),
+        faults: Faults {
+            partitions: false,
+            stalls: true,
+            resets: 0.0,
+            reply_loss: false,
+            jitter: true,
+            bounce: false,
+        },
+        exact: true,
+    },
+    Scenario {
+        name: "partitions",
+        about: "client-server links cut and repaired; connections break mid-request",
+        clients: 3,
+        callers: 12,
+        keys: KEYS,
+        active: Duration::from_secs(6),
+        faults: Faults {
+            partitions: true,
+            stalls: false,
+            resets: 0.0,
+            reply_loss: false,
+            jitter: true,
+            bounce: false,
+        },
+        exact: true,
+    },
+    Scenario {
+        name: "resets",
+        about: "random message failures reset TCP connections",
+        clients: 3,
+        callers: 12,
+        keys: KEYS,
+        active: Duration::from_secs(5),
+        faults: Faults {
+            partitions: false,
+            stalls: false,
+            resets: 0.002,
+            reply_loss: false,
+            jitter: true,
+            bounce: false,
+        },
+        exact: true,
+    },
+    Scenario {
+        name: "reply-loss",
+        about: "the server drops single replies on live connections",
+        clients: 3,
+        callers: 12,
+        keys: KEYS,
+        active: Duration::from_secs(5),
+        faults: Faults {
+            partitions: false,
+            stalls: false,
+            resets: 0.0,
+            reply_loss: true,
+            jitter: false,
+            bounce: false,
+        },
+        exact: true,
+    },
+    Scenario {
+        name: "mixed",
+        about: "everything above at once",
+        clients: 4,
+        callers: 10,
+        keys: KEYS,
+        active: Duration::from_secs(6),
+        faults: Faults {
+            partitions: true,
+            stalls: true,
+            resets: 0.001,
+            reply_loss: true,
+            jitter: true,
+            bounce: false,
+        },
+        exact: true,
+    },
+    Scenario {
+        name: "bounce",
+        about: "the server restarts and loses its data; S1 not claimed, recovery and no leak after are",
+        clients: 3,
+        callers: 10,
+        keys: KEYS,
+        active: Duration::from_secs(5),
+        faults: Faults {
+            partitions: false,
+            stalls: false,
+            resets: 0.0,
+            reply_loss: false,
+            jitter: true,
+            bounce: true,
+        },
+        exact: false,
+    },
+];
+
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    SCENARIOS.iter().find(|s| s.name == name)
+}
