@@ -14,6 +14,8 @@
 pub mod client;
 pub mod config;
 pub mod event;
+#[cfg(any(test, feature = "model"))]
+pub mod fuzzing;
 pub mod key;
 pub mod lease_id;
 #[cfg(any(test, feature = "model"))]

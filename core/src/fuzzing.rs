@@ -1,0 +1,231 @@
+//! Fuzz target bodies, kept here as plain functions so that `cargo fuzz` (in
+//! `fuzz/`) and an ordinary `cargo test` (replaying the committed corpus) run
+//! exactly the same code. Each panics on a broken promise; a panic is a crash.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use arbitrary::{Arbitrary, Unstructured};
+
+use crate::event::{Action, Event, RequestId};
+use crate::key::{hash_tag, Key, SubjectKeys};
+use crate::lease_id::LeaseId;
+use crate::script::Scripts;
+use crate::testkit::Pair;
+use crate::{Client, Config, ServerAddress};
+
+/// One step of a caller/network interleaving (see [`run_ops`]).
+#[derive(Arbitrary, Clone, Debug)]
+pub enum Op {
+    Acquire { subject: u8, limit: u8 },
+    Abandon(usize),
+    Release(usize),
+    ToServer(u16),
+    ToClient(u16),
+    Advance(u16),
+    Accept,
+    Refuse,
+    Cut,
+    LandGhosts,
+    FlushScripts,
+}
+
+fn ops_config() -> Config {
+    Config {
+        // Longer than any run, so expiry never hides a leak.
+        lease_ttl: Duration::from_secs(24 * 3600),
+        max_in_flight: 6,
+        ..Config::default()
+    }
+}
+
+/// Drives the client through `ops` against the model, then heals everything
+/// and checks that nothing leaked. The bench's ledger checks every event.
+pub fn run_ops(ops: &[Op], start: Instant) {
+    let mut pair = Pair::new(ops_config(), start);
+    let mut outstanding = Vec::new();
+    for op in ops {
+        match *op {
+            Op::Acquire { subject, limit } => {
+                let limit = u32::from(limit % 4).max(1);
+                outstanding.push(pair.acquire("ns", &format!("s{}", subject % 3), limit));
+            }
+            Op::Abandon(i) if !outstanding.is_empty() => {
+                let request = outstanding.remove(i % outstanding.len());
+                pair.abandon(request);
+            }
+            Op::Release(i) if !pair.held.is_empty() => {
+                let index = i % pair.held.len();
+                pair.release(index);
+            }
+            Op::ToServer(n) => pair.to_server(usize::from(n % 400) + 1),
+            Op::ToClient(n) => pair.to_client(usize::from(n % 400) + 1),
+            Op::Advance(ms) => pair.advance(Duration::from_millis(u64::from(ms % 2500))),
+            Op::Accept => pair.accept(),
+            Op::Refuse => pair.refuse(),
+            Op::Cut => pair.cut(),
+            Op::LandGhosts => pair.land_ghosts(),
+            Op::FlushScripts => pair.server.flush_scripts(),
+            Op::Abandon(_) | Op::Release(_) => {}
+        }
+    }
+    // Heal: the network works and every timer runs out; then the bytes still
+    // stuck on dead connections land, after the compensations that covered them.
+    pair.settle();
+    pair.land_ghosts();
+    pair.settle();
+    assert!(
+        pair.unanswered().is_empty(),
+        "requests without an outcome: {:?}",
+        pair.unanswered()
+    );
+    pair.assert_no_leak();
+    while !pair.held.is_empty() {
+        pair.release(0);
+    }
+    pair.settle();
+    pair.assert_no_leak();
+    assert_eq!(pair.client.outstanding_releases(), 0);
+}
+
+/// `client_ops`: structured interleavings from raw bytes.
+pub fn client_ops(data: &[u8], start: Instant) {
+    let mut input = Unstructured::new(data);
+    let ops: Vec<Op> = input
+        .arbitrary_iter()
+        .map(|it| it.flatten())
+        .ok()
+        .into_iter()
+        .flatten()
+        .take(400)
+        .collect();
+    run_ops(&ops, start);
+}
+
+/// `reply_decode`: a hostile server. After a real handshake, with requests
+/// pending, arbitrary bytes arrive in arbitrary chunks. Whatever they say: no
+/// panic, at most one outcome per request, none after abandon, every request
+/// answered once its deadlines pass, and memory bounded by the reply limits.
+pub fn reply_decode(data: &[u8], start: Instant) {
+    let (chunking, payload) = data.split_first().map_or((0u8, &[][..]), |(c, rest)| (*c, rest));
+    let mut client = Client::new(Config::default(), [7; 16], start).expect("valid config");
+    let Some(Action::Connect(connection)) = client.poll_action() else {
+        panic!("a new client asks for a connection");
+    };
+    client.handle_connected(start, connection);
+    let scripts = Scripts::default();
+    let handshake = format!(
+        "+PONG\r\n$40\r\n{}\r\n$40\r\n{}\r\n",
+        scripts.acquire.sha, scripts.compensate.sha
+    );
+    client.handle_input(start, connection, handshake.as_bytes());
+    assert_eq!(client.connection(), Some((connection, true)), "the handshake completes");
+    while client.poll_transmit().is_some() {}
+    while client.poll_event().is_some() {}
+    let key = Key::new("ns", "s").expect("valid");
+    let limit = NonZeroU32::new(2).expect("non-zero");
+    let requests: Vec<RequestId> = (0..4).map(|_| client.acquire(start, &key, limit)).collect();
+    client.abandon(start, requests[1]);
+    let mut answered: HashMap<RequestId, usize> = HashMap::new();
+    let mut check = |client: &mut Client| {
+        while let Some(event) = client.poll_event() {
+            if let Event::Acquired(request, _) = event {
+                assert_ne!(request, requests[1], "an outcome after abandon");
+                *answered.entry(request).or_default() += 1;
+                assert_eq!(answered[&request], 1, "a second outcome for {request:?}");
+            }
+        }
+        while client.poll_transmit().is_some() {}
+        while client.poll_action().is_some() {}
+    };
+    let chunk = usize::from(chunking % 16) + 1;
+    for part in payload.chunks(chunk) {
+        client.handle_input(start, connection, part);
+        check(&mut client);
+    }
+    // Every deadline passes: everyone still waiting hears something.
+    let later = start + Duration::from_secs(10);
+    client.handle_timeout(later);
+    check(&mut client);
+    for request in [requests[0], requests[2], requests[3]] {
+        assert_eq!(answered.get(&request), Some(&1), "{request:?} never answered");
+    }
+}
+
+/// `key_encoding`: two arbitrary (namespace, subject) pairs. Distinct pairs get
+/// distinct keys; every key has exactly one hash tag, shared by its tombstones.
+pub fn key_encoding(data: &[u8]) {
+    let mut input = Unstructured::new(data);
+    let mut next = || -> String { input.arbitrary().unwrap_or_default() };
+    let (a, b) = ((next(), next()), (next(), next()));
+    let build = |(ns, subject): &(String, String)| Key::new(ns.as_str(), subject.as_str()).ok();
+    let (Some(key_a), Some(key_b)) = (build(&a), build(&b)) else {
+        return;
+    };
+    let (keys_a, keys_b) = (
+        SubjectKeys::new("inflight", &key_a),
+        SubjectKeys::new("inflight", &key_b),
+    );
+    assert_eq!(
+        a == b,
+        keys_a.leases() == keys_b.leases(),
+        "{a:?} and {b:?}: encoding is not injective"
+    );
+    for keys in [&keys_a, &keys_b] {
+        let leases = keys.leases();
+        assert_eq!(leases.iter().filter(|&&c| c == b'{').count(), 1, "{leases:?}");
+        assert_eq!(leases.iter().filter(|&&c| c == b'}').count(), 1, "{leases:?}");
+        let tag = hash_tag(leases).expect("a hash tag");
+        let tombstone = keys.tombstone(&LeaseId::from_parts(1, 2));
+        assert_eq!(hash_tag(&tombstone), Some(tag));
+    }
+}
+
+/// `config_url`: URL and configuration parsing never panics, and whatever it
+/// accepts can be used.
+pub fn config_url(data: &[u8], start: Instant) {
+    let mut input = Unstructured::new(data);
+    let url: String = input.arbitrary().unwrap_or_default();
+    if let Ok(address) = ServerAddress::parse(&url) {
+        assert!(!address.host.is_empty() && address.port != 0, "{url:?} -> {address:?}");
+    }
+    let mut millis = || Duration::from_millis(input.arbitrary::<u32>().unwrap_or(0).into());
+    let mut config = Config {
+        lease_ttl: millis(),
+        acquire_timeout: millis(),
+        request_liveness: millis(),
+        connect_timeout: millis(),
+        ..Config::default()
+    };
+    config.max_in_flight = input.arbitrary::<u16>().unwrap_or(0).into();
+    config.key_prefix = input.arbitrary().unwrap_or_default();
+    config.release.max_attempts = input.arbitrary::<u8>().unwrap_or(0).into();
+    let valid = config.validate().is_ok();
+    assert_eq!(valid, Client::new(config, [0; 16], start).is_ok());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[allow(clippy::disallowed_methods)] // an arbitrary starting instant
+    fn start() -> Instant {
+        Instant::now()
+    }
+
+    #[test]
+    fn targets_accept_empty_and_small_inputs() {
+        for data in [&b""[..], b"\x00", b"\xff\xff\xff", b"*2\r\n:1\r\n$3\r\nabc\r\n"] {
+            client_ops(data, start());
+            reply_decode(data, start());
+            key_encoding(data);
+            config_url(data, start());
+        }
+    }
+
+    #[test]
+    fn reply_decode_survives_a_bulk_length_of_2_pow_62() {
+        reply_decode(b"\x03$4611686018427387904\r\n", start());
+    }
+}
