@@ -52,7 +52,8 @@ mod permit;
 pub use connector::{Connector, TcpConnector};
 pub use error::{ConnectError, Error, ReleaseError};
 pub use inflight_core::{
-    ConfigError, ConnectionError, Key, KeyError, LeaseId, ReleaseFailure, ReleasePolicy, Unavailable, UnavailablePolicy,
+    ConfigError, ConnectionError, Key, KeyError, LeaseId, ProtocolError, ReleaseFailure, ReleasePolicy, Unavailable,
+    UnavailablePolicy,
 };
 pub use limiter::{Builder, Limiter};
 pub use permit::Permit;

@@ -4,10 +4,12 @@
 //! on drop. When `redis-server` is not installed, it fails the test with the
 //! command that installs it: a test that needs Redis never passes without it.
 
+pub mod hostile;
 pub mod redis_server;
 pub mod relay;
 pub mod resp_client;
 
+pub use hostile::{HostilePeer, Lie};
 pub use redis_server::RedisServer;
 pub use relay::{Mode, Relay};
 pub use resp_client::RespClient;
