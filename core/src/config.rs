@@ -202,6 +202,7 @@ impl Config {
             ("release.max_attempts", self.release.max_attempts as usize),
             ("release.max_retrying", self.release.max_retrying),
             ("reply_limits.max_frame_bytes", self.reply_limits.max_frame_bytes),
+            ("reply_limits.max_line_bytes", self.reply_limits.max_line_bytes),
             ("reply_limits.max_array_len", self.reply_limits.max_array_len),
             ("reply_limits.max_depth", self.reply_limits.max_depth),
         ];

@@ -51,6 +51,7 @@ impl ModelConnection {
         Self {
             reader: ReplyReader::new(ReplyLimits {
                 max_frame_bytes: 1 << 20,
+                max_line_bytes: 4 * 1024,
                 max_array_len: 64,
                 max_depth: 2,
             }),

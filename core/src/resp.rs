@@ -19,6 +19,10 @@ pub use redis_protocol::resp2::types::BytesFrame as Frame;
 pub struct ReplyLimits {
     /// Longest bulk string, and longest unfinished frame kept in the buffer.
     pub max_frame_bytes: usize,
+    /// Longest line (simple string, error, integer, length header). Lines are
+    /// searched for their end on every read, so a short cap keeps a peer that
+    /// trickles an endless line one byte at a time from costing quadratic time.
+    pub max_line_bytes: usize,
     /// Most elements in one array.
     pub max_array_len: usize,
     /// Deepest nesting of arrays.
@@ -29,6 +33,7 @@ impl Default for ReplyLimits {
     fn default() -> Self {
         Self {
             max_frame_bytes: 64 * 1024,
+            max_line_bytes: 4 * 1024,
             max_array_len: 64,
             max_depth: 4,
         }
@@ -107,7 +112,7 @@ pub fn scan(buf: &[u8], limits: &ReplyLimits, depth: usize) -> Result<Option<usi
     let Some((&kind, rest)) = buf.split_first() else {
         return Ok(None);
     };
-    let Some(line_end) = find_crlf(rest, limits.max_frame_bytes)? else {
+    let Some(line_end) = find_crlf(rest, limits.max_line_bytes)? else {
         return Ok(None);
     };
     let line = &rest[..line_end];
@@ -266,10 +271,28 @@ mod tests {
     #[test]
     fn deep_nesting_and_endless_lines_are_refused() {
         assert_eq!(decode_all(&b"*1\r\n".repeat(10)), Err(ProtocolError::TooDeep(4)));
-        let endless = vec![b'a'; 70 * 1024];
+        let endless = vec![b'a'; 5 * 1024];
         let mut line = b"+".to_vec();
         line.extend_from_slice(&endless);
         assert!(matches!(decode_all(&line), Err(ProtocolError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn a_line_trickled_byte_by_byte_is_cut_off_at_the_line_limit() {
+        let limits = ReplyLimits::default();
+        let mut reader = ReplyReader::new(limits);
+        reader.push(b"+");
+        let mut fed = 1;
+        let error = loop {
+            reader.push(b"a");
+            fed += 1;
+            match reader.next_frame() {
+                Ok(None) => assert!(fed <= limits.max_line_bytes + 2, "still buffering after {fed} bytes"),
+                Ok(Some(frame)) => panic!("{frame:?}"),
+                Err(error) => break error,
+            }
+        };
+        assert!(matches!(error, ProtocolError::TooLarge { .. }));
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! invariants S1–S6 of the design. Same seed, same run: replay any failure
 //! with the command its report prints.
 
+#![forbid(unsafe_code)]
+
 pub mod fleet;
 pub mod ledger;
 pub mod redis_host;

@@ -4,6 +4,8 @@
 //! on drop. When `redis-server` is not installed, it fails the test with the
 //! command that installs it: a test that needs Redis never passes without it.
 
+pub mod alloc_counter;
+pub mod bench;
 pub mod hostile;
 pub mod redis_server;
 pub mod relay;
