@@ -608,7 +608,7 @@ async fn acquire_many(limiter: &Limiter, key: &Key, count: usize) -> Vec<infligh
     permits
 }
 
-/// docs/performance.md: the machine, the command, the table.
+/// The measured block of docs/performance.md: the machine and the table.
 pub fn report(table: &str) -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -625,13 +625,19 @@ pub fn report(table: &str) -> String {
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
-    format!(
-        "# Performance\n\n\
-         Measured by `cargo run --release -p inflight-tests --bin bench`, which starts its own\n\
-         `redis-server` on a loopback port and measures everything below in one run, side by side.\n\
-         A cycle is one acquire plus one release, each awaited. Machine: {cpu}, {cores} cores,\n\
-         shared by Redis, the client and the bench. {redis}.\n\n\
-         {table}\n\
-         ANALYSIS\n"
-    )
+    format!("Machine: {cpu}, {cores} cores, shared by Redis, the client and the bench. {redis}.\n\n{table}")
+}
+
+const BEGIN: &str = "<!-- bench:begin -->";
+const END: &str = "<!-- bench:end -->";
+
+/// Replaces the measured block of `document` (between the bench markers) with
+/// `block`, keeping the hand-written analysis around it.
+pub fn splice(document: &str, block: &str) -> String {
+    match (document.find(BEGIN), document.find(END)) {
+        (Some(begin), Some(end)) if begin < end => {
+            format!("{}{BEGIN}\n{block}\n{}", &document[..begin], &document[end..])
+        }
+        _ => format!("# Performance\n\n{BEGIN}\n{block}\n{END}\n"),
+    }
 }

@@ -19,7 +19,8 @@ async fn main() {
     println!("measured in {:.1}s", started.elapsed().as_secs_f64());
     if !smoke {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/performance.md");
-        std::fs::write(path, bench::report(&table)).expect("write docs/performance.md");
+        let document = std::fs::read_to_string(path).unwrap_or_default();
+        std::fs::write(path, bench::splice(&document, &bench::report(&table))).expect("write docs/performance.md");
         println!("written to docs/performance.md");
     }
 }
