@@ -1,0 +1,99 @@
+//! The simulated Redis, shared by both harnesses: one connection's loop,
+//! generic over the stream, speaking RESP with the core's own codec and
+//! executing the core's reference model of the lease set. turmoil and madsim
+//! each accept connections their own way and hand them to [`serve_connection`].
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use inflight_core::model::{ModelConnection, RedisModel};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::ledger::Ledger;
+
+pub const PORT: u16 = 6379;
+/// The model's clock at the start of a run, in Unix milliseconds.
+pub const EPOCH_MS: u64 = 1_700_000_000_000;
+
+/// What the simulated server shares with the harness.
+#[derive(Clone)]
+pub struct ServerState {
+    pub model: Arc<Mutex<RedisModel>>,
+    pub ledger: Arc<Mutex<Ledger>>,
+    /// Replies still to be lost on purpose (one each), keeping the connection.
+    pub drop_replies: Arc<AtomicU32>,
+    /// Key names of the scenario, to attribute the model's denials.
+    pub keys: &'static [(&'static str, u32)],
+    /// Milliseconds of virtual time since the run began.
+    pub elapsed_ms: fn() -> u64,
+}
+
+impl ServerState {
+    pub fn new(ledger: Arc<Mutex<Ledger>>, keys: &'static [(&'static str, u32)], elapsed_ms: fn() -> u64) -> Self {
+        Self {
+            model: Arc::new(Mutex::new(RedisModel::new(EPOCH_MS))),
+            ledger,
+            drop_replies: Arc::new(AtomicU32::new(0)),
+            keys,
+            elapsed_ms,
+        }
+    }
+
+    /// A restart of a Redis without persistence: everything is forgotten.
+    pub fn forget_everything(&self) {
+        *self.model.lock().unwrap() = RedisModel::new(EPOCH_MS + (self.elapsed_ms)());
+    }
+
+    /// Asks the server to lose its next reply.
+    pub fn lose_one_reply(&self) {
+        self.drop_replies.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Serves one client connection until it closes or sends garbage.
+pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, state: ServerState) {
+    let mut connection = ModelConnection::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let replies = {
+            let mut model = state.model.lock().unwrap();
+            model.now_ms = EPOCH_MS + (state.elapsed_ms)();
+            let replies = model.handle_each(&mut connection, &buf[..n]);
+            let denied: Vec<_> = model.acquires.drain(..).filter(|r| r.status == 0).collect();
+            drop(model);
+            let mut ledger = state.ledger.lock().unwrap();
+            for record in denied {
+                if let Some(key) = key_name(state.keys, &record.key) {
+                    ledger.server_denied(key);
+                }
+            }
+            replies
+        };
+        let Ok(replies) = replies else {
+            return; // garbage from a client: drop it, as Redis does
+        };
+        for reply in replies {
+            let lose = state
+                .drop_replies
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if lose {
+                continue;
+            }
+            if stream.write_all(&reply).await.is_err() || stream.flush().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// `sim:{load|k1}:leases` -> `k1`.
+fn key_name(keys: &'static [(&'static str, u32)], redis_key: &[u8]) -> Option<&'static str> {
+    let text = std::str::from_utf8(redis_key).ok()?;
+    let subject = text.split('|').nth(1)?.split('}').next()?;
+    keys.iter().map(|(k, _)| *k).find(|k| *k == subject)
+}

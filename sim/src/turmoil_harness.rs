@@ -1,0 +1,190 @@
+//! The turmoil harness: hosts on one thread in virtual time, network faults
+//! from the seed's schedule (partitions, held links, message failures, lost
+//! replies, server restarts).
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use inflight_tokio::Connector;
+
+use crate::callers::{run_client, ClientPlan};
+use crate::ledger::Ledger;
+use crate::rng::Rng;
+use crate::scenario::Scenario;
+use crate::server::{serve_connection, ServerState, PORT};
+use crate::{finish, panic_message, Bug, Report};
+
+/// One simulated tick.
+pub const TICK: Duration = Duration::from_millis(1);
+
+/// turmoil's simulated TCP, plugged into the real driver.
+#[derive(Clone, Copy)]
+pub struct TurmoilConnector;
+
+impl Connector for TurmoilConnector {
+    type Io = turmoil::net::TcpStream;
+
+    async fn connect(&self, host: &str, port: u16) -> std::io::Result<Self::Io> {
+        turmoil::net::TcpStream::connect((host, port)).await
+    }
+}
+
+fn elapsed() -> Duration {
+    turmoil::sim_elapsed().unwrap_or_default()
+}
+
+fn elapsed_ms() -> u64 {
+    elapsed().as_millis() as u64
+}
+
+/// The redis host's software; a bounce starts it again with nothing remembered.
+async fn redis_host(state: ServerState) -> turmoil::Result {
+    state.forget_everything();
+    let listener = turmoil::net::TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), PORT)).await?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        tokio::task::spawn_local(serve_connection(stream, state.clone()));
+    }
+}
+
+/// Runs one seed of one scenario.
+pub fn run_seed(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Report {
+    let ledger = Arc::new(Mutex::new(Ledger::new(scenario.keys, scenario.exact)));
+    let server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| simulate(scenario, seed, bug, &server)));
+    if let Err(panic) = outcome {
+        ledger.lock().unwrap().violate(Duration::ZERO, "S6 no panic", panic_message(&*panic));
+    }
+    finish(scenario, seed, bug, &server)
+}
+
+/// A fault in progress.
+enum Active {
+    Partition(String),
+    Hold(String),
+}
+
+fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &ServerState) {
+    let faults = scenario.faults;
+    let ledger = &server.ledger;
+    let mut builder = turmoil::Builder::new();
+    builder
+        .rng_seed(seed)
+        .tick_duration(TICK)
+        .simulation_duration(scenario.active + Duration::from_secs(120))
+        .min_message_latency(Duration::from_millis(1))
+        .max_message_latency(if faults.jitter { Duration::from_millis(12) } else { Duration::from_millis(1) })
+        .fail_rate(faults.resets);
+    let mut sim = builder.build();
+
+    let host_state = server.clone();
+    sim.host("redis", move || redis_host(host_state.clone()));
+
+    let root = Rng::new(seed);
+    let clients: Vec<String> = (0..scenario.clients).map(|i| format!("client{i}")).collect();
+    for (index, name) in clients.iter().enumerate() {
+        let plan = ClientPlan {
+            name: name.clone(),
+            url: format!("redis://redis:{PORT}"),
+            fail_open: index == 0,
+            scenario,
+            rng: root.fork(1000 + index as u64),
+            bugs: Bug::injected(bug),
+            slack: TICK,
+            ledger: ledger.clone(),
+            elapsed,
+        };
+        sim.client(name.as_str(), async move {
+            run_client(plan, TurmoilConnector).await;
+            Ok(())
+        });
+    }
+
+    let mut chaos = root.fork(7);
+    let mut next_fault = Duration::from_millis(chaos.range(100, 600));
+    let mut active: Vec<Option<(Duration, Active)>> = (0..scenario.clients).map(|_| None).collect();
+    let mut healed = false;
+    loop {
+        let finished = match sim.step() {
+            Ok(finished) => finished,
+            Err(error) => {
+                ledger.lock().unwrap().violate(sim.elapsed(), "S6 no panic", format!("a host failed: {error}"));
+                return;
+            }
+        };
+        let now = sim.elapsed();
+        for slot in active.iter_mut() {
+            if slot.as_ref().is_some_and(|(until, _)| *until <= now || now >= scenario.active) {
+                let (_, fault) = slot.take().expect("checked");
+                let what = match fault {
+                    Active::Partition(client) => {
+                        sim.repair(client.as_str(), "redis");
+                        format!("repair {client}")
+                    }
+                    Active::Hold(client) => {
+                        sim.release(client.as_str(), "redis");
+                        format!("release {client}")
+                    }
+                };
+                ledger.lock().unwrap().note(now, what);
+            }
+        }
+        if now >= scenario.active && !healed {
+            healed = true;
+            sim.set_fail_rate(0.0);
+            server.drop_replies.store(0, std::sync::atomic::Ordering::SeqCst);
+            ledger.lock().unwrap().note(now, "all faults healed");
+        }
+        if now < scenario.active && now >= next_fault {
+            next_fault = now + Duration::from_millis(chaos.range(200, 1200));
+            let client = chaos.range(0, scenario.clients as u64) as usize;
+            let name = clients[client].clone();
+            let options: Vec<u8> = [
+                (faults.partitions, 0),
+                (faults.stalls, 1),
+                (faults.reply_loss, 2),
+                (faults.bounce, 3),
+            ]
+            .into_iter()
+            .filter_map(|(on, choice)| on.then_some(choice))
+            .collect();
+            // Resets and jitter act on their own.
+            if !options.is_empty() {
+                let choice = options[chaos.range(0, options.len() as u64) as usize];
+                let note = match choice {
+                    0 | 1 if active[client].is_some() => None,
+                    0 => {
+                        let until = now + Duration::from_millis(chaos.range(20, 1500));
+                        sim.partition(name.as_str(), "redis");
+                        active[client] = Some((until, Active::Partition(name.clone())));
+                        Some(format!("partition {name} until {:.3}s", until.as_secs_f64()))
+                    }
+                    1 => {
+                        let until = now + Duration::from_millis(chaos.range(20, 3000));
+                        sim.hold(name.as_str(), "redis");
+                        active[client] = Some((until, Active::Hold(name.clone())));
+                        Some(format!("hold {name} until {:.3}s", until.as_secs_f64()))
+                    }
+                    2 => {
+                        server.lose_one_reply();
+                        Some("the server will lose one reply".to_string())
+                    }
+                    _ => {
+                        sim.bounce("redis");
+                        Some("the server restarts, losing its data".to_string())
+                    }
+                };
+                if let Some(note) = note {
+                    let mut ledger = ledger.lock().unwrap();
+                    ledger.counters.faults += 1;
+                    ledger.note(now, note);
+                }
+            }
+        }
+        if finished {
+            return;
+        }
+    }
+}
