@@ -16,7 +16,7 @@ use std::time::Duration;
 use inflight_tokio::{Error, Key, Limiter};
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let limiter = Limiter::builder(&url)
         .key_prefix("inflight-example")

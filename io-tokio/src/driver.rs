@@ -86,9 +86,28 @@ struct Connection {
     task: JoinHandle<()>,
 }
 
+/// The clock the core is fed. Under turmoil, tokio's clock is the simulated
+/// one and std's is not, so read tokio's; under madsim both are simulated and
+/// tokio's `Instant` is std's.
+#[cfg(not(madsim))]
 fn now() -> Instant {
-    // Under a simulator, tokio's clock is the simulated one; std's is not.
     tokio::time::Instant::now().into_std()
+}
+
+#[cfg(madsim)]
+fn now() -> Instant {
+    tokio::time::Instant::now()
+}
+
+/// When the driver's timer fires: the core's deadline, or never.
+#[cfg(not(madsim))]
+fn timer_at(deadline: Option<Instant>) -> tokio::time::Instant {
+    deadline.map_or_else(far_future, tokio::time::Instant::from_std)
+}
+
+#[cfg(madsim)]
+fn timer_at(deadline: Option<Instant>) -> tokio::time::Instant {
+    deadline.unwrap_or_else(far_future)
 }
 
 impl<C: Connector> Driver<C> {
@@ -142,7 +161,7 @@ impl<C: Connector> Driver<C> {
                 break;
             }
             let deadline = self.client.poll_timeout();
-            let sleep = tokio::time::sleep_until(deadline.map_or_else(far_future, tokio::time::Instant::from_std));
+            let sleep = tokio::time::sleep_until(timer_at(deadline));
             tokio::select! {
                 biased;
                 Some(event) = io.recv() => {

@@ -56,7 +56,10 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         match builder.clone().connect_with(connector.clone()).await {
             Ok(limiter) => break limiter,
             Err(error) => {
-                plan.ledger.lock().unwrap().note(at(), format!("{name} connect failed: {error}"));
+                plan.ledger
+                    .lock()
+                    .unwrap()
+                    .note(at(), format!("{name} connect failed: {error}"));
                 if Instant::now() >= end {
                     return;
                 }
@@ -87,8 +90,14 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         }
     }
     // Everything owed is done (or reported abandoned) before the replica ends.
-    if tokio::time::timeout(Duration::from_secs(60), limiter.clone().close()).await.is_err() {
-        plan.ledger.lock().unwrap().violate(at(), "S2 no leak", format!("{name}: close() did not finish"));
+    if tokio::time::timeout(Duration::from_secs(60), limiter.clone().close())
+        .await
+        .is_err()
+    {
+        plan.ledger
+            .lock()
+            .unwrap()
+            .violate(at(), "S2 no leak", format!("{name}: close() did not finish"));
     }
     let stats = limiter.stats();
     let mut ledger = plan.ledger.lock().unwrap();
@@ -122,7 +131,9 @@ impl Caller {
                 // Gives up early: its future is dropped at whatever point it reached.
                 0 => {
                     let patience = Duration::from_millis(self.rng.range(1, 60));
-                    tokio::time::timeout(patience, self.limiter.acquire_with(&subject, limit)).await.ok()
+                    tokio::time::timeout(patience, self.limiter.acquire_with(&subject, limit))
+                        .await
+                        .ok()
                 }
                 // Aborted mid-acquire from outside.
                 1 => {
@@ -136,8 +147,14 @@ impl Caller {
                     let outcome = self.limiter.acquire_with(&subject, limit).await;
                     let took = started.elapsed();
                     if took > ACQUIRE_TIMEOUT + self.slack {
-                        let detail = format!("{} waited {took:?} for an acquire (timeout {ACQUIRE_TIMEOUT:?})", self.who);
-                        self.ledger.lock().unwrap().violate((self.at)(), "S3 bounded latency", detail);
+                        let detail = format!(
+                            "{} waited {took:?} for an acquire (timeout {ACQUIRE_TIMEOUT:?})",
+                            self.who
+                        );
+                        self.ledger
+                            .lock()
+                            .unwrap()
+                            .violate((self.at)(), "S3 bounded latency", detail);
                     }
                     Some(outcome)
                 }
@@ -185,7 +202,11 @@ impl Caller {
                 let detail = format!("{who}: {other} (the driver died?)");
                 self.ledger.lock().unwrap().violate(at(), "S6 no panic", detail);
             }
-            None => self.ledger.lock().unwrap().note(at(), format!("{who} gave up on {key}")),
+            None => self
+                .ledger
+                .lock()
+                .unwrap()
+                .note(at(), format!("{who} gave up on {key}")),
         }
     }
 }

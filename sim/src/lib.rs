@@ -28,6 +28,8 @@ use crate::ledger::{Counters, Violation};
 use crate::scenario::Scenario;
 use crate::server::ServerState;
 
+#[cfg(madsim)]
+pub use madsim_harness::run_seed;
 #[cfg(not(madsim))]
 pub use turmoil_harness::run_seed;
 

@@ -26,6 +26,9 @@ pub struct ServerState {
     pub keys: &'static [(&'static str, u32)],
     /// Milliseconds of virtual time since the run began.
     pub elapsed_ms: fn() -> u64,
+    /// Bumped by [`ServerState::restart`]: every connection of the old
+    /// incarnation closes.
+    restarts: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl ServerState {
@@ -36,7 +39,16 @@ impl ServerState {
             drop_replies: Arc::new(AtomicU32::new(0)),
             keys,
             elapsed_ms,
+            restarts: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
+    }
+
+    /// A restart in place: data forgotten, every connection closed. (turmoil
+    /// restarts the whole host instead; madsim cannot rebind a restarted
+    /// node's port, so its harness uses this.)
+    pub fn restart(&self) {
+        self.forget_everything();
+        self.restarts.send_modify(|n| *n += 1);
     }
 
     /// A restart of a Redis without persistence: everything is forgotten.
@@ -53,9 +65,15 @@ impl ServerState {
 /// Serves one client connection until it closes or sends garbage.
 pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, state: ServerState) {
     let mut connection = ModelConnection::new();
+    let mut restarted = state.restarts.subscribe();
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        let n = match stream.read(&mut buf).await {
+        let read = tokio::select! {
+            biased;
+            _ = restarted.changed() => return,
+            read = stream.read(&mut buf) => read,
+        };
+        let n = match read {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };

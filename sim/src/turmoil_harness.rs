@@ -55,7 +55,10 @@ pub fn run_seed(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Rep
     let server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| simulate(scenario, seed, bug, &server)));
     if let Err(panic) = outcome {
-        ledger.lock().unwrap().violate(Duration::ZERO, "S6 no panic", panic_message(&*panic));
+        ledger
+            .lock()
+            .unwrap()
+            .violate(Duration::ZERO, "S6 no panic", panic_message(&*panic));
     }
     finish(scenario, seed, bug, &server)
 }
@@ -75,7 +78,11 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
         .tick_duration(TICK)
         .simulation_duration(scenario.active + Duration::from_secs(120))
         .min_message_latency(Duration::from_millis(1))
-        .max_message_latency(if faults.jitter { Duration::from_millis(12) } else { Duration::from_millis(1) })
+        .max_message_latency(if faults.jitter {
+            Duration::from_millis(12)
+        } else {
+            Duration::from_millis(1)
+        })
         .fail_rate(faults.resets);
     let mut sim = builder.build();
 
@@ -110,13 +117,19 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
         let finished = match sim.step() {
             Ok(finished) => finished,
             Err(error) => {
-                ledger.lock().unwrap().violate(sim.elapsed(), "S6 no panic", format!("a host failed: {error}"));
+                ledger
+                    .lock()
+                    .unwrap()
+                    .violate(sim.elapsed(), "S6 no panic", format!("a host failed: {error}"));
                 return;
             }
         };
         let now = sim.elapsed();
         for slot in active.iter_mut() {
-            if slot.as_ref().is_some_and(|(until, _)| *until <= now || now >= scenario.active) {
+            if slot
+                .as_ref()
+                .is_some_and(|(until, _)| *until <= now || now >= scenario.active)
+            {
                 let (_, fault) = slot.take().expect("checked");
                 let what = match fault {
                     Active::Partition(client) => {

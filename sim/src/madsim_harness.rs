@@ -1,0 +1,174 @@
+//! The madsim harness: the same simulated Redis and client replicas as the
+//! turmoil harness, under a scheduler that picks a random ready task at every
+//! poll. turmoil explores the network; madsim explores task interleavings:
+//! which of a timer, a reply and a cancellation runs first.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use inflight_tokio::Connector;
+use madsim::net::NetSim;
+use madsim::runtime::{Handle, Runtime};
+use madsim::time::TimeHandle;
+
+use crate::callers::{run_client, ClientPlan};
+use crate::ledger::Ledger;
+use crate::rng::Rng;
+use crate::scenario::Scenario;
+use crate::server::{serve_connection, ServerState, PORT};
+use crate::{finish, Bug, Report};
+
+const REDIS: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+
+/// madsim's simulated TCP, plugged into the real driver.
+#[derive(Clone, Copy)]
+pub struct MadsimConnector;
+
+impl Connector for MadsimConnector {
+    type Io = madsim::net::TcpStream;
+
+    async fn connect(&self, host: &str, port: u16) -> std::io::Result<Self::Io> {
+        let ip: IpAddr = host
+            .parse()
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "the madsim harness dials IPs"))?;
+        madsim::net::TcpStream::connect(SocketAddr::new(ip, port)).await
+    }
+}
+
+fn elapsed() -> Duration {
+    TimeHandle::current().elapsed()
+}
+
+fn elapsed_ms() -> u64 {
+    elapsed().as_millis() as u64
+}
+
+/// Runs one seed of one scenario in a fresh madsim runtime.
+pub fn run_seed(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Report {
+    let runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
+    runtime.block_on(fleet(scenario, seed, bug))
+}
+
+/// One run, inside the current madsim runtime (also what `#[madsim::test]` calls).
+pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Report {
+    let faults = scenario.faults;
+    let ledger = Arc::new(Mutex::new(Ledger::new(scenario.keys, scenario.exact)));
+    let server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
+    let handle = Handle::current();
+    let net = NetSim::current();
+    if faults.jitter {
+        net.update_config(|c| c.send_latency = Duration::from_millis(1)..Duration::from_millis(12));
+    }
+
+    let redis_state = server.clone();
+    let redis = handle
+        .create_node()
+        .name("redis")
+        .ip(REDIS.into())
+        .init(move || {
+            let state = redis_state.clone();
+            async move {
+                let listener = madsim::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, PORT))
+                    .await
+                    .expect("bind 6379");
+                while let Ok((stream, _)) = listener.accept().await {
+                    madsim::task::spawn(serve_connection(stream, state.clone()));
+                }
+            }
+        })
+        .build();
+
+    let root = Rng::new(seed);
+    let finished = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for index in 0..scenario.clients {
+        let plan = ClientPlan {
+            name: format!("client{index}"),
+            url: format!("redis://{REDIS}:{PORT}"),
+            fail_open: index == 0,
+            scenario,
+            rng: root.fork(1000 + index as u64),
+            bugs: Bug::injected(bug),
+            // madsim charges 50-100 ns of virtual time per task poll, so a
+            // burst of work delays a wake-up by more than any timer tick.
+            slack: Duration::from_millis(5),
+            ledger: ledger.clone(),
+            elapsed,
+        };
+        let node = handle
+            .create_node()
+            .name(plan.name.clone())
+            .ip(Ipv4Addr::new(10, 0, 1, index as u8 + 1).into())
+            .build();
+        let finished = finished.clone();
+        node.spawn(async move {
+            run_client(plan, MadsimConnector).await;
+            finished.fetch_add(1, Ordering::SeqCst);
+        });
+        clients.push(node);
+    }
+
+    // The fault schedule: one fault at a time, drawn from the seed.
+    let mut chaos = root.fork(7);
+    if faults.resets > 0.0 {
+        net.update_config(|c| c.packet_loss_rate = faults.resets);
+    }
+    let options: Vec<u8> = [
+        (faults.partitions || faults.stalls, 0),
+        (faults.reply_loss, 1),
+        (faults.bounce, 2),
+    ]
+    .into_iter()
+    .filter_map(|(on, choice)| on.then_some(choice))
+    .collect();
+    while elapsed() < scenario.active {
+        madsim::time::sleep(Duration::from_millis(chaos.range(200, 1200))).await;
+        if options.is_empty() || elapsed() >= scenario.active {
+            continue;
+        }
+        let note = |what: String| {
+            let mut ledger = ledger.lock().unwrap();
+            ledger.counters.faults += 1;
+            ledger.note(elapsed(), what);
+        };
+        match options[chaos.range(0, options.len() as u64) as usize] {
+            0 => {
+                // A link clogged both ways: a stall, or a partition if it lasts.
+                let client = &clients[chaos.range(0, clients.len() as u64) as usize];
+                let lasting = Duration::from_millis(chaos.range(20, 2000));
+                note(format!("clog client {} for {lasting:?}", client.id()));
+                net.clog_link(client.id(), redis.id());
+                net.clog_link(redis.id(), client.id());
+                madsim::time::sleep(lasting).await;
+                net.unclog_link(client.id(), redis.id());
+                net.unclog_link(redis.id(), client.id());
+            }
+            1 => {
+                note("the server will lose one reply".into());
+                server.lose_one_reply();
+            }
+            _ => {
+                note("the server restarts, losing its data".into());
+                server.restart();
+            }
+        }
+    }
+    net.update_config(|c| c.packet_loss_rate = 0.0);
+    server.drop_replies.store(0, Ordering::SeqCst);
+    ledger.lock().unwrap().note(elapsed(), "all faults healed");
+
+    let give_up = elapsed() + Duration::from_secs(120);
+    while finished.load(Ordering::SeqCst) < clients.len() {
+        if elapsed() > give_up {
+            ledger
+                .lock()
+                .unwrap()
+                .violate(elapsed(), "S6 no panic", "client replicas did not finish".into());
+            break;
+        }
+        madsim::time::sleep(Duration::from_millis(10)).await;
+    }
+    finish(scenario, seed, bug, &server)
+}
