@@ -154,6 +154,16 @@ pub fn finish(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: 
     }
 }
 
+/// The first of seeds `0..limit` (spread over all scenarios) in which `bug`
+/// breaks an invariant, with whichever harness this build runs.
+pub fn seeds_to_catch(bug: Bug, limit: u64) -> Option<u64> {
+    (0..limit).find(|&seed| {
+        !run_seed(scenario::for_seed(seed), seed, Some(bug))
+            .violations
+            .is_empty()
+    })
+}
+
 /// Reads a panic's message.
 pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic

@@ -106,13 +106,10 @@ fn main() -> ExitCode {
     let args = parse();
     let runs: Vec<(&'static Scenario, u64)> = match (args.one_seed, args.scenario) {
         (Some(seed), Some(scenario)) => vec![(scenario, seed)],
-        (Some(seed), None) => vec![(&SCENARIOS[(seed % SCENARIOS.len() as u64) as usize], seed)],
+        (Some(seed), None) => vec![(scenario::for_seed(seed), seed)],
         (None, Some(scenario)) => (0..args.seeds).map(|i| (scenario, args.first_seed + i)).collect(),
         (None, None) => (0..args.seeds)
-            .map(|i| {
-                let seed = args.first_seed + i;
-                (&SCENARIOS[(seed % SCENARIOS.len() as u64) as usize], seed)
-            })
+            .map(|i| (scenario::for_seed(args.first_seed + i), args.first_seed + i))
             .collect(),
     };
     let started = Instant::now();

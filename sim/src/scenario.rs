@@ -21,7 +21,7 @@ pub struct Scenario {
 }
 
 /// Which faults the seed's schedule may inject, and how often.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct Faults {
     /// Client–server links cut (messages dropped, TCP breaks) and repaired.
     pub partitions: bool,
@@ -37,6 +37,17 @@ pub struct Faults {
     pub bounce: bool,
 }
 
+impl Faults {
+    pub const NONE: Faults = Faults {
+        partitions: false,
+        stalls: false,
+        resets: 0.0,
+        reply_loss: false,
+        jitter: false,
+        bounce: false,
+    };
+}
+
 const KEYS: &[(&str, u32)] = &[("k0", 2), ("k1", 5), ("k2", 10)];
 
 pub const SCENARIOS: &[Scenario] = &[
@@ -47,14 +58,7 @@ pub const SCENARIOS: &[Scenario] = &[
         callers: 12,
         keys: KEYS,
         active: Duration::from_secs(4),
-        faults: Faults {
-            partitions: false,
-            stalls: false,
-            resets: 0.0,
-            reply_loss: false,
-            jitter: false,
-            bounce: false,
-        },
+        faults: Faults::NONE,
         exact: true,
     },
     Scenario {
@@ -65,12 +69,9 @@ pub const SCENARIOS: &[Scenario] = &[
         keys: KEYS,
         active: Duration::from_secs(6),
         faults: Faults {
-            partitions: false,
             stalls: true,
-            resets: 0.0,
-            reply_loss: false,
             jitter: true,
-            bounce: false,
+            ..Faults::NONE
         },
         exact: true,
     },
@@ -83,11 +84,8 @@ pub const SCENARIOS: &[Scenario] = &[
         active: Duration::from_secs(6),
         faults: Faults {
             partitions: true,
-            stalls: false,
-            resets: 0.0,
-            reply_loss: false,
             jitter: true,
-            bounce: false,
+            ..Faults::NONE
         },
         exact: true,
     },
@@ -99,12 +97,9 @@ pub const SCENARIOS: &[Scenario] = &[
         keys: KEYS,
         active: Duration::from_secs(5),
         faults: Faults {
-            partitions: false,
-            stalls: false,
             resets: 0.002,
-            reply_loss: false,
             jitter: true,
-            bounce: false,
+            ..Faults::NONE
         },
         exact: true,
     },
@@ -116,12 +111,8 @@ pub const SCENARIOS: &[Scenario] = &[
         keys: KEYS,
         active: Duration::from_secs(5),
         faults: Faults {
-            partitions: false,
-            stalls: false,
-            resets: 0.0,
             reply_loss: true,
-            jitter: false,
-            bounce: false,
+            ..Faults::NONE
         },
         exact: true,
     },
@@ -138,7 +129,7 @@ pub const SCENARIOS: &[Scenario] = &[
             resets: 0.001,
             reply_loss: true,
             jitter: true,
-            bounce: false,
+            ..Faults::NONE
         },
         exact: true,
     },
@@ -150,16 +141,18 @@ pub const SCENARIOS: &[Scenario] = &[
         keys: KEYS,
         active: Duration::from_secs(5),
         faults: Faults {
-            partitions: false,
-            stalls: false,
-            resets: 0.0,
-            reply_loss: false,
             jitter: true,
             bounce: true,
+            ..Faults::NONE
         },
         exact: false,
     },
 ];
+
+/// The scenario seed `seed` runs when seeds are spread over all of them.
+pub fn for_seed(seed: u64) -> &'static Scenario {
+    &SCENARIOS[(seed % SCENARIOS.len() as u64) as usize]
+}
 
 pub fn find(name: &str) -> Option<&'static Scenario> {
     SCENARIOS.iter().find(|s| s.name == name)

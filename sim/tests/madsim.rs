@@ -4,8 +4,7 @@
 #![cfg(madsim)]
 
 use inflight_sim::madsim_harness::fleet;
-use inflight_sim::scenario::SCENARIOS;
-use inflight_sim::{run_seed, Bug};
+use inflight_sim::{scenario, seeds_to_catch, Bug};
 
 /// One seed per run; `MADSIM_TEST_NUM=N` runs N seeds, `MADSIM_TEST_SEED`
 /// picks the first, and `MADSIM_TEST_CHECK_DETERMINISM=1` runs each twice and
@@ -13,22 +12,14 @@ use inflight_sim::{run_seed, Bug};
 #[madsim::test]
 async fn the_fleet_keeps_every_invariant() {
     let seed = madsim::runtime::Handle::current().seed();
-    let scenario = &SCENARIOS[(seed % SCENARIOS.len() as u64) as usize];
-    let report = fleet(scenario, seed, None).await;
+    let report = fleet(scenario::for_seed(seed), seed, None).await;
     assert!(report.violations.is_empty(), "\n{}", report.describe_failure());
-}
-
-fn seeds_to_catch(bug: Bug) -> Option<u64> {
-    (0..200).find(|&seed| {
-        let scenario = &SCENARIOS[(seed % SCENARIOS.len() as u64) as usize];
-        !run_seed(scenario, seed, Some(bug)).violations.is_empty()
-    })
 }
 
 #[test]
 fn injected_bugs_are_caught_within_200_seeds() {
     for bug in Bug::ALL {
-        let caught = seeds_to_catch(bug);
+        let caught = seeds_to_catch(bug, 200);
         println!("madsim: {} caught after {:?} seeds", bug.name(), caught.map(|s| s + 1));
         assert!(caught.is_some(), "the madsim harness cannot see {}", bug.name());
     }

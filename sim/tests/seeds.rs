@@ -2,7 +2,7 @@
 //! regression seeds, determinism, and proof that it catches injected bugs.
 
 use inflight_sim::scenario::{self, SCENARIOS};
-use inflight_sim::{run_seed, Bug, Report};
+use inflight_sim::{run_seed, seeds_to_catch, Bug, Report};
 
 fn assert_clean(report: &Report) {
     assert!(report.violations.is_empty(), "\n{}", report.describe_failure());
@@ -10,8 +10,7 @@ fn assert_clean(report: &Report) {
 
 fn run_range(seeds: std::ops::Range<u64>) {
     for seed in seeds {
-        let scenario = &SCENARIOS[(seed % SCENARIOS.len() as u64) as usize];
-        assert_clean(&run_seed(scenario, seed, None));
+        assert_clean(&run_seed(scenario::for_seed(seed), seed, None));
     }
 }
 
@@ -74,22 +73,14 @@ fn the_same_seed_gives_the_same_trace() {
     assert_ne!(a, b);
 }
 
-/// The number of seeds (across all scenarios) until `bug` is caught.
-fn seeds_to_catch(bug: Bug) -> Option<u64> {
-    (0..200).find(|&seed| {
-        let scenario = &SCENARIOS[(seed % SCENARIOS.len() as u64) as usize];
-        !run_seed(scenario, seed, Some(bug)).violations.is_empty()
-    })
-}
-
 #[test]
 fn a_missing_late_grant_compensation_is_caught_within_200_seeds() {
-    let caught = seeds_to_catch(Bug::NoLateGrantCompensation);
+    let caught = seeds_to_catch(Bug::NoLateGrantCompensation, 200);
     assert!(caught.is_some(), "the simulator cannot see leaked late grants");
 }
 
 #[test]
 fn a_missing_echo_check_is_caught_within_200_seeds() {
-    let caught = seeds_to_catch(Bug::NoEchoCheck);
+    let caught = seeds_to_catch(Bug::NoEchoCheck, 200);
     assert!(caught.is_some(), "the simulator cannot see misattributed replies");
 }

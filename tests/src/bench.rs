@@ -264,16 +264,7 @@ async fn inflight_cycles(
             }
         }));
     }
-    tokio::time::sleep(budget.warmup).await;
-    counting.store(true, Ordering::Relaxed);
-    let started = Instant::now();
-    tokio::time::sleep(budget.measure).await;
-    counting.store(false, Ordering::Relaxed);
-    let elapsed = started.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    for worker in workers {
-        worker.await.expect("worker");
-    }
+    let elapsed = measure_window(budget, &counting, &stop, workers).await;
     for limiter in handles {
         limiter.close().await;
     }
@@ -459,6 +450,18 @@ async fn baseline_cycles(url: &str, tasks: usize, subject: &str, preloaded: usiz
             }
         }));
     }
+    let elapsed = measure_window(budget, &counting, &stop, workers).await;
+    cycles.load(Ordering::Relaxed) as f64 / elapsed
+}
+
+/// Lets the workers warm up, counts for `budget.measure`, stops them, and
+/// returns how many seconds were counted.
+async fn measure_window(
+    budget: Budget,
+    counting: &AtomicBool,
+    stop: &AtomicBool,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+) -> f64 {
     tokio::time::sleep(budget.warmup).await;
     counting.store(true, Ordering::Relaxed);
     let started = Instant::now();
@@ -467,45 +470,48 @@ async fn baseline_cycles(url: &str, tasks: usize, subject: &str, preloaded: usiz
     let elapsed = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for worker in workers {
-        worker.await.expect("baseline worker");
+        worker.await.expect("bench worker");
     }
-    cycles.load(Ordering::Relaxed) as f64 / elapsed
+    elapsed
 }
 
 /// Puts `count` long-lived leases on inflight's sorted set for `subject`.
 fn preload_sorted_set(server: &RedisServer, subject: &str, count: usize) {
     let keys = SubjectKeys::new("bench", &key_of(subject));
-    let far = (wall_ms() + 3_600_000).to_string();
-    let mut client = server.client();
-    for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
-        let mut args: Vec<Bytes> = vec![Bytes::from_static(b"ZADD"), keys.leases().clone()];
-        for i in chunk {
-            args.push(Bytes::from(far.clone()));
-            args.push(Bytes::from(format!("preloaded-{i}")));
-        }
-        let refs: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-        let mut out = BytesMut::new();
-        encode_many(&mut out, &refs);
-        client.call_raw(&out).expect("ZADD");
-    }
-    client.call(&[b"PEXPIRE", keys.leases(), b"3600000"]).expect("PEXPIRE");
+    let far = far_expiry();
+    preload(server, [b"ZADD", keys.leases()], count, |i| {
+        [far.clone(), Bytes::from(format!("preloaded-{i}"))]
+    });
+    server
+        .client()
+        .call(&[b"PEXPIRE", keys.leases(), b"3600000"])
+        .expect("PEXPIRE");
 }
 
 /// Puts `count` long-lived leases on the baseline's hash for `subject`.
 fn preload_hash(server: &RedisServer, subject: &str, count: usize) {
     let key = format!("base:{{bench|{subject}}}:leases");
-    let far = (wall_ms() + 3_600_000).to_string();
+    let far = far_expiry();
+    preload(server, [b"HSET", key.as_bytes()], count, |i| {
+        [Bytes::from(format!("preloaded-{i}")), far.clone()]
+    });
+}
+
+/// An expiry an hour from now, in milliseconds.
+fn far_expiry() -> Bytes {
+    Bytes::from((wall_ms() + 3_600_000).to_string())
+}
+
+/// Sends `command key pair(0).. pair(count-1)` in chunks of 500 pairs.
+fn preload(server: &RedisServer, command: [&[u8]; 2], count: usize, pair: impl Fn(usize) -> [Bytes; 2]) {
     let mut client = server.client();
-    for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
-        let mut args: Vec<Bytes> = vec![Bytes::from_static(b"HSET"), Bytes::from(key.clone())];
-        for i in chunk {
-            args.push(Bytes::from(format!("preloaded-{i}")));
-            args.push(Bytes::from(far.clone()));
-        }
-        let refs: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+    for start in (0..count).step_by(500) {
+        let pairs: Vec<[Bytes; 2]> = (start..count.min(start + 500)).map(&pair).collect();
+        let mut args: Vec<&[u8]> = command.to_vec();
+        args.extend(pairs.iter().flatten().map(|b| &b[..]));
         let mut out = BytesMut::new();
-        encode_many(&mut out, &refs);
-        client.call_raw(&out).expect("HSET");
+        encode_many(&mut out, &args);
+        client.call_raw(&out).expect("preload");
     }
 }
 
