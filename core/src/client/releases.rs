@@ -1,0 +1,91 @@
+//! Releases and compensations: sent, retried with backoff, or given up.
+
+use std::time::Instant;
+
+use super::{backoff, AcquireOp, Client, Phase, ReleaseJob, Request};
+use crate::event::{Event, ReleaseFailure};
+use crate::resp::encode_command;
+use crate::script::ScriptKind;
+
+impl Client {
+    /// Releases a lease the caller will never hold, with a tombstone.
+    pub(super) fn compensate(&mut self, now: Instant, op: AcquireOp) {
+        self.stats.compensations += 1;
+        let job = ReleaseJob {
+            lease: op.lease,
+            keys: op.keys,
+            compensation: true,
+            failures: 0,
+            deadline: op.sent_at.unwrap_or(now) + self.config.lease_ttl,
+            not_before: now,
+            by_text: false,
+        };
+        self.submit_release(now, job);
+    }
+
+    pub(super) fn submit_release(&mut self, now: Instant, job: ReleaseJob) {
+        if self.connection.as_ref().is_some_and(|c| c.phase == Phase::Ready) {
+            self.send_release(now, job);
+        } else {
+            self.queue_release(job);
+        }
+    }
+
+    pub(super) fn queue_release(&mut self, job: ReleaseJob) {
+        if self.releases.len() >= self.config.release.max_retrying {
+            self.abandon_release(job, ReleaseFailure::Overloaded);
+        } else {
+            self.releases.push(job);
+        }
+    }
+
+    /// An attempt failed: back off and try again on whatever connection is
+    /// ready then (after a retirement, always a fresh one).
+    pub(super) fn retry_release(&mut self, now: Instant, mut job: ReleaseJob) {
+        job.failures += 1;
+        if job.failures >= self.config.release.max_attempts {
+            return self.abandon_release(job, ReleaseFailure::AttemptsExhausted);
+        }
+        let policy = &self.config.release;
+        job.not_before = now + backoff(policy.initial_backoff, policy.max_backoff, job.failures);
+        if job.not_before >= job.deadline {
+            return self.abandon_release(job, ReleaseFailure::Expired);
+        }
+        self.stats.release_retries += 1;
+        self.queue_release(job);
+    }
+
+    pub(super) fn abandon_release(&mut self, job: ReleaseJob, reason: ReleaseFailure) {
+        self.stats.releases_abandoned += 1;
+        self.events.push_back(Event::ReleaseAbandoned {
+            lease: job.lease,
+            compensation: job.compensation,
+            reason,
+        });
+    }
+
+    pub(super) fn send_release(&mut self, now: Instant, job: ReleaseJob) {
+        let conn = self.connection.as_mut().expect("sent on a ready connection");
+        let (scripts, ttl_ms) = (&self.scripts, &self.ttl_ms);
+        conn.pipeline.send(
+            Request::Release(job),
+            now + self.config.request_liveness,
+            |request, out| {
+                let Request::Release(job) = request else { unreachable!() };
+                let lease = job.lease.to_bytes();
+                if job.compensation {
+                    let tombstone = job.keys.tombstone(&job.lease);
+                    scripts.encode_call(
+                        out,
+                        ScriptKind::Compensate,
+                        job.by_text,
+                        [job.keys.leases(), &tombstone],
+                        &[ttl_ms, &lease],
+                    );
+                } else {
+                    encode_command(out, &[b"ZREM", job.keys.leases(), &lease]);
+                }
+            },
+        );
+    }
+}

@@ -1,0 +1,230 @@
+//! What each reply means: the handshake's, an acquire's, a release's.
+
+use std::time::Instant;
+
+use super::{AcquireOp, Client, Phase, ReleaseJob, Request, Step};
+use crate::event::{ConnectionError, Event, Lease, Outcome, Unavailable};
+use crate::resp::Frame;
+use crate::script::ScriptKind;
+
+impl Client {
+    /// Acts on one reply. An `Err` retires the connection; the request itself
+    /// has been dealt with by then.
+    pub(super) fn on_reply(&mut self, now: Instant, request: Request, frame: Frame) -> Result<(), ConnectionError> {
+        match request {
+            Request::Handshake(step) => self.on_handshake_reply(step, frame),
+            Request::Acquire(op) => self.on_acquire_reply(now, op, frame),
+            Request::Release(job) => self.on_release_reply(now, job, frame),
+        }
+    }
+
+    pub(super) fn on_handshake_reply(&mut self, step: Step, frame: Frame) -> Result<(), ConnectionError> {
+        let conn = self
+            .connection
+            .as_mut()
+            .expect("replies come from the current connection");
+        let handshaking = matches!(conn.phase, Phase::Handshaking { .. });
+        let ok = match (&step, &frame) {
+            (Step::Auth | Step::Select, Frame::SimpleString(s)) => &s[..] == b"OK",
+            (Step::Ping, Frame::SimpleString(s)) => &s[..] == b"PONG",
+            (Step::Load(kind), Frame::BulkString(sha)) => &sha[..] == self.scripts.get(*kind).sha.as_bytes(),
+            (Step::Load(kind), Frame::Error(_)) if !handshaking => {
+                // A reload after NOSCRIPT failed; `EVAL` keeps working without it.
+                conn.reloading[*kind as usize] = false;
+                return Ok(());
+            }
+            _ => false,
+        };
+        if !ok {
+            return Err(match (step, frame) {
+                (Step::Auth, Frame::Error(message)) => ConnectionError::Auth(message.to_string()),
+                (_, Frame::Error(message)) => ConnectionError::Handshake(message.to_string()),
+                (step, frame) => ConnectionError::UnexpectedReply(format!("{step:?}: {}", describe(&frame))),
+            });
+        }
+        if let Step::Load(kind) = step {
+            conn.reloading[kind as usize] = false;
+        }
+        if let Phase::Handshaking { steps, .. } = &mut conn.phase {
+            *steps -= 1;
+            if *steps == 0 {
+                conn.phase = Phase::Ready;
+                self.connect_failures = 0;
+                self.events.push_back(Event::Connected(conn.id));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_acquire_reply(
+        &mut self,
+        now: Instant,
+        op: AcquireOp,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
+        let (status, echo) = match frame {
+            Frame::Array(items) => match <[Frame; 2]>::try_from(items) {
+                Ok([Frame::Integer(status), Frame::BulkString(echo)]) => (status, echo),
+                Ok(items) => return Err(self.ambiguous(now, op, unexpected("acquire", &Frame::Array(items.into())))),
+                Err(items) => return Err(self.ambiguous(now, op, unexpected("acquire", &Frame::Array(items)))),
+            },
+            Frame::Error(message) => return self.on_acquire_error(now, op, &message),
+            other => return Err(self.ambiguous(now, op, unexpected("acquire", &other))),
+        };
+        if echo != op.lease.to_bytes() && !self.bug_skip_echo_check() {
+            return Err(self.ambiguous(now, op, ConnectionError::EchoMismatch));
+        }
+        let waiting = self.callers.contains_key(&op.request);
+        match status {
+            1 if waiting => {
+                let lease = Lease {
+                    id: op.lease,
+                    expires_at: op.sent_at.unwrap_or(now) + self.config.lease_ttl,
+                    keys: op.keys,
+                };
+                self.finish(op.request, Outcome::Granted(lease));
+            }
+            1 if self.bug_skip_late_grant_compensation() => {}
+            1 => self.compensate(now, op),
+            0 => {
+                if waiting {
+                    self.finish(op.request, Outcome::Exceeded);
+                }
+            }
+            // The id was tombstoned: no lease exists. We never reuse a
+            // compensated id, so a trusted connection should not say this.
+            -1 => self.fail(op.request, Unavailable::Refused),
+            _ => {
+                let frame = Frame::Array(vec![Frame::Integer(status), Frame::BulkString(echo)]);
+                return Err(self.ambiguous(now, op, unexpected("acquire", &frame)));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_acquire_error(
+        &mut self,
+        now: Instant,
+        mut op: AcquireOp,
+        message: &str,
+    ) -> Result<(), ConnectionError> {
+        match classify(message) {
+            ErrorClass::NoScript => {
+                if self.callers.contains_key(&op.request) {
+                    op.by_text = true;
+                    self.reload(now, ScriptKind::Acquire);
+                    self.send_acquire(now, op);
+                }
+                Ok(())
+            }
+            ErrorClass::NotExecuted => {
+                self.fail(op.request, Unavailable::Server(message.to_string()));
+                Ok(())
+            }
+            ErrorClass::NotExecutedRetire => {
+                self.fail(op.request, Unavailable::Server(message.to_string()));
+                Err(ConnectionError::Server(message.to_string()))
+            }
+            ErrorClass::Unknown => {
+                self.fail(op.request, Unavailable::Server(message.to_string()));
+                self.compensate(now, op);
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn on_release_reply(
+        &mut self,
+        now: Instant,
+        mut job: ReleaseJob,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
+        let done = match &frame {
+            Frame::Integer(_) => !job.compensation,
+            Frame::BulkString(echo) if job.compensation => {
+                if echo[..] != job.lease.to_bytes() {
+                    self.retry_release(now, job);
+                    return Err(ConnectionError::EchoMismatch);
+                }
+                true
+            }
+            Frame::Error(message) => {
+                let message = message.to_string();
+                return match classify(&message) {
+                    ErrorClass::NoScript if job.compensation => {
+                        job.by_text = true;
+                        self.reload(now, ScriptKind::Compensate);
+                        self.send_release(now, job);
+                        Ok(())
+                    }
+                    ErrorClass::NotExecutedRetire => {
+                        self.retry_release(now, job);
+                        Err(ConnectionError::Server(message))
+                    }
+                    _ => {
+                        self.retry_release(now, job);
+                        Ok(())
+                    }
+                };
+            }
+            _ => false,
+        };
+        if !done {
+            self.retry_release(now, job);
+            return Err(unexpected("release", &frame));
+        }
+        self.stats.releases += 1;
+        self.events.push_back(Event::Released {
+            lease: job.lease,
+            compensation: job.compensation,
+        });
+        Ok(())
+    }
+
+    pub(super) fn bug_skip_echo_check(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.config.bugs.skip_echo_check;
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+
+    pub(super) fn bug_skip_late_grant_compensation(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.config.bugs.skip_late_grant_compensation;
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+}
+
+/// What a Redis error reply tells us about the command it answers.
+enum ErrorClass {
+    /// The script is not cached: resend it as `EVAL`.
+    NoScript,
+    /// Refused before execution; the connection can go on.
+    NotExecuted,
+    /// Refused before execution, and this connection is of no further use
+    /// (wrong role, wrong node, lost authentication).
+    NotExecutedRetire,
+    /// We cannot know whether the command ran.
+    Unknown,
+}
+
+fn classify(message: &str) -> ErrorClass {
+    match message.split(' ').next().unwrap_or("") {
+        "NOSCRIPT" => ErrorClass::NoScript,
+        "BUSY" | "OOM" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "MISCONF" | "NOPERM" | "CROSSSLOT"
+        | "EXECABORT" => ErrorClass::NotExecuted,
+        "READONLY" | "MOVED" | "ASK" | "NOAUTH" | "WRONGPASS" => ErrorClass::NotExecutedRetire,
+        _ => ErrorClass::Unknown,
+    }
+}
+
+fn describe(frame: &Frame) -> String {
+    let mut text = format!("{frame:?}");
+    text.truncate(120);
+    text
+}
+
+fn unexpected(what: &str, frame: &Frame) -> ConnectionError {
+    ConnectionError::UnexpectedReply(format!("{what}: {}", describe(frame)))
+}
