@@ -211,6 +211,19 @@ fn progress(stage: &str) {
     eprintln!("bench: {stage}");
 }
 
+/// A limiter that never refuses for load or time in these runs: generous
+/// timeout and in-flight cap, leases that outlive the bench.
+async fn bench_limiter(url: &str) -> Limiter {
+    Limiter::builder(url)
+        .key_prefix("bench")
+        .lease_ttl(Duration::from_millis(TTL_MS))
+        .timeout(Duration::from_secs(5))
+        .max_in_flight(8192)
+        .connect()
+        .await
+        .expect("connect the bench limiter")
+}
+
 fn key_of(subject: &str) -> Key {
     Key::new("bench", subject).expect("valid key")
 }
@@ -226,15 +239,7 @@ async fn inflight_cycles(
 ) -> (f64, u64, u64) {
     let mut handles = Vec::new();
     for _ in 0..limiters {
-        let limiter = Limiter::builder(url)
-            .key_prefix("bench")
-            .lease_ttl(Duration::from_millis(TTL_MS))
-            .timeout(Duration::from_secs(2))
-            .max_in_flight(4096)
-            .connect()
-            .await
-            .expect("connect the bench limiter");
-        handles.push(limiter);
+        handles.push(bench_limiter(url).await);
     }
     let cycles = Arc::new(AtomicU64::new(0));
     let denials = Arc::new(AtomicU64::new(0));
@@ -537,14 +542,7 @@ impl std::fmt::Write for Utf8<'_> {
 /// p50/p99/p99.9 acquire latency (µs) with cycles started at a fixed rate,
 /// whatever the previous ones are doing (open loop, so queueing shows).
 async fn open_loop_latency(url: &str, rate: f64, budget: Budget) -> (f64, f64, f64) {
-    let limiter = Limiter::builder(url)
-        .key_prefix("bench")
-        .lease_ttl(Duration::from_millis(TTL_MS))
-        .timeout(Duration::from_secs(2))
-        .max_in_flight(8192)
-        .connect()
-        .await
-        .expect("connect");
+    let limiter = bench_limiter(url).await;
     let key = key_of("latency");
     let total = ((rate * budget.measure.as_secs_f64()) as usize).clamp(100, 200_000);
     let interval = Duration::from_secs_f64(1.0 / rate);
@@ -573,14 +571,7 @@ async fn open_loop_latency(url: &str, rate: f64, budget: Budget) -> (f64, f64, f
 
 /// Heap bytes the process holds per permit, with `count` permits held.
 async fn bytes_per_permit(url: &str, count: usize) -> f64 {
-    let limiter = Limiter::builder(url)
-        .key_prefix("bench")
-        .lease_ttl(Duration::from_millis(TTL_MS))
-        .timeout(Duration::from_secs(5))
-        .max_in_flight(4096)
-        .connect()
-        .await
-        .expect("connect");
+    let limiter = bench_limiter(url).await;
     let key = key_of("memory");
     // Warm the driver's maps and buffers so they are not counted as per-permit.
     let warm: Vec<_> = acquire_many(&limiter, &key, 4096).await;
