@@ -33,8 +33,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
         .map(|s| SubjectKeys::new("diff", &Key::new("ns", *s).unwrap()))
         .collect();
     let mut rng = Rng(0x5eed_1234_abcd_0001);
-    let mut compared = 0;
-    for _ in 0..3_000 {
+    for compared in 0..3_000 {
         let keys = &subjects[rng.below(subjects.len() as u64) as usize];
         let lease = LeaseId::from_parts(0xd1ff, rng.below(40));
         let id = lease.to_string();
@@ -83,7 +82,6 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
             "after {compared} matching replies, for {:?}",
             String::from_utf8_lossy(&command)
         );
-        compared += 1;
     }
     // And the lease sets agree at the end.
     for keys in &subjects {
