@@ -164,23 +164,27 @@ impl<C: Connector> Driver<C> {
             let sleep = tokio::time::sleep_until(timer_at(deadline));
             tokio::select! {
                 biased;
-                Some(event) = io.recv() => {
-                    self.on_io(event);
-                    // Take everything already queued before writing: one batch per wake-up.
-                    while let Ok(event) = io.try_recv() {
-                        self.on_io(event);
-                    }
-                }
+                Some(event) = io.recv() => self.on_io(event),
                 command = commands.recv(), if !users_gone => match command {
-                    Some(command) => {
-                        self.on_command(command);
-                        while let Ok(command) = commands.try_recv() {
-                            self.on_command(command);
-                        }
-                    }
+                    Some(command) => self.on_command(command),
                     None => users_gone = true,
                 },
-                _ = sleep, if deadline.is_some() => self.client.handle_timeout(now()),
+                _ = sleep, if deadline.is_some() => {}
+            }
+            // Take everything already queued on both sides before writing, so
+            // each wake-up writes one batch and neither side starves the other.
+            while let Ok(event) = io.try_recv() {
+                self.on_io(event);
+            }
+            if !users_gone {
+                while let Ok(command) = commands.try_recv() {
+                    self.on_command(command);
+                }
+            }
+            // Deadlines are honoured however busy the queues were.
+            let now = now();
+            if self.client.poll_timeout().is_some_and(|at| at <= now) {
+                self.client.handle_timeout(now);
             }
         }
         for (_, connection) in self.connections.drain() {
