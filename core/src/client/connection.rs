@@ -97,7 +97,7 @@ impl Client {
                     ScriptKind::Acquire,
                     op.by_text,
                     [op.keys.leases(), &tombstone],
-                    &[ttl_ms, limit.as_bytes(), &op.lease.to_bytes()],
+                    &[ttl_ms, limit.as_bytes(), &op.lease_bytes],
                 );
             },
         );

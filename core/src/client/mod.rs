@@ -126,6 +126,8 @@ enum Step {
 struct AcquireOp {
     request: RequestId,
     lease: LeaseId,
+    /// `lease` as written to Redis and echoed back, rendered once.
+    lease_bytes: Bytes,
     keys: SubjectKeys,
     limit: NonZeroU32,
     /// When the acquire was first written: the lease cannot expire before
@@ -138,6 +140,8 @@ struct AcquireOp {
 #[derive(Debug)]
 struct ReleaseJob {
     lease: LeaseId,
+    /// `lease` as written to Redis, rendered once for every attempt.
+    lease_bytes: Bytes,
     keys: SubjectKeys,
     /// Releases a lease the caller never got: `COMPENSATE` with a tombstone
     /// instead of a plain `ZREM`.
@@ -230,9 +234,11 @@ impl Client {
             self.fail(request, Unavailable::Overloaded);
             return request;
         }
+        let lease = self.lease_ids.id(request.0);
         let op = AcquireOp {
             request,
-            lease: self.lease_ids.id(request.0),
+            lease,
+            lease_bytes: Bytes::from(lease.to_bytes()),
             keys: SubjectKeys::new(&self.config.key_prefix, key),
             limit,
             sent_at: None,
@@ -261,6 +267,7 @@ impl Client {
     pub fn release(&mut self, now: Instant, lease: Lease) {
         let job = ReleaseJob {
             lease: lease.id,
+            lease_bytes: Bytes::from(lease.id.to_bytes()),
             keys: lease.keys,
             compensation: false,
             failures: 0,

@@ -13,6 +13,7 @@ impl Client {
         self.stats.compensations += 1;
         let job = ReleaseJob {
             lease: op.lease,
+            lease_bytes: op.lease_bytes,
             keys: op.keys,
             compensation: true,
             failures: 0,
@@ -72,7 +73,7 @@ impl Client {
             now + self.config.request_liveness,
             |request, out| {
                 let Request::Release(job) = request else { unreachable!() };
-                let lease = job.lease.to_bytes();
+                let lease: &[u8] = &job.lease_bytes;
                 if job.compensation {
                     let tombstone = job.keys.tombstone(&job.lease);
                     scripts.encode_call(
@@ -80,10 +81,10 @@ impl Client {
                         ScriptKind::Compensate,
                         job.by_text,
                         [job.keys.leases(), &tombstone],
-                        &[ttl_ms, &lease],
+                        &[ttl_ms, lease],
                     );
                 } else {
-                    encode_command(out, &[b"ZREM", job.keys.leases(), &lease]);
+                    encode_command(out, &[b"ZREM", job.keys.leases(), lease]);
                 }
             },
         );

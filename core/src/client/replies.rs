@@ -71,7 +71,7 @@ impl Client {
             Frame::Error(message) => return self.on_acquire_error(now, op, &message),
             other => return Err(self.ambiguous(now, op, unexpected("acquire", &other))),
         };
-        if echo != op.lease.to_bytes() && !self.bug_skip_echo_check() {
+        if echo != op.lease_bytes && !self.bug_skip_echo_check() {
             return Err(self.ambiguous(now, op, ConnectionError::EchoMismatch));
         }
         let waiting = self.callers.contains_key(&op.request);
@@ -142,7 +142,7 @@ impl Client {
         let done = match &frame {
             Frame::Integer(_) => !job.compensation,
             Frame::BulkString(echo) if job.compensation => {
-                if echo[..] != job.lease.to_bytes() {
+                if *echo != job.lease_bytes {
                     self.retry_release(now, job);
                     return Err(ConnectionError::EchoMismatch);
                 }
