@@ -64,10 +64,6 @@ impl<T> Pipeline<T> {
         self.pending.iter().map(|(entry, _)| entry)
     }
 
-    pub fn pending_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.pending.iter_mut().map(|(entry, _)| entry)
-    }
-
     /// All pending requests, oldest first, leaving the pipeline empty.
     pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
         self.pending.drain(..).map(|(entry, _)| entry)

@@ -15,3 +15,17 @@ pub use hostile::{HostilePeer, Lie};
 pub use redis_server::RedisServer;
 pub use relay::{Mode, Relay};
 pub use resp_client::RespClient;
+
+/// A small deterministic generator (xorshift64) for tests' random choices:
+/// the same seed gives the same run.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// Uniform-enough in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}

@@ -76,17 +76,8 @@ impl Relay {
         format!("redis://{}/", self.addr)
     }
 
-    /// The URL with a password for a server that requires one.
-    pub fn url_with_password(&self, password: &str) -> String {
-        format!("redis://:{password}@{}/", self.addr)
-    }
-
     pub fn set(&self, mode: Mode) {
         self.mode.send_replace(mode);
-    }
-
-    pub fn mode(&self) -> Mode {
-        *self.mode.borrow()
     }
 
     /// Connections accepted so far (the limiter opens a new one per generation).

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use inflight_core::resp::Frame;
-use inflight_tests::{Mode, RedisServer, Relay};
+use inflight_tests::{Mode, RedisServer, Relay, Rng};
 use inflight_tokio::{
     Builder, ConnectError, ConnectionError, Error, Key, Limiter, ReleaseError, ReleasePolicy, Unavailable,
     UnavailablePolicy,
@@ -408,18 +408,6 @@ struct Holding<'a> {
 impl Drop for Holding<'_> {
     fn drop(&mut self) {
         self.count.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-/// A small deterministic generator for the fleet test's choices.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
     }
 }
 

@@ -8,18 +8,7 @@ use inflight_core::lease_id::LeaseId;
 use inflight_core::model::{ModelConnection, RedisModel};
 use inflight_core::resp::{encode_command, ReplyLimits, ReplyReader};
 use inflight_core::script::{ScriptKind, Scripts};
-use inflight_tests::RedisServer;
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
+use inflight_tests::{RedisServer, Rng};
 
 #[test]
 fn the_model_answers_every_command_exactly_as_redis_does() {
