@@ -82,26 +82,8 @@ impl Client {
     }
 
     pub(super) fn send_acquire(&mut self, now: Instant, mut op: AcquireOp) {
-        let conn = self.connection.as_mut().expect("sent on a ready connection");
         op.sent_at.get_or_insert(now);
-        let (scripts, ttl_ms) = (&self.scripts, &self.ttl_ms);
-        conn.pipeline.send(
-            Request::Acquire(op),
-            now + self.config.request_liveness,
-            |request, out| {
-                let Request::Acquire(op) = request else { unreachable!() };
-                let tombstone = op.keys.tombstone(&op.lease);
-                let limit = op.limit.to_string();
-                scripts.encode_call(
-                    out,
-                    ScriptKind::Acquire,
-                    op.by_text,
-                    [op.keys.leases(), &tombstone],
-                    &[ttl_ms, limit.as_bytes(), &op.lease_bytes],
-                );
-            },
-        );
-        conn.acquires += 1;
+        self.send(Request::Acquire(op), now + self.config.request_liveness);
     }
 
     /// Queues a `SCRIPT LOAD` on the ready connection, once per script at a time.
@@ -113,11 +95,6 @@ impl Client {
         if std::mem::replace(&mut conn.reloading[kind as usize], true) {
             return;
         }
-        let scripts = &self.scripts;
-        conn.pipeline.send(
-            Request::Handshake(Step::Load(kind)),
-            now + self.config.request_liveness,
-            |_, out| scripts.encode_load(out, kind),
-        );
+        self.send(Request::Handshake(Step::Load(kind)), now + self.config.request_liveness);
     }
 }

@@ -48,11 +48,11 @@ use crate::event::{
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{LeaseId, LeaseIds};
 use crate::pipeline::Pipeline;
-use crate::resp::encode_command;
 use crate::script::{ScriptKind, Scripts};
 use crate::UnavailablePolicy;
 
 mod connection;
+mod encode;
 mod releases;
 mod replies;
 
@@ -304,23 +304,8 @@ impl Client {
             deadline,
             steps: steps.len(),
         };
-        let (config, scripts) = (&self.config, &self.scripts);
         for step in steps {
-            conn.pipeline
-                .send(Request::Handshake(step), deadline, |_, out| match step {
-                    Step::Auth => {
-                        let credentials = config.credentials.as_ref().expect("checked above");
-                        match &credentials.username {
-                            Some(user) => {
-                                encode_command(out, &[b"AUTH", user.as_bytes(), credentials.password.as_bytes()])
-                            }
-                            None => encode_command(out, &[b"AUTH", credentials.password.as_bytes()]),
-                        }
-                    }
-                    Step::Select => encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()]),
-                    Step::Ping => encode_command(out, &[b"PING"]),
-                    Step::Load(kind) => scripts.encode_load(out, kind),
-                });
+            self.send(Request::Handshake(step), deadline);
         }
     }
 

@@ -4,8 +4,6 @@ use std::time::Instant;
 
 use super::{backoff, AcquireOp, Client, Phase, ReleaseJob, Request};
 use crate::event::{Event, ReleaseFailure};
-use crate::resp::encode_command;
-use crate::script::ScriptKind;
 
 impl Client {
     /// Releases a lease the caller will never hold, with a tombstone.
@@ -66,27 +64,6 @@ impl Client {
     }
 
     pub(super) fn send_release(&mut self, now: Instant, job: ReleaseJob) {
-        let conn = self.connection.as_mut().expect("sent on a ready connection");
-        let (scripts, ttl_ms) = (&self.scripts, &self.ttl_ms);
-        conn.pipeline.send(
-            Request::Release(job),
-            now + self.config.request_liveness,
-            |request, out| {
-                let Request::Release(job) = request else { unreachable!() };
-                let lease: &[u8] = &job.lease_bytes;
-                if job.compensation {
-                    let tombstone = job.keys.tombstone(&job.lease);
-                    scripts.encode_call(
-                        out,
-                        ScriptKind::Compensate,
-                        job.by_text,
-                        [job.keys.leases(), &tombstone],
-                        &[ttl_ms, lease],
-                    );
-                } else {
-                    encode_command(out, &[b"ZREM", job.keys.leases(), lease]);
-                }
-            },
-        );
+        self.send(Request::Release(job), now + self.config.request_liveness);
     }
 }

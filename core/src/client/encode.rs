@@ -1,0 +1,69 @@
+//! What each request puts on the wire. Every command the client sends is
+//! written here, through [`Client::send`], and nowhere else.
+
+use std::time::Instant;
+
+use bytes::BytesMut;
+
+use super::{Client, Request, Step};
+use crate::config::Config;
+use crate::resp::encode_command;
+use crate::script::{ScriptKind, Scripts};
+
+impl Request {
+    /// Appends this request's command to `out`. `ttl_ms` is the lease TTL in
+    /// milliseconds, as the scripts take it (also the tombstones' lifetime).
+    fn encode(&self, config: &Config, scripts: &Scripts, ttl_ms: &[u8], out: &mut BytesMut) {
+        match self {
+            Request::Handshake(Step::Auth) => {
+                let credentials = config.credentials.as_ref().expect("AUTH is sent only with credentials");
+                let password = credentials.password.as_bytes();
+                match &credentials.username {
+                    Some(user) => encode_command(out, &[b"AUTH", user.as_bytes(), password]),
+                    None => encode_command(out, &[b"AUTH", password]),
+                }
+            }
+            Request::Handshake(Step::Select) => {
+                encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()])
+            }
+            Request::Handshake(Step::Ping) => encode_command(out, &[b"PING"]),
+            Request::Handshake(Step::Load(kind)) => scripts.encode_load(out, *kind),
+            Request::Acquire(op) => {
+                let tombstone = op.keys.tombstone(&op.lease);
+                let limit = op.limit.to_string();
+                scripts.encode_call(
+                    out,
+                    ScriptKind::Acquire,
+                    op.by_text,
+                    [op.keys.leases(), &tombstone],
+                    &[ttl_ms, limit.as_bytes(), &op.lease_bytes],
+                );
+            }
+            Request::Release(job) if job.compensation => {
+                let tombstone = job.keys.tombstone(&job.lease);
+                scripts.encode_call(
+                    out,
+                    ScriptKind::Compensate,
+                    job.by_text,
+                    [job.keys.leases(), &tombstone],
+                    &[ttl_ms, &job.lease_bytes],
+                );
+            }
+            Request::Release(job) => encode_command(out, &[b"ZREM", job.keys.leases(), &job.lease_bytes]),
+        }
+    }
+}
+
+impl Client {
+    /// Writes `request` on the current connection; its reply is due by `deadline`.
+    pub(super) fn send(&mut self, request: Request, deadline: Instant) {
+        let conn = self.connection.as_mut().expect("sent on the current connection");
+        if matches!(request, Request::Acquire(_)) {
+            conn.acquires += 1;
+        }
+        let (config, scripts, ttl_ms) = (&self.config, &self.scripts, &self.ttl_ms);
+        conn.pipeline.send(request, deadline, |request, out| {
+            request.encode(config, scripts, ttl_ms, out)
+        });
+    }
+}
