@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use inflight_core::key::SubjectKeys;
 use inflight_core::{
-    Action, Client, Config, ConnectionError, ConnectionId, Event, Key, Lease, LeaseId, Outcome, RequestId,
-    ServerAddress, Stats,
+    Action, Client, Config, ConnectionError, ConnectionId, Event, Lease, LeaseId, Outcome, RequestId, ServerAddress,
+    Stats,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
@@ -27,7 +28,7 @@ use crate::permit::Permit;
 pub(crate) enum Command {
     Acquire {
         ticket: u64,
-        key: Key,
+        keys: SubjectKeys,
         limit: NonZeroU32,
         reply: oneshot::Sender<Result<Permit, Error>>,
     },
@@ -201,11 +202,11 @@ impl<C: Connector> Driver<C> {
         match command {
             Command::Acquire {
                 ticket,
-                key,
+                keys,
                 limit,
                 reply,
             } => {
-                let request = self.client.acquire(now, &key, limit);
+                let request = self.client.acquire_keys(now, keys, limit);
                 self.tickets.insert(ticket, request);
                 self.callers.insert(request, (ticket, reply));
             }

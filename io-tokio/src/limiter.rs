@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use inflight_core::key::SubjectKeys;
 use inflight_core::{Config, Key, ReleasePolicy, ServerAddress, Stats, UnavailablePolicy};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -25,6 +26,7 @@ struct Shared {
     commands: mpsc::UnboundedSender<Command>,
     default_limit: NonZeroU32,
     policy: UnavailablePolicy,
+    key_prefix: String,
     next_ticket: AtomicU64,
     stats: watch::Receiver<Stats>,
 }
@@ -60,7 +62,8 @@ impl Limiter {
         let (reply, outcome) = oneshot::channel();
         let command = Command::Acquire {
             ticket,
-            key: key.clone(),
+            // Encoded here, on the caller's thread, not on the driver's.
+            keys: SubjectKeys::new(&self.shared.key_prefix, key),
             limit,
             reply,
         };
@@ -226,6 +229,7 @@ impl Builder {
             }
         };
         let policy = config.unavailable_policy;
+        let key_prefix = config.key_prefix.clone();
         let spawned = Driver::spawn(config, entropy, address, connector)?;
         spawned.started.await.unwrap_or(Err(ConnectError::Stopped))?;
         Ok(Limiter {
@@ -233,6 +237,7 @@ impl Builder {
                 commands: spawned.commands,
                 default_limit,
                 policy,
+                key_prefix,
                 next_ticket: AtomicU64::new(1),
                 stats: spawned.stats,
             }),

@@ -224,6 +224,14 @@ impl Client {
     /// Asks for a lease on `key` with at most `limit` live leases. Exactly one
     /// `Event::Acquired` follows for the returned id, unless it is abandoned first.
     pub fn acquire(&mut self, now: Instant, key: &Key, limit: NonZeroU32) -> RequestId {
+        let keys = SubjectKeys::new(&self.config.key_prefix, key);
+        self.acquire_keys(now, keys, limit)
+    }
+
+    /// As [`Client::acquire`], with the key already encoded (see
+    /// [`SubjectKeys::new`] with this client's `key_prefix`), so a driver can
+    /// do that work on the caller's thread instead of its own.
+    pub fn acquire_keys(&mut self, now: Instant, keys: SubjectKeys, limit: NonZeroU32) -> RequestId {
         let request = RequestId(self.next_request);
         self.next_request += 1;
         let deadline = now + self.config.acquire_timeout;
@@ -239,7 +247,7 @@ impl Client {
             request,
             lease,
             lease_bytes: Bytes::from(lease.to_bytes()),
-            keys: SubjectKeys::new(&self.config.key_prefix, key),
+            keys,
             limit,
             sent_at: None,
             by_text: false,
