@@ -569,21 +569,45 @@ async fn open_loop_latency(url: &str, rate: f64, budget: Budget) -> (f64, f64, f
     (at(0.50), at(0.99), at(0.999))
 }
 
-/// Heap bytes the process holds per permit, with `count` permits held.
+/// Heap bytes the process holds per permit, with `count` permits held: the
+/// median of three rounds, each measured between quiet points of the heap, so
+/// that memory freed late by earlier phases (a dropped limiter's driver, a
+/// closed connection) is not charged to, or credited against, the permits.
 async fn bytes_per_permit(url: &str, count: usize) -> f64 {
     let limiter = bench_limiter(url).await;
     let key = key_of("memory");
     // Warm the driver's maps and buffers so they are not counted as per-permit.
-    let warm: Vec<_> = acquire_many(&limiter, &key, 4096).await;
+    let warm: Vec<_> = acquire_many(&limiter, &key, count.max(4096)).await;
     drop(warm);
     limiter.clone().close().await;
-    let before = crate::alloc_counter::live_bytes();
-    let permits = acquire_many(&limiter, &key, count).await;
-    let after = crate::alloc_counter::live_bytes();
-    let per_permit = (after as f64 - before as f64) / count as f64;
-    drop(permits);
+    let mut rounds = Vec::with_capacity(3);
+    for _ in 0..3 {
+        let before = quiet_heap().await;
+        let permits = acquire_many(&limiter, &key, count).await;
+        let after = quiet_heap().await;
+        rounds.push((after as f64 - before as f64) / count as f64);
+        drop(permits);
+        limiter.clone().close().await;
+    }
     limiter.close().await;
-    per_permit
+    rounds.sort_by(|a, b| a.total_cmp(b));
+    rounds[1]
+}
+
+/// Live heap bytes once they stop moving (three equal-ish samples 20 ms
+/// apart), waiting at most two seconds.
+async fn quiet_heap() -> isize {
+    const STEADY: isize = 1024;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut last = crate::alloc_counter::live_bytes();
+    let mut steady = 0;
+    while steady < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = crate::alloc_counter::live_bytes();
+        steady = if (now - last).abs() <= STEADY { steady + 1 } else { 0 };
+        last = now;
+    }
+    last
 }
 
 async fn acquire_many(limiter: &Limiter, key: &Key, count: usize) -> Vec<inflight_tokio::Permit> {

@@ -11,6 +11,7 @@ static ALLOC: CountingAlloc = CountingAlloc;
 async fn the_benchmark_runs_and_produces_its_table() {
     let results = bench::run(Budget::smoke()).await;
     let table = results.table();
+    println!("{table}");
     for row in [
         "limit: raw pipelined",
         "inflight: 64 tasks, 1 limiter(s)",
