@@ -145,8 +145,9 @@ pub enum ConfigError {
     KeyPrefix(String),
     #[error("invalid Redis URL {url:?}: {reason}")]
     Url { url: String, reason: String },
-    #[error("TLS (rediss://) is not supported yet; use redis://")]
-    TlsUnsupported,
+    /// A `rediss://` URL given to a driver built without TLS.
+    #[error("rediss:// needs TLS, which this build lacks: enable the `tls` feature of inflight-tokio")]
+    TlsNotEnabled,
 }
 
 impl Config {
@@ -223,9 +224,12 @@ pub fn limit(value: u32) -> Result<NonZeroU32, ConfigError> {
     NonZeroU32::new(value).ok_or(ConfigError::Zero { field: "limit" })
 }
 
-/// Where the server is and how to log in, from `redis://[user:password@]host:port[/db]`.
+/// Where the server is, how to reach it and how to log in, from
+/// `redis[s]://[user:password@]host:port[/db]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerAddress {
+    /// `rediss://`: the stream is TLS, verified against `host`.
+    pub tls: bool,
     pub host: String,
     pub port: u16,
     pub credentials: Option<Credentials>,
@@ -240,9 +244,8 @@ impl ServerAddress {
         };
         let url = url::Url::parse(text).map_err(|e| error(&e.to_string()))?;
         match url.scheme() {
-            "redis" => {}
-            "rediss" => return Err(ConfigError::TlsUnsupported),
-            _ => return Err(error("the scheme must be redis://")),
+            "redis" | "rediss" => {}
+            _ => return Err(error("the scheme must be redis:// or rediss:// (TLS)")),
         }
         let host = match url.host() {
             Some(url::Host::Ipv6(ip)) => ip.to_string(),
@@ -281,6 +284,7 @@ impl ServerAddress {
             return Err(error("query strings and fragments are not supported"));
         }
         Ok(Self {
+            tls: url.scheme() == "rediss",
             host,
             port,
             credentials,
@@ -376,7 +380,9 @@ mod tests {
 
     #[test]
     fn bad_urls_are_refused_without_leaking_the_password() {
-        assert_eq!(ServerAddress::parse("rediss://h:1"), Err(ConfigError::TlsUnsupported));
+        let tls = ServerAddress::parse("rediss://:pw@redis.example:6380/2").unwrap();
+        assert!(tls.tls && tls.host == "redis.example" && tls.port == 6380 && tls.database == 2);
+        assert!(!ServerAddress::parse("redis://h:1").unwrap().tls);
         for bad in [
             "",
             "not a url",

@@ -36,6 +36,11 @@ pub enum ConnectError {
     Auth { addr: String, reason: String },
     #[error("the connection handshake with Redis at {addr} failed: {reason}")]
     Handshake { addr: String, reason: String },
+    /// The TLS settings given to the builder cannot be used (bad PEM, a key
+    /// that does not match its certificate). Failures of the handshake itself
+    /// are `Unreachable`, with the reason rustls gave.
+    #[error("invalid TLS settings: {reason}")]
+    Tls { reason: String },
     #[error("the limiter's driver stopped before connecting")]
     Stopped,
 }

@@ -24,6 +24,13 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## TLS
+//! With the `tls` feature, `rediss://` URLs connect over TLS (rustls with
+//! ring), checking the server's certificate against the URL's host name or IP
+//! address and Mozilla's root set; [`Builder::tls_root_certificates`] trusts
+//! your own CA instead, [`Builder::tls_client_certificate`] presents a client
+//! certificate. Without the feature a `rediss://` URL is refused at `connect`.
+//!
 //! ## Cancellation safety
 //! The acquire future may be dropped at any point (a `select!`, a timeout, a
 //! client hanging up). The driver is told, and should Redis grant the lease
@@ -48,6 +55,8 @@ mod driver;
 mod error;
 mod limiter;
 mod permit;
+#[cfg(all(feature = "tls", not(madsim)))]
+mod tls;
 
 pub use connector::{Connector, TcpConnector};
 pub use error::{ConnectError, Error, ReleaseError};

@@ -32,7 +32,8 @@ struct Shared {
 }
 
 impl Limiter {
-    /// Starts a builder for `redis://[user:password@]host:port[/db]`.
+    /// Starts a builder for `redis://[user:password@]host:port[/db]`, or
+    /// `rediss://…` for TLS (feature `tls`).
     pub fn builder(url: impl Into<String>) -> Builder {
         Builder {
             url: url.into(),
@@ -40,6 +41,8 @@ impl Limiter {
             default_limit: 100,
             liveness: None,
             entropy: None,
+            #[cfg(all(feature = "tls", not(madsim)))]
+            tls: Default::default(),
         }
     }
 
@@ -129,6 +132,8 @@ pub struct Builder {
     default_limit: u32,
     liveness: Option<Duration>,
     entropy: Option<[u8; 16]>,
+    #[cfg(all(feature = "tls", not(madsim)))]
+    tls: crate::tls::TlsOptions,
 }
 
 impl Builder {
@@ -193,6 +198,22 @@ impl Builder {
         self
     }
 
+    /// For `rediss://`: trust exactly the CA certificates in `pem` (one or
+    /// more PEM blocks) instead of Mozilla's root set, e.g. a private CA.
+    #[cfg(all(feature = "tls", not(madsim)))]
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.roots_pem = Some(pem.into());
+        self
+    }
+
+    /// For `rediss://` servers that require client certificates
+    /// (`tls-auth-clients yes`): the PEM certificate chain and private key.
+    #[cfg(all(feature = "tls", not(madsim)))]
+    pub fn tls_client_certificate(mut self, chain_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.client_auth = Some((chain_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Switches on deliberate bugs: for the simulator's self-test only.
     #[cfg(feature = "fault-injection")]
     pub fn inject_bugs(mut self, bugs: inflight_core::InjectedBugs) -> Self {
@@ -200,13 +221,25 @@ impl Builder {
         self
     }
 
-    /// Validates the settings, connects over TCP, authenticates, selects the
-    /// database, loads the scripts and returns once Redis has answered.
+    /// Validates the settings, connects over TCP (and TLS for `rediss://`),
+    /// authenticates, selects the database, loads the scripts and returns once
+    /// Redis has answered.
     pub async fn connect(self) -> Result<Limiter, ConnectError> {
+        if ServerAddress::parse(&self.url)?.tls {
+            #[cfg(all(feature = "tls", not(madsim)))]
+            {
+                let connector = crate::tls::TlsConnector::new(&self.tls)?;
+                return self.connect_with(connector).await;
+            }
+            #[cfg(not(all(feature = "tls", not(madsim))))]
+            return Err(inflight_core::ConfigError::TlsNotEnabled.into());
+        }
         self.connect_with(TcpConnector).await
     }
 
-    /// As [`Builder::connect`], over any [`Connector`].
+    /// As [`Builder::connect`], over any [`Connector`]. The connector alone
+    /// decides the transport: it is handed the URL's host and port, and a
+    /// `rediss://` scheme does not wrap it in TLS.
     pub async fn connect_with<C: Connector>(self, connector: C) -> Result<Limiter, ConnectError> {
         let address = ServerAddress::parse(&self.url)?;
         let default_limit = inflight_core::config::limit(self.default_limit)?;

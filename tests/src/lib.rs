@@ -7,11 +7,13 @@
 pub mod alloc_counter;
 pub mod bench;
 pub mod hostile;
+pub mod pki;
 pub mod redis_server;
 pub mod relay;
 pub mod resp_client;
 
 pub use hostile::{HostilePeer, Lie};
+pub use pki::TestPki;
 pub use redis_server::RedisServer;
 pub use relay::{Mode, Relay};
 pub use resp_client::RespClient;

@@ -4,12 +4,14 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::pki::TestPki;
 use crate::resp_client::RespClient;
 
 pub struct RedisServer {
     child: Child,
     port: u16,
     password: Option<String>,
+    tls_port: Option<u16>,
 }
 
 const INSTALL_HINT: &str = "redis-server was not found on PATH. These tests run a real Redis. \
@@ -29,11 +31,39 @@ impl RedisServer {
         server
     }
 
+    /// Starts a server that also listens for TLS on [`RedisServer::tls_port`],
+    /// with the certificates of `pki`, requiring client certificates when
+    /// `client_certificates` is set. The plain port stays open so that tests
+    /// can inspect the server without TLS.
+    pub fn start_tls(pki: &TestPki, client_certificates: bool) -> Self {
+        Self::start_inner(&[], Some((pki, client_certificates)))
+    }
+
     /// Starts a server with extra command-line options.
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_inner(extra, None)
+    }
+
+    fn start_inner(extra: &[&str], tls: Option<(&TestPki, bool)>) -> Self {
         // A port can be taken between our probe and the server's bind; retry.
         for _ in 0..5 {
             let port = free_port();
+            let tls_port = tls.map(|_| free_port());
+            let tls_args: Vec<String> = match (tls, tls_port) {
+                (Some((pki, client_certificates)), Some(tls_port)) => vec![
+                    "--tls-port".into(),
+                    tls_port.to_string(),
+                    "--tls-cert-file".into(),
+                    pki.file("server.pem"),
+                    "--tls-key-file".into(),
+                    pki.file("server.key"),
+                    "--tls-ca-cert-file".into(),
+                    pki.file("ca.pem"),
+                    "--tls-auth-clients".into(),
+                    if client_certificates { "yes" } else { "no" }.into(),
+                ],
+                _ => Vec::new(),
+            };
             let child = Command::new("redis-server")
                 .args([
                     "--port",
@@ -47,6 +77,7 @@ impl RedisServer {
                 ])
                 .args(["--protected-mode", "no", "--loglevel", "warning"])
                 .args(extra)
+                .args(&tls_args)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn();
@@ -62,6 +93,7 @@ impl RedisServer {
                     .iter()
                     .position(|a| *a == "--requirepass")
                     .map(|i| extra[i + 1].to_string()),
+                tls_port,
             };
             if server.wait_ready(Duration::from_secs(10)) {
                 return server;
@@ -92,6 +124,11 @@ impl RedisServer {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS port of a server from [`RedisServer::start_tls`].
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port.expect("this server was started without TLS")
     }
 
     pub fn addr(&self) -> SocketAddr {
