@@ -20,6 +20,7 @@ use crate::{Client, Config, ServerAddress};
 pub enum Op {
     Acquire { subject: u8, limit: u8 },
     Abandon(usize),
+    ToClientThenAbandon(u16, usize),
     Release(usize),
     ToServer(u16),
     ToClient(u16),
@@ -55,6 +56,10 @@ pub fn run_ops(ops: &[Op], start: Instant) {
                 let request = outstanding.remove(i % outstanding.len());
                 pair.abandon(request);
             }
+            Op::ToClientThenAbandon(n, i) if !outstanding.is_empty() => {
+                let request = outstanding.remove(i % outstanding.len());
+                pair.to_client_then_abandon(usize::from(n % 400) + 1, request);
+            }
             Op::Release(i) if !pair.held.is_empty() => {
                 let index = i % pair.held.len();
                 pair.release(index);
@@ -67,7 +72,7 @@ pub fn run_ops(ops: &[Op], start: Instant) {
             Op::Cut => pair.cut(),
             Op::LandGhosts => pair.land_ghosts(),
             Op::FlushScripts => pair.server.flush_scripts(),
-            Op::Abandon(_) | Op::Release(_) => {}
+            Op::Abandon(_) | Op::ToClientThenAbandon(..) | Op::Release(_) => {}
         }
     }
     // Heal: the network works and every timer runs out; then the bytes still

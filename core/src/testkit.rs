@@ -186,6 +186,21 @@ impl Pair {
         self.pump();
     }
 
+    /// Delivers up to `max` bytes to the client and abandons `request` before
+    /// taking any of the client's outputs: what the driver does when a reply
+    /// and a cancellation reach it in the same wake-up. The reply may already
+    /// have produced the request's outcome; it must not be delivered.
+    pub fn to_client_then_abandon(&mut self, max: usize, request: RequestId) {
+        if let Some(link) = self.link.as_mut() {
+            let n = max.min(link.to_client.len());
+            if n > 0 {
+                let chunk = link.to_client.split_to(n);
+                self.client.handle_input(self.now, link.id, &chunk);
+            }
+        }
+        self.abandon(request);
+    }
+
     /// Injects raw bytes as if the server had sent them.
     pub fn inject(&mut self, bytes: &[u8]) {
         let id = self.link.as_ref().expect("a link").id;

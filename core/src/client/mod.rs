@@ -137,6 +137,22 @@ struct AcquireOp {
     by_text: bool,
 }
 
+impl ReleaseJob {
+    /// The first attempt at giving `lease` back, due at once.
+    fn of(lease: Lease, compensation: bool, now: Instant) -> Self {
+        Self {
+            lease_bytes: Bytes::from(lease.id.to_bytes()),
+            lease: lease.id,
+            keys: lease.keys,
+            compensation,
+            failures: 0,
+            deadline: lease.expires_at,
+            not_before: now,
+            by_text: false,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct ReleaseJob {
     lease: LeaseId,
@@ -262,28 +278,29 @@ impl Client {
         request
     }
 
-    /// The caller of `request` is gone. No event will be sent for it; if Redis
-    /// grants it anyway, the lease is released.
-    pub fn abandon(&mut self, _now: Instant, request: RequestId) {
+    /// The caller of `request` is gone. From now on no event is sent for it:
+    /// an outcome not yet taken with `poll_event` is withdrawn, and a lease
+    /// Redis grants it, before or after this call, is released.
+    pub fn abandon(&mut self, now: Instant, request: RequestId) {
         if let Some(deadline) = self.callers.remove(&request) {
             self.caller_deadlines.remove(&(deadline, request));
             self.waiting.retain(|op| op.request != request);
+            return;
+        }
+        // A driver feeds a reply and the caller's departure in one wake-up
+        // before it takes any event, so the outcome may be queued but unseen.
+        let queued = self
+            .events
+            .iter()
+            .position(|event| matches!(event, Event::Acquired(r, _) if *r == request));
+        if let Some(Event::Acquired(_, outcome)) = queued.and_then(|at| self.events.remove(at)) {
+            self.withdraw(now, outcome);
         }
     }
 
     /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
     pub fn release(&mut self, now: Instant, lease: Lease) {
-        let job = ReleaseJob {
-            lease: lease.id,
-            lease_bytes: Bytes::from(lease.id.to_bytes()),
-            keys: lease.keys,
-            compensation: false,
-            failures: 0,
-            deadline: lease.expires_at,
-            not_before: now,
-            by_text: false,
-        };
-        self.submit_release(now, job);
+        self.submit_release(now, ReleaseJob::of(lease, false, now));
     }
 
     // ---- inputs -----------------------------------------------------------
@@ -453,6 +470,21 @@ impl Client {
         }
         self.events.push_back(Event::Acquired(request, outcome));
         true
+    }
+
+    /// Takes back an outcome whose caller left before seeing it: it is no
+    /// longer counted, and the lease of a grant is compensated.
+    fn withdraw(&mut self, now: Instant, outcome: Outcome) {
+        match outcome {
+            Outcome::Granted(lease) => {
+                self.stats.granted -= 1;
+                self.stats.compensations += 1;
+                self.submit_release(now, ReleaseJob::of(lease, true, now));
+            }
+            Outcome::Exceeded => self.stats.denied -= 1,
+            Outcome::Unavailable(_) => self.stats.unavailable -= 1,
+            Outcome::FailOpen(_) => self.stats.fail_open -= 1,
+        }
     }
 
     /// No trustworthy answer for `request`: deny or fail open, by policy.

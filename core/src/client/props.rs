@@ -19,6 +19,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0u8..3, 1u8..4).prop_map(|(subject, limit)| Op::Acquire { subject, limit }),
         2 => any::<usize>().prop_map(Op::Abandon),
+        2 => (0u16..400, any::<usize>()).prop_map(|(n, i)| Op::ToClientThenAbandon(n, i)),
         3 => any::<usize>().prop_map(Op::Release),
         6 => (0u16..400).prop_map(Op::ToServer),
         6 => (0u16..400).prop_map(Op::ToClient),

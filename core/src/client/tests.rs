@@ -74,6 +74,36 @@ fn a_grant_for_an_abandoned_caller_is_compensated_and_never_delivered() {
 }
 
 #[test]
+fn an_outcome_not_yet_taken_is_withdrawn_when_its_caller_leaves() {
+    // A grant: the reply reaches the client and the caller leaves before the
+    // driver takes a single event. The lease goes back; nothing is delivered.
+    let mut pair = Pair::connected(config(), start());
+    let a = pair.acquire("t", "s", 1);
+    pair.to_server(usize::MAX);
+    pair.to_client_then_abandon(usize::MAX, a);
+    pair.settle();
+    assert_eq!(pair.outcome(a), None);
+    assert!(pair
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::Released { compensation: true, .. })));
+    assert!(pair.server.all_live_leases().is_empty());
+    let stats = pair.client.stats();
+    assert_eq!((stats.granted, stats.compensations), (0, 1));
+
+    // A denial, likewise: withdrawn and not counted.
+    let held = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(held), Some(Outcome::Granted(_))));
+    let b = pair.acquire("t", "s", 1);
+    pair.to_server(usize::MAX);
+    pair.to_client_then_abandon(usize::MAX, b);
+    pair.settle();
+    assert_eq!(pair.outcome(b), None);
+    assert_eq!(pair.client.stats().denied, 0);
+}
+
+#[test]
 fn a_caller_timeout_keeps_a_slow_connection_and_compensates_the_late_grant() {
     let mut pair = Pair::connected(config(), start());
     let (connection, _) = pair.client.connection().unwrap();
