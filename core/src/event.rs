@@ -35,7 +35,9 @@ impl Lease {
         self.keys.leases()
     }
 
-    /// No later than this, Redis forgets the lease on its own.
+    /// The lease's TTL counted from when its acquire (or last renewal) was
+    /// sent: Redis holds it at least until about here, and forgets it on its
+    /// own soon after. Releases stop retrying here; renew before it.
     pub fn expires_at(&self) -> Instant {
         self.expires_at
     }
@@ -51,6 +53,20 @@ pub enum Outcome {
     Unavailable(Unavailable),
     /// No trustworthy answer, let through without a lease (policy `Allow`).
     FailOpen(Unavailable),
+}
+
+/// How one renewal (`Client::renew`) ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// Redis extended the lease; this is it with its new expiry.
+    Extended(Lease),
+    /// Redis no longer holds the lease (it expired, or was released): the slot
+    /// is not held any more, and the lease needs no release.
+    Lost,
+    /// No trustworthy answer; the lease keeps the expiry it had. Whatever the
+    /// unavailable policy, a renewal never fails open: only the holder knows
+    /// whether to go on.
+    Unavailable(Unavailable),
 }
 
 /// Why an acquire got no trustworthy answer.
@@ -114,6 +130,8 @@ pub enum Event {
     Retired(ConnectionId, ConnectionError),
     /// The acquire's one and only outcome. Never sent after `abandon`.
     Acquired(RequestId, Outcome),
+    /// The renewal's one and only outcome. Never sent after `abandon`.
+    Renewed(RequestId, Renewal),
     /// A release (or, with `compensation`, a release we owed for an acquire whose
     /// caller never got the lease) is done.
     Released { lease: LeaseId, compensation: bool },
@@ -154,4 +172,8 @@ pub struct Stats {
     pub release_retries: u64,
     pub releases_abandoned: u64,
     pub connections_replaced: u64,
+    /// Renewals that extended their lease.
+    pub renewals: u64,
+    /// Renewals that found their lease gone.
+    pub leases_lost: u64,
 }

@@ -22,6 +22,7 @@ pub enum Op {
     Abandon(usize),
     ToClientThenAbandon(u16, usize),
     Release(usize),
+    Renew(usize),
     ToServer(u16),
     ToClient(u16),
     Advance(u16),
@@ -62,7 +63,13 @@ pub fn run_ops(ops: &[Op], start: Instant) {
             }
             Op::Release(i) if !pair.held.is_empty() => {
                 let index = i % pair.held.len();
-                pair.release(index);
+                if !pair.renewing(pair.held[index].id()) {
+                    pair.release(index);
+                }
+            }
+            Op::Renew(i) if !pair.held.is_empty() => {
+                let index = i % pair.held.len();
+                outstanding.push(pair.renew(index));
             }
             Op::ToServer(n) => pair.to_server(usize::from(n % 400) + 1),
             Op::ToClient(n) => pair.to_client(usize::from(n % 400) + 1),
@@ -72,7 +79,7 @@ pub fn run_ops(ops: &[Op], start: Instant) {
             Op::Cut => pair.cut(),
             Op::LandGhosts => pair.land_ghosts(),
             Op::FlushScripts => pair.server.flush_scripts(),
-            Op::Abandon(_) | Op::ToClientThenAbandon(..) | Op::Release(_) => {}
+            Op::Abandon(_) | Op::ToClientThenAbandon(..) | Op::Release(_) | Op::Renew(_) => {}
         }
     }
     // Heal: the network works and every timer runs out; then the bytes still
@@ -121,8 +128,8 @@ pub fn reply_decode(data: &[u8], start: Instant) {
     client.handle_connected(start, connection);
     let scripts = Scripts::default();
     let handshake = format!(
-        "+PONG\r\n$40\r\n{}\r\n$40\r\n{}\r\n",
-        scripts.acquire.sha, scripts.compensate.sha
+        "+PONG\r\n$40\r\n{}\r\n$40\r\n{}\r\n$40\r\n{}\r\n",
+        scripts.acquire.sha, scripts.compensate.sha, scripts.renew.sha
     );
     client.handle_input(start, connection, handshake.as_bytes());
     assert_eq!(client.connection(), Some((connection, true)), "the handshake completes");

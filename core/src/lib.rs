@@ -31,7 +31,7 @@ pub use client::Client;
 pub use config::InjectedBugs;
 pub use config::{Config, ConfigError, Credentials, ReleasePolicy, ServerAddress, UnavailablePolicy};
 pub use event::{
-    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats, Transmit,
+    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
     Unavailable,
 };
 pub use key::{Key, KeyError};

@@ -4,7 +4,7 @@
 //! milliseconds, and executes natively what our scripts do, so property tests,
 //! fuzzers and the simulator run the real `Client` against one agreed meaning
 //! of "the lease set". It implements only what the client sends: `PING`,
-//! `AUTH`, `SELECT`, `SCRIPT LOAD`, `EVALSHA`, `EVAL` (of our two scripts) and
+//! `AUTH`, `SELECT`, `SCRIPT LOAD`, `EVALSHA`, `EVAL` (of our three scripts) and
 //! `ZREM`, plus `SCRIPT FLUSH` to exercise `NOSCRIPT`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use bytes::{Bytes, BytesMut};
 
 use crate::resp::{Frame, ReplyLimits, ReplyReader};
-use crate::script::{Scripts, ACQUIRE, COMPENSATE};
+use crate::script::{Scripts, ACQUIRE, COMPENSATE, RENEW};
 
 /// What one acquire did, in execution order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -173,6 +173,8 @@ impl RedisModel {
             Some(self.scripts.acquire.sha.clone())
         } else if text == COMPENSATE.as_bytes() {
             Some(self.scripts.compensate.sha.clone())
+        } else if text == RENEW.as_bytes() {
+            Some(self.scripts.renew.sha.clone())
         } else {
             None
         }
@@ -203,6 +205,20 @@ impl RedisModel {
             }
             self.strings.insert(rest[2].clone(), self.now_ms + ttl);
             Frame::BulkString(rest[4].clone())
+        } else if sha == self.scripts.renew.sha && rest.len() == 4 && &rest[0][..] == b"1" {
+            let Some(ttl) = number(&rest[2]) else {
+                return error("ERR Error running script: bad arguments");
+            };
+            let id = rest[3].clone();
+            let expiry = self.now_ms + ttl;
+            let status = match self.sets.get_mut(&rest[1]).and_then(|set| set.get_mut(&id)) {
+                Some(live) => {
+                    *live = expiry;
+                    1
+                }
+                None => 0,
+            };
+            Frame::Array(vec![Frame::Integer(status), Frame::BulkString(id)])
         } else {
             error("ERR Error running script: unknown script or arguments")
         }

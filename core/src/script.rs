@@ -52,6 +52,31 @@ redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
 return ARGV[2]
 "#;
 
+/// Extend a lease its holder still has: a long request renews before the TTL
+/// runs out, so the TTL can stay short (a crashed replica's slots come back
+/// soon) while a request runs as long as it needs.
+///
+/// KEYS: lease set. ARGV: ttl ms, lease id. Returns `{status, lease id}`:
+/// 1 extended to `now + ttl`, 0 the lease is gone (expired or released). It
+/// never creates a lease (`ZADD XX`), so a renewal whose bytes reach Redis late,
+/// after the lease was released, cannot bring it back.
+pub const RENEW: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
+local leases = KEYS[1]
+local ttl, id = tonumber(ARGV[1]), ARGV[2]
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+if not redis.call('ZSCORE', leases, id) then
+  return {0, id}
+end
+redis.call('ZADD', leases, 'XX', now + ttl, id)
+if redis.call('PTTL', leases) < ttl then
+  redis.call('PEXPIRE', leases, ttl + 1)
+end
+return {1, id}
+"#;
+
 /// A script's text and its SHA1, the name `EVALSHA` knows it by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Script {
@@ -73,13 +98,19 @@ impl Script {
 pub enum ScriptKind {
     Acquire,
     Compensate,
+    Renew,
 }
 
-/// Both scripts, hashed once per client.
+impl ScriptKind {
+    pub const ALL: [ScriptKind; 3] = [ScriptKind::Acquire, ScriptKind::Compensate, ScriptKind::Renew];
+}
+
+/// Our scripts, hashed once per client.
 #[derive(Debug, Clone)]
 pub struct Scripts {
     pub acquire: Script,
     pub compensate: Script,
+    pub renew: Script,
 }
 
 impl Default for Scripts {
@@ -87,6 +118,7 @@ impl Default for Scripts {
         Self {
             acquire: Script::new(ACQUIRE),
             compensate: Script::new(COMPENSATE),
+            renew: Script::new(RENEW),
         }
     }
 }
@@ -96,21 +128,26 @@ impl Scripts {
         match kind {
             ScriptKind::Acquire => &self.acquire,
             ScriptKind::Compensate => &self.compensate,
+            ScriptKind::Renew => &self.renew,
         }
     }
 
-    /// `EVALSHA sha 2 keys.. args..`, or `EVAL text ..` when `by_text`.
-    pub fn encode_call(&self, out: &mut BytesMut, kind: ScriptKind, by_text: bool, keys: [&[u8]; 2], args: &[&[u8]]) {
+    /// `EVALSHA sha numkeys keys.. args..`, or `EVAL text ..` when `by_text`.
+    pub fn encode_call(&self, out: &mut BytesMut, kind: ScriptKind, by_text: bool, keys: &[&[u8]], args: &[&[u8]]) {
         let script = self.get(kind);
         let (verb, body): (&[u8], &[u8]) = if by_text {
             (b"EVAL", script.text.as_bytes())
         } else {
             (b"EVALSHA", script.sha.as_bytes())
         };
+        let numkeys = [b'0' + keys.len() as u8];
+        debug_assert!(keys.len() < 10 && 3 + keys.len() + args.len() <= 8);
         let mut command: [&[u8]; 8] = [b""; 8];
-        command[..5].copy_from_slice(&[verb, body, b"2", keys[0], keys[1]]);
-        command[5..5 + args.len()].copy_from_slice(args);
-        encode_command(out, &command[..5 + args.len()]);
+        command[..3].copy_from_slice(&[verb, body, &numkeys]);
+        command[3..3 + keys.len()].copy_from_slice(keys);
+        let used = 3 + keys.len();
+        command[used..used + args.len()].copy_from_slice(args);
+        encode_command(out, &command[..used + args.len()]);
     }
 
     pub fn encode_load(&self, out: &mut BytesMut, kind: ScriptKind) {
@@ -136,7 +173,7 @@ mod tests {
             &mut out,
             ScriptKind::Acquire,
             false,
-            [b"L", b"T"],
+            &[b"L", b"T"],
             &[b"1000", b"5", b"id"],
         );
         let sha = &scripts.acquire.sha;
@@ -146,12 +183,23 @@ mod tests {
         assert_eq!(out, expected.as_bytes());
 
         out.clear();
-        scripts.encode_call(&mut out, ScriptKind::Compensate, true, [b"L", b"T"], &[b"9", b"id"]);
+        scripts.encode_call(&mut out, ScriptKind::Compensate, true, &[b"L", b"T"], &[b"9", b"id"]);
         let text = COMPENSATE;
         let expected = format!(
             "*7\r\n$4\r\nEVAL\r\n${}\r\n{text}\r\n$1\r\n2\r\n$1\r\nL\r\n$1\r\nT\r\n$1\r\n9\r\n$2\r\nid\r\n",
             text.len()
         );
+        assert_eq!(out, expected.as_bytes());
+    }
+
+    #[test]
+    fn renew_call_encodes_literally_with_one_key() {
+        let scripts = Scripts::default();
+        let mut out = BytesMut::new();
+        scripts.encode_call(&mut out, ScriptKind::Renew, false, &[b"L"], &[b"1000", b"id"]);
+        let sha = &scripts.renew.sha;
+        let expected =
+            format!("*6\r\n$7\r\nEVALSHA\r\n$40\r\n{sha}\r\n$1\r\n1\r\n$1\r\nL\r\n$4\r\n1000\r\n$2\r\nid\r\n");
         assert_eq!(out, expected.as_bytes());
     }
 

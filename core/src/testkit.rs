@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::event::{Action, ConnectionId, Event, Lease, Outcome, RequestId};
+use crate::event::{Action, ConnectionId, Event, Lease, Outcome, Renewal, RequestId};
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::LeaseId;
 use crate::model::{ModelConnection, RedisModel};
@@ -36,6 +36,8 @@ struct RequestRecord {
     key: Bytes,
     answered: bool,
     abandoned: bool,
+    /// A renewal of this held lease, not an acquire.
+    renews: Option<LeaseId>,
 }
 
 /// The client, the model server, the wire between them, and the ledger.
@@ -114,6 +116,30 @@ impl Pair {
         }
         self.client.abandon(self.now, request);
         self.pump();
+    }
+
+    /// Renews the `index`-th held lease. Until its outcome (or its abandon),
+    /// the lease is not released: a `Permit` renews through `&mut self`.
+    pub fn renew(&mut self, index: usize) -> RequestId {
+        let lease = self.held[index].clone();
+        let request = self.client.renew(self.now, &lease);
+        self.requests.insert(
+            request,
+            RequestRecord {
+                key: lease.redis_key().clone(),
+                renews: Some(lease.id()),
+                ..RequestRecord::default()
+            },
+        );
+        self.pump();
+        request
+    }
+
+    /// Whether a renewal of `lease` still waits for its outcome.
+    pub fn renewing(&self, lease: LeaseId) -> bool {
+        self.requests
+            .values()
+            .any(|r| r.renews == Some(lease) && !r.answered && !r.abandoned)
     }
 
     /// Releases the `index`-th held lease.
@@ -342,6 +368,38 @@ impl Pair {
                         );
                     }
                     Outcome::Unavailable(_) | Outcome::FailOpen(_) => {}
+                }
+            }
+            Event::Renewed(request, renewal) => {
+                let record = self
+                    .requests
+                    .get_mut(request)
+                    .expect("a renewal outcome for a request never made");
+                assert!(!record.answered, "{request:?} got a second outcome");
+                assert!(!record.abandoned, "{request:?} got an outcome after it was abandoned");
+                record.answered = true;
+                let renewed = record.renews.expect("a renewal outcome for an acquire");
+                match renewal {
+                    Renewal::Extended(lease) => {
+                        assert_eq!(lease.id(), renewed, "{request:?} renewed another lease");
+                        let live = self.server.live_leases(&record.key);
+                        assert!(
+                            live.iter().any(|id| id[..] == renewed.to_bytes()[..]),
+                            "renewed lease is not in Redis"
+                        );
+                        let held = self.held.iter_mut().find(|l| l.id() == renewed);
+                        held.expect("a renewed lease is held").expires_at = lease.expires_at();
+                    }
+                    // Only time removes a lease its holder has not released.
+                    Renewal::Lost => {
+                        let at = self.held.iter().position(|l| l.id() == renewed);
+                        let lease = self.held.remove(at.expect("a lost lease was held"));
+                        assert!(
+                            self.now >= lease.expires_at(),
+                            "held lease {renewed} reported lost before its expiry"
+                        );
+                    }
+                    Renewal::Unavailable(_) => {}
                 }
             }
             Event::ReleaseAbandoned { lease, .. } => {

@@ -11,15 +11,15 @@ use std::time::Instant;
 use bytes::Bytes;
 use inflight_core::key::SubjectKeys;
 use inflight_core::{
-    Action, Client, Config, ConnectionError, ConnectionId, Event, Lease, LeaseId, Outcome, RequestId, ServerAddress,
-    Stats,
+    Action, Client, Config, ConnectionError, ConnectionId, Event, Lease, LeaseId, Outcome, Renewal, RequestId,
+    ServerAddress, Stats,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::connector::Connector;
-use crate::error::{ConnectError, Error, ReleaseError};
+use crate::error::{ConnectError, Error, ReleaseError, RenewError};
 use crate::metric_names as names;
 use crate::permit::Permit;
 
@@ -31,6 +31,11 @@ pub(crate) enum Command {
         keys: SubjectKeys,
         limit: NonZeroU32,
         reply: oneshot::Sender<Result<Permit, Error>>,
+    },
+    Renew {
+        ticket: u64,
+        lease: Lease,
+        reply: oneshot::Sender<Result<Lease, RenewError>>,
     },
     Abandon {
         ticket: u64,
@@ -60,6 +65,12 @@ enum IoEvent {
 
 type Startup = oneshot::Sender<Result<(), ConnectError>>;
 
+/// Where a request's outcome goes.
+enum Caller {
+    Acquire(oneshot::Sender<Result<Permit, Error>>),
+    Renew(oneshot::Sender<Result<Lease, RenewError>>),
+}
+
 pub(crate) struct Driver<C: Connector> {
     client: Client,
     address: ServerAddress,
@@ -70,7 +81,7 @@ pub(crate) struct Driver<C: Connector> {
     io_tx: mpsc::UnboundedSender<IoEvent>,
     connections: HashMap<ConnectionId, Connection>,
     tickets: HashMap<u64, RequestId>,
-    callers: HashMap<RequestId, (u64, oneshot::Sender<Result<Permit, Error>>)>,
+    callers: HashMap<RequestId, (u64, Caller)>,
     release_waiters: HashMap<LeaseId, oneshot::Sender<Result<(), ReleaseError>>>,
     flush_waiters: Vec<oneshot::Sender<()>>,
     startup: Option<Startup>,
@@ -208,7 +219,12 @@ impl<C: Connector> Driver<C> {
             } => {
                 let request = self.client.acquire_keys(now, keys, limit);
                 self.tickets.insert(ticket, request);
-                self.callers.insert(request, (ticket, reply));
+                self.callers.insert(request, (ticket, Caller::Acquire(reply)));
+            }
+            Command::Renew { ticket, lease, reply } => {
+                let request = self.client.renew(now, &lease);
+                self.tickets.insert(ticket, request);
+                self.callers.insert(request, (ticket, Caller::Renew(reply)));
             }
             Command::Abandon { ticket } => {
                 if let Some(request) = self.tickets.remove(&ticket) {
@@ -284,6 +300,9 @@ impl<C: Connector> Driver<C> {
                     return;
                 };
                 self.tickets.remove(&ticket);
+                let Caller::Acquire(reply) = reply else {
+                    unreachable!("the core answers an acquire with Acquired")
+                };
                 let result = match outcome {
                     Outcome::Granted(lease) => match self.commands.upgrade() {
                         Some(commands) => Ok(Permit::enforced(lease, commands)),
@@ -301,6 +320,26 @@ impl<C: Connector> Driver<C> {
                 };
                 // If the caller dropped its future just now, the permit inside
                 // comes back here and its drop queues the release.
+                let _ = reply.send(result);
+            }
+            Event::Renewed(request, renewal) => {
+                let Some((ticket, Caller::Renew(reply))) = self.callers.remove(&request) else {
+                    // Unreachable, as for acquires; a renewal owes nothing.
+                    tracing::error!(?request, "inflight: a renewal outcome with no caller");
+                    return;
+                };
+                self.tickets.remove(&ticket);
+                let result = match renewal {
+                    Renewal::Extended(lease) => Ok(lease),
+                    Renewal::Lost => {
+                        tracing::warn!(
+                            request = request.0,
+                            "inflight: renewal found the lease gone; the slot is no longer held"
+                        );
+                        Err(RenewError::Lost)
+                    }
+                    Renewal::Unavailable(reason) => Err(RenewError::Unavailable { reason }),
+                };
                 let _ = reply.send(result);
             }
             Event::Released { lease, compensation } => {
@@ -380,20 +419,28 @@ impl<C: Connector> Driver<C> {
         let before = std::mem::replace(&mut self.reported, now);
         self.stats.send_replace(now);
         let deltas = [
-            (names::GRANTED, now.granted - before.granted),
-            (names::DENIED, now.denied - before.denied),
-            (names::UNAVAILABLE, now.unavailable - before.unavailable),
-            (names::FAIL_OPEN, now.fail_open - before.fail_open),
-            (names::COMPENSATED, now.compensations - before.compensations),
-            (names::RELEASE_RETRIED, now.release_retries - before.release_retries),
+            (names::GRANTED, now.granted.saturating_sub(before.granted)),
+            (names::DENIED, now.denied.saturating_sub(before.denied)),
+            (names::UNAVAILABLE, now.unavailable.saturating_sub(before.unavailable)),
+            (names::FAIL_OPEN, now.fail_open.saturating_sub(before.fail_open)),
+            (
+                names::COMPENSATED,
+                now.compensations.saturating_sub(before.compensations),
+            ),
+            (
+                names::RELEASE_RETRIED,
+                now.release_retries.saturating_sub(before.release_retries),
+            ),
             (
                 names::RELEASE_ABANDONED,
-                now.releases_abandoned - before.releases_abandoned,
+                now.releases_abandoned.saturating_sub(before.releases_abandoned),
             ),
             (
                 names::CONNECTION_REPLACED,
-                now.connections_replaced - before.connections_replaced,
+                now.connections_replaced.saturating_sub(before.connections_replaced),
             ),
+            (names::RENEWED, now.renewals.saturating_sub(before.renewals)),
+            (names::LEASE_LOST, now.leases_lost.saturating_sub(before.leases_lost)),
         ];
         for (name, delta) in deltas {
             if delta > 0 {

@@ -45,6 +45,23 @@ pub enum ConnectError {
     Stopped,
 }
 
+/// Why `Permit::renew` did not extend the lease.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenewError {
+    /// Redis no longer holds the lease (its TTL ran out before the renewal,
+    /// or it was released): the request no longer counts against the limit.
+    /// Stop the work, or acquire again.
+    #[error("the lease is gone (expired or released); the slot is no longer held")]
+    Lost,
+    /// No trustworthy answer; the lease keeps its previous expiry. Retry
+    /// before it runs out.
+    #[error("the renewal got no answer: {reason}")]
+    Unavailable { reason: Unavailable },
+    /// The limiter's driver has stopped.
+    #[error("the limiter's driver has stopped")]
+    Stopped,
+}
+
 /// Why `Permit::release` could not confirm the release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ReleaseError {

@@ -42,7 +42,8 @@
 //! Counters: `inflight_acquire_granted_total`, `inflight_acquire_denied_total`,
 //! `inflight_acquire_unavailable_total`, `inflight_acquire_fail_open_total`,
 //! `inflight_compensations_total`, `inflight_release_retries_total`,
-//! `inflight_releases_abandoned_total`, `inflight_connections_replaced_total`.
+//! `inflight_releases_abandoned_total`, `inflight_connections_replaced_total`,
+//! `inflight_renewals_total`, `inflight_leases_lost_total`.
 //! Histogram: `inflight_acquire_seconds` (time from call to outcome).
 //!
 //! ## Tracing
@@ -59,7 +60,7 @@ mod permit;
 mod tls;
 
 pub use connector::{Connector, TcpConnector};
-pub use error::{ConnectError, Error, ReleaseError};
+pub use error::{ConnectError, Error, ReleaseError, RenewError};
 pub use inflight_core::{
     ConfigError, ConnectionError, Key, KeyError, LeaseId, ProtocolError, ReleaseFailure, ReleasePolicy, Unavailable,
     UnavailablePolicy,
@@ -77,5 +78,7 @@ pub mod metric_names {
     pub const RELEASE_RETRIED: &str = "inflight_release_retries_total";
     pub const RELEASE_ABANDONED: &str = "inflight_releases_abandoned_total";
     pub const CONNECTION_REPLACED: &str = "inflight_connections_replaced_total";
+    pub const RENEWED: &str = "inflight_renewals_total";
+    pub const LEASE_LOST: &str = "inflight_leases_lost_total";
     pub const ACQUIRE_SECONDS: &str = "inflight_acquire_seconds";
 }

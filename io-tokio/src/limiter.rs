@@ -27,7 +27,6 @@ struct Shared {
     default_limit: NonZeroU32,
     policy: UnavailablePolicy,
     key_prefix: String,
-    next_ticket: AtomicU64,
     stats: watch::Receiver<Stats>,
 }
 
@@ -61,7 +60,7 @@ impl Limiter {
     /// the caller is gone; a grant that arrives later is released.
     async fn acquire_limited(&self, key: &Key, limit: NonZeroU32) -> Result<Permit, Error> {
         let started = tokio::time::Instant::now();
-        let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
+        let ticket = next_ticket();
         let (reply, outcome) = oneshot::channel();
         let command = Command::Acquire {
             ticket,
@@ -109,11 +108,17 @@ impl Limiter {
     }
 }
 
+/// Names a request between a caller and the driver, unique in the process.
+pub(crate) fn next_ticket() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Tells the driver the caller is gone, unless the outcome was received.
-struct AbandonOnDrop<'a> {
-    ticket: u64,
-    commands: &'a mpsc::UnboundedSender<Command>,
-    armed: bool,
+pub(crate) struct AbandonOnDrop<'a> {
+    pub ticket: u64,
+    pub commands: &'a mpsc::UnboundedSender<Command>,
+    pub armed: bool,
 }
 
 impl Drop for AbandonOnDrop<'_> {
@@ -271,7 +276,6 @@ impl Builder {
                 default_limit,
                 policy,
                 key_prefix,
-                next_ticket: AtomicU64::new(1),
                 stats: spawned.stats,
             }),
         })

@@ -4,7 +4,8 @@ use inflight_core::{Lease, LeaseId};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::driver::Command;
-use crate::error::ReleaseError;
+use crate::error::{ReleaseError, RenewError};
+use crate::limiter::{next_ticket, AbandonOnDrop};
 
 /// Held while a request runs. Dropping it releases the lease in the background;
 /// [`Permit::release`] does the same and waits for the outcome.
@@ -39,6 +40,56 @@ impl Permit {
 
     pub fn lease_id(&self) -> Option<LeaseId> {
         self.lease.as_ref().map(Lease::id)
+    }
+
+    /// Until about when Redis keeps the lease without a renewal: the lease
+    /// TTL from when it was acquired or last renewed. `None` if nothing is held.
+    pub fn expires_at(&self) -> Option<std::time::Instant> {
+        self.lease.as_ref().map(Lease::expires_at)
+    }
+
+    /// Extends the lease to the lease TTL from now. A request that may run
+    /// longer than the TTL renews well before [`Permit::expires_at`] (every
+    /// third of the TTL, say), so the TTL can stay short and a crashed
+    /// replica's slots still come back soon. Cancel-safe, like acquire.
+    ///
+    /// `Err(Lost)`: Redis no longer held the lease; the permit now holds
+    /// nothing (`is_enforced()` is false). `Err(Unavailable)`: no answer, the
+    /// lease keeps its expiry; try again. A fail-open permit renews to `Ok`.
+    pub async fn renew(&mut self) -> Result<(), RenewError> {
+        let (Some(lease), Some(commands)) = (&self.lease, &self.commands) else {
+            return Ok(());
+        };
+        let ticket = next_ticket();
+        let (reply, outcome) = oneshot::channel();
+        let lease = lease.clone();
+        if commands.send(Command::Renew { ticket, lease, reply }).is_err() {
+            return Err(RenewError::Stopped);
+        }
+        let result = {
+            let mut guard = AbandonOnDrop {
+                ticket,
+                commands,
+                armed: true,
+            };
+            let result = outcome.await;
+            guard.armed = false;
+            result
+        };
+        match result {
+            Ok(Ok(renewed)) => {
+                self.lease = Some(renewed);
+                Ok(())
+            }
+            Ok(Err(RenewError::Lost)) => {
+                // Nothing left to release.
+                self.lease = None;
+                self.commands = None;
+                Err(RenewError::Lost)
+            }
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(RenewError::Stopped),
+        }
     }
 
     /// Releases the lease and waits until Redis confirms it, or until the

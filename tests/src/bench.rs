@@ -303,7 +303,7 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
             out,
             ScriptKind::Acquire,
             false,
-            [keys.leases(), &tombstone],
+            &[keys.leases(), &tombstone],
             &[ttl.as_bytes(), limit.as_bytes(), id.as_bytes()],
         );
         encode_command(out, &[b"ZREM", keys.leases(), id.as_bytes()]);

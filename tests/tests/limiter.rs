@@ -582,3 +582,45 @@ async fn an_acl_user_and_a_database_number_are_honoured() {
         Err(ConnectError::Auth { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_permit_outlives_its_ttl_and_a_lost_one_says_so() {
+    const TTL: Duration = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let holder = builder(&server.url()).lease_ttl(TTL).connect().await.unwrap();
+    let other = builder(&server.url()).lease_ttl(TTL).connect().await.unwrap();
+    let mut permit = holder.acquire(&key("long")).await.unwrap();
+    let first_expiry = permit.expires_at().unwrap();
+    // Renew every tenth of the TTL for two and a half TTLs: the slot stays taken.
+    let started = Instant::now();
+    while started.elapsed() < TTL * 5 / 2 {
+        tokio::time::sleep(TTL / 10).await;
+        permit.renew().await.unwrap();
+        assert_eq!(other.acquire(&key("long")).await.unwrap_err(), Error::Exceeded);
+    }
+    assert!(permit.expires_at().unwrap() > first_expiry + TTL);
+    assert_eq!(live(&server, "long"), 1);
+
+    // A renewal dropped at any poll leaves the permit whole: it still holds
+    // its slot, and releasing it frees the slot.
+    for polls in 0..4 {
+        poll_then_drop(permit.renew(), polls).await;
+        assert!(permit.is_enforced());
+    }
+    assert_eq!(other.acquire(&key("long")).await.unwrap_err(), Error::Exceeded);
+
+    // Stop renewing: past the TTL the slot comes back, and the holder is told.
+    let wait = permit
+        .expires_at()
+        .unwrap()
+        .saturating_duration_since(std::time::Instant::now());
+    tokio::time::sleep(wait + TTL / 2).await;
+    let newcomer = other.acquire(&key("long")).await.unwrap();
+    assert_eq!(permit.renew().await.unwrap_err(), inflight_tokio::RenewError::Lost);
+    assert!(!permit.is_enforced() && permit.expires_at().is_none());
+    drop(permit); // holds nothing: must not touch the newcomer's slot
+    newcomer.release().await.unwrap();
+    until_empty(&server, "long", Duration::from_secs(2)).await;
+    let stats = holder.stats();
+    assert!(stats.renewals >= 10 && stats.leases_lost == 1, "{stats:?}");
+}

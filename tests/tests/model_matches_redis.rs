@@ -28,7 +28,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
         let id = lease.to_string();
         let tombstone = keys.tombstone(&lease);
         let mut command = BytesMut::new();
-        match rng.below(10) {
+        match rng.below(11) {
             // Acquire (sometimes by text), with a small limit so denials happen.
             0..=4 => {
                 let limit = (1 + rng.below(4)).to_string();
@@ -37,7 +37,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                     &mut command,
                     ScriptKind::Acquire,
                     by_text,
-                    [keys.leases(), &tombstone],
+                    &[keys.leases(), &tombstone],
                     &[b"3600000", limit.as_bytes(), id.as_bytes()],
                 );
             }
@@ -46,15 +46,18 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                 &mut command,
                 ScriptKind::Compensate,
                 false,
-                [keys.leases(), &tombstone],
+                &[keys.leases(), &tombstone],
+                &[b"3600000", id.as_bytes()],
+            ),
+            9 => scripts.encode_call(
+                &mut command,
+                ScriptKind::Renew,
+                rng.below(4) == 0,
+                &[keys.leases()],
                 &[b"3600000", id.as_bytes()],
             ),
             _ => {
-                let kind = if rng.below(2) == 0 {
-                    ScriptKind::Acquire
-                } else {
-                    ScriptKind::Compensate
-                };
+                let kind = ScriptKind::ALL[rng.below(3) as usize];
                 scripts.encode_load(&mut command, kind);
             }
         }

@@ -20,7 +20,7 @@ impl Leases {
     fn new(server: &RedisServer, subject: &str) -> Self {
         let mut client = server.client();
         let scripts = Scripts::default();
-        for kind in [ScriptKind::Acquire, ScriptKind::Compensate] {
+        for kind in ScriptKind::ALL {
             let mut out = BytesMut::new();
             scripts.encode_load(&mut out, kind);
             let reply = client.call_raw(&out).unwrap();
@@ -43,7 +43,7 @@ impl Leases {
             &mut out,
             ScriptKind::Acquire,
             false,
-            [self.keys.leases(), &tombstone],
+            &[self.keys.leases(), &tombstone],
             &[ttl.as_bytes(), limit.as_bytes(), id.as_bytes()],
         );
         match self.client.call_raw(&out).unwrap() {
@@ -86,7 +86,7 @@ impl Leases {
             &mut out,
             ScriptKind::Compensate,
             false,
-            [self.keys.leases(), &tombstone],
+            &[self.keys.leases(), &tombstone],
             &[ttl.as_bytes(), id_text.as_bytes()],
         );
         let reply = self.client.call_raw(&out).unwrap();
@@ -95,6 +95,39 @@ impl Leases {
             Frame::BulkString(Bytes::from(id_text)),
             "compensation echoes the id"
         );
+    }
+
+    fn renew(&mut self, id: u64, ttl_ms: u64) -> i64 {
+        let (ttl, id_text) = (ttl_ms.to_string(), lease(id).to_string());
+        let mut out = BytesMut::new();
+        self.scripts.encode_call(
+            &mut out,
+            ScriptKind::Renew,
+            false,
+            &[self.keys.leases()],
+            &[ttl.as_bytes(), id_text.as_bytes()],
+        );
+        match self.client.call_raw(&out).unwrap() {
+            Frame::Array(items) => match &items[..] {
+                [Frame::Integer(status), Frame::BulkString(echo)] if echo[..] == *id_text.as_bytes() => *status,
+                other => panic!("unexpected renew reply {other:?}"),
+            },
+            other => panic!("unexpected renew reply {other:?}"),
+        }
+    }
+
+    /// A lease's score: its expiry in the server's milliseconds.
+    fn expiry(&mut self, id: u64) -> Option<u64> {
+        let id = lease(id).to_string();
+        match self
+            .client
+            .call(&[b"ZSCORE", self.keys.leases(), id.as_bytes()])
+            .unwrap()
+        {
+            Frame::BulkString(score) => Some(std::str::from_utf8(&score).unwrap().parse().unwrap()),
+            Frame::Null => None,
+            other => panic!("unexpected ZSCORE reply {other:?}"),
+        }
     }
 
     fn live(&mut self) -> i64 {
@@ -183,6 +216,30 @@ fn expired_leases_are_reclaimed_and_the_key_ttl_covers_the_longest_lease() {
 }
 
 #[test]
+fn renew_extends_a_live_lease_and_its_key_but_never_creates_one() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "renew");
+    assert!(leases.granted(1, 1, 1_000));
+    let before = leases.expiry(1).unwrap();
+    assert!(leases.pttl() <= 1_001);
+    assert_eq!(leases.renew(1, LONG), 1);
+    let after = leases.expiry(1).unwrap();
+    assert!(after >= before + LONG - 1_000, "{before} -> {after}");
+    assert!(leases.pttl() > 1_001, "the key's TTL follows the renewed lease");
+    assert_eq!(leases.live(), 1);
+    // An id with no lease (never acquired, or released) is not brought back.
+    assert_eq!(leases.renew(2, LONG), 0);
+    assert_eq!(leases.release(1), 1);
+    assert_eq!(leases.renew(1, LONG), 0);
+    assert_eq!(leases.live(), 0);
+    // Nor is an expired one: its slot went back at its expiry.
+    assert!(leases.granted(3, 1, 50));
+    std::thread::sleep(Duration::from_millis(100)); // the server's clock must pass the lease
+    assert_eq!(leases.renew(3, LONG), 0);
+    assert!(leases.granted(4, 1, LONG));
+}
+
+#[test]
 fn an_idle_key_disappears_with_its_last_lease() {
     let server = RedisServer::start();
     let mut leases = Leases::new(&server, "idle");
@@ -226,7 +283,7 @@ fn injective_keys_keep_subjects_apart_and_share_one_hash_tag() {
             &mut out,
             ScriptKind::Acquire,
             true,
-            [keys.leases(), &tombstone],
+            &[keys.leases(), &tombstone],
             &[b"60000", b"1", id.as_bytes()],
         );
         let reply = client.call_raw(&out).unwrap();
@@ -248,7 +305,7 @@ fn evalsha_of_an_unloaded_script_answers_noscript() {
         &mut out,
         ScriptKind::Acquire,
         false,
-        [keys.leases(), b"t"],
+        &[keys.leases(), b"t"],
         &[b"1", b"1", b"x"],
     );
     match client.call_raw(&out).unwrap() {

@@ -19,7 +19,7 @@ impl Client {
             },
             pipeline: Pipeline::new(self.config.reply_limits),
             acquires: 0,
-            reloading: [false; 2],
+            reloading: [false; 3],
         });
         self.actions.push_back(Action::Connect(id));
     }

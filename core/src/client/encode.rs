@@ -28,6 +28,13 @@ impl Request {
             }
             Request::Handshake(Step::Ping) => encode_command(out, &[b"PING"]),
             Request::Handshake(Step::Load(kind)) => scripts.encode_load(out, *kind),
+            Request::Acquire(op) if op.renewal => scripts.encode_call(
+                out,
+                ScriptKind::Renew,
+                op.by_text,
+                &[op.keys.leases()],
+                &[ttl_ms, &op.lease_bytes],
+            ),
             Request::Acquire(op) => {
                 let tombstone = op.keys.tombstone(&op.lease);
                 let limit = op.limit.to_string();
@@ -35,7 +42,7 @@ impl Request {
                     out,
                     ScriptKind::Acquire,
                     op.by_text,
-                    [op.keys.leases(), &tombstone],
+                    &[op.keys.leases(), &tombstone],
                     &[ttl_ms, limit.as_bytes(), &op.lease_bytes],
                 );
             }
@@ -45,7 +52,7 @@ impl Request {
                     out,
                     ScriptKind::Compensate,
                     job.by_text,
-                    [job.keys.leases(), &tombstone],
+                    &[job.keys.leases(), &tombstone],
                     &[ttl_ms, &job.lease_bytes],
                 );
             }

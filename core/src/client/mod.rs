@@ -10,7 +10,7 @@
 //! | kind | methods |
 //! | --- | --- |
 //! | inputs (`handle_*`) | `handle_connected`, `handle_input`, `handle_closed`, `handle_timeout` |
-//! | calls from users | `acquire`, `abandon`, `release` |
+//! | calls from users | `acquire`, `renew`, `abandon`, `release` |
 //! | outputs (`poll_*`) | `poll_action`, `poll_transmit`, `poll_event`, `poll_timeout` |
 //! | getters | `stats`, `outstanding_releases`, `connection` |
 //!
@@ -34,7 +34,7 @@
 //!   with a *compensating* release that also leaves a tombstone: should the
 //!   acquire's bytes reach Redis after the release, the script refuses the id.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
@@ -42,7 +42,7 @@ use bytes::Bytes;
 
 use crate::config::{Config, ConfigError};
 use crate::event::{
-    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats, Transmit,
+    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
     Unavailable,
 };
 use crate::key::{Key, SubjectKeys};
@@ -74,6 +74,8 @@ pub struct Client {
     waiting: VecDeque<AcquireOp>,
     /// Callers still waiting for an outcome, with their deadline.
     callers: HashMap<RequestId, Instant>,
+    /// Those of `callers` that wait for a renewal rather than an acquire.
+    renewals: HashSet<RequestId>,
     caller_deadlines: BTreeSet<(Instant, RequestId)>,
     /// Releases waiting for a ready connection or for their retry time.
     releases: Vec<ReleaseJob>,
@@ -89,8 +91,8 @@ struct Connection {
     pipeline: Pipeline<Request>,
     /// Acquires pending in `pipeline`, for the in-flight cap.
     acquires: usize,
-    /// A `SCRIPT LOAD` is on its way after a `NOSCRIPT`.
-    reloading: [bool; 2],
+    /// A `SCRIPT LOAD` is on its way after a `NOSCRIPT`, per `ScriptKind`.
+    reloading: [bool; 3],
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +137,19 @@ struct AcquireOp {
     sent_at: Option<Instant>,
     /// Send `EVAL` with the script text (after `NOSCRIPT`).
     by_text: bool,
+    /// Extends a lease its caller holds (`RENEW`) instead of taking one. A
+    /// renewal never creates a lease, so it is never compensated.
+    renewal: bool,
+}
+
+impl AcquireOp {
+    fn script(&self) -> ScriptKind {
+        if self.renewal {
+            ScriptKind::Renew
+        } else {
+            ScriptKind::Acquire
+        }
+    }
 }
 
 impl ReleaseJob {
@@ -190,6 +205,7 @@ impl Client {
             last_connect_error: ConnectionError::Closed,
             waiting: VecDeque::new(),
             callers: HashMap::new(),
+            renewals: HashSet::new(),
             caller_deadlines: BTreeSet::new(),
             releases: Vec::new(),
             events: VecDeque::new(),
@@ -267,15 +283,49 @@ impl Client {
             limit,
             sent_at: None,
             by_text: false,
+            renewal: false,
         };
+        self.submit_acquire(now, op);
+        request
+    }
+
+    /// Extends `lease` to the lease TTL from now, if Redis still holds it.
+    /// Exactly one `Event::Renewed` follows for the returned id, unless it is
+    /// abandoned first. Renewals share the acquires' FIFO, timeout and
+    /// in-flight cap.
+    pub fn renew(&mut self, now: Instant, lease: &Lease) -> RequestId {
+        let request = RequestId(self.next_request);
+        self.next_request += 1;
+        let deadline = now + self.config.acquire_timeout;
+        self.callers.insert(request, deadline);
+        self.caller_deadlines.insert((deadline, request));
+        self.renewals.insert(request);
+        if self.in_flight_acquires() >= self.config.max_in_flight {
+            self.fail(request, Unavailable::Overloaded);
+            return request;
+        }
+        let op = AcquireOp {
+            request,
+            lease: lease.id,
+            lease_bytes: Bytes::from(lease.id.to_bytes()),
+            keys: lease.keys.clone(),
+            limit: NonZeroU32::MIN,
+            sent_at: None,
+            by_text: false,
+            renewal: true,
+        };
+        self.submit_acquire(now, op);
+        request
+    }
+
+    fn submit_acquire(&mut self, now: Instant, op: AcquireOp) {
         match self.connection.as_ref().map(|c| c.phase) {
             Some(Phase::Ready) => self.send_acquire(now, op),
             Some(_) => self.waiting.push_back(op),
             // Backing off after failed connection attempts: say so at once
             // rather than make every caller wait out its timeout.
-            None => self.fail(request, Unavailable::NotConnected(self.last_connect_error.clone())),
+            None => self.fail(op.request, Unavailable::NotConnected(self.last_connect_error.clone())),
         }
-        request
     }
 
     /// The caller of `request` is gone. From now on no event is sent for it:
@@ -284,6 +334,7 @@ impl Client {
     pub fn abandon(&mut self, now: Instant, request: RequestId) {
         if let Some(deadline) = self.callers.remove(&request) {
             self.caller_deadlines.remove(&(deadline, request));
+            self.renewals.remove(&request);
             self.waiting.retain(|op| op.request != request);
             return;
         }
@@ -292,9 +343,16 @@ impl Client {
         let queued = self
             .events
             .iter()
-            .position(|event| matches!(event, Event::Acquired(r, _) if *r == request));
-        if let Some(Event::Acquired(_, outcome)) = queued.and_then(|at| self.events.remove(at)) {
-            self.withdraw(now, outcome);
+            .position(|event| matches!(event, Event::Acquired(r, _) | Event::Renewed(r, _) if *r == request));
+        match queued.and_then(|at| self.events.remove(at)) {
+            Some(Event::Acquired(_, outcome)) => self.withdraw(now, outcome),
+            // The lease stays its holder's, with the expiry it knew.
+            Some(Event::Renewed(_, renewal)) => match renewal {
+                Renewal::Extended(_) => self.stats.renewals -= 1,
+                Renewal::Lost => self.stats.leases_lost -= 1,
+                Renewal::Unavailable(_) => self.stats.unavailable -= 1,
+            },
+            _ => {}
         }
     }
 
@@ -313,18 +371,15 @@ impl Client {
         let Phase::Connecting { deadline } = conn.phase else {
             return;
         };
-        let mut steps = Vec::with_capacity(5);
+        let mut steps = Vec::with_capacity(6);
         if self.config.credentials.is_some() {
             steps.push(Step::Auth);
         }
         if self.config.database != 0 {
             steps.push(Step::Select);
         }
-        steps.extend([
-            Step::Ping,
-            Step::Load(ScriptKind::Acquire),
-            Step::Load(ScriptKind::Compensate),
-        ]);
+        steps.push(Step::Ping);
+        steps.extend(ScriptKind::ALL.map(Step::Load));
         conn.phase = Phase::Handshaking {
             deadline,
             steps: steps.len(),
@@ -487,8 +542,27 @@ impl Client {
         }
     }
 
-    /// No trustworthy answer for `request`: deny or fail open, by policy.
+    /// Delivers a renewal's outcome if its caller still waits.
+    fn finish_renewal(&mut self, request: RequestId, renewal: Renewal) {
+        let Some(deadline) = self.callers.remove(&request) else {
+            return;
+        };
+        self.caller_deadlines.remove(&(deadline, request));
+        self.renewals.remove(&request);
+        match &renewal {
+            Renewal::Extended(_) => self.stats.renewals += 1,
+            Renewal::Lost => self.stats.leases_lost += 1,
+            Renewal::Unavailable(_) => self.stats.unavailable += 1,
+        }
+        self.events.push_back(Event::Renewed(request, renewal));
+    }
+
+    /// No trustworthy answer for `request`: deny or fail open, by policy (a
+    /// renewal is simply unavailable).
     fn fail(&mut self, request: RequestId, reason: Unavailable) {
+        if self.renewals.contains(&request) {
+            return self.finish_renewal(request, Renewal::Unavailable(reason));
+        }
         let outcome = match self.config.unavailable_policy {
             UnavailablePolicy::Deny => Outcome::Unavailable(reason),
             UnavailablePolicy::Allow => Outcome::FailOpen(reason),
@@ -497,9 +571,12 @@ impl Client {
     }
 
     /// The acquire's fate is unknown: tell the caller, release what may exist.
+    /// (A renewal creates nothing, so there is nothing to release.)
     fn ambiguous(&mut self, now: Instant, op: AcquireOp, error: ConnectionError) -> ConnectionError {
         self.fail(op.request, Unavailable::ConnectionLost(error.clone()));
-        self.compensate(now, op);
+        if !op.renewal {
+            self.compensate(now, op);
+        }
         error
     }
 }

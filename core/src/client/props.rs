@@ -21,6 +21,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<usize>().prop_map(Op::Abandon),
         2 => (0u16..400, any::<usize>()).prop_map(|(n, i)| Op::ToClientThenAbandon(n, i)),
         3 => any::<usize>().prop_map(Op::Release),
+        2 => any::<usize>().prop_map(Op::Renew),
         6 => (0u16..400).prop_map(Op::ToServer),
         6 => (0u16..400).prop_map(Op::ToClient),
         3 => (0u16..2_500).prop_map(Op::Advance),

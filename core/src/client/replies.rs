@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::{AcquireOp, Client, Phase, ReleaseJob, Request, Step};
-use crate::event::{ConnectionError, Event, Lease, Outcome, Unavailable};
+use crate::event::{ConnectionError, Event, Lease, Outcome, Renewal, Unavailable};
 use crate::resp::Frame;
 use crate::script::ScriptKind;
 
@@ -74,6 +74,22 @@ impl Client {
         if echo != op.lease_bytes && !self.bug_skip_echo_check() {
             return Err(self.ambiguous(now, op, ConnectionError::EchoMismatch));
         }
+        if op.renewal {
+            let renewal = match status {
+                1 => Renewal::Extended(Lease {
+                    id: op.lease,
+                    expires_at: op.sent_at.unwrap_or(now) + self.config.lease_ttl,
+                    keys: op.keys,
+                }),
+                0 => Renewal::Lost,
+                _ => {
+                    let frame = Frame::Array(vec![Frame::Integer(status), Frame::BulkString(echo)]);
+                    return Err(self.ambiguous(now, op, unexpected("renew", &frame)));
+                }
+            };
+            self.finish_renewal(op.request, renewal);
+            return Ok(());
+        }
         let waiting = self.callers.contains_key(&op.request);
         match status {
             1 if waiting => {
@@ -112,7 +128,7 @@ impl Client {
             ErrorClass::NoScript => {
                 if self.callers.contains_key(&op.request) {
                     op.by_text = true;
-                    self.reload(now, ScriptKind::Acquire);
+                    self.reload(now, op.script());
                     self.send_acquire(now, op);
                 }
                 Ok(())
@@ -127,7 +143,9 @@ impl Client {
             }
             ErrorClass::Unknown => {
                 self.fail(op.request, Unavailable::Server(message.to_string()));
-                self.compensate(now, op);
+                if !op.renewal {
+                    self.compensate(now, op);
+                }
                 Ok(())
             }
         }

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::event::{ConnectionError, Event, Outcome, ReleaseFailure, Unavailable};
+use crate::event::{ConnectionError, Event, Outcome, ReleaseFailure, Renewal, Unavailable};
 use crate::resp::ProtocolError;
 use crate::testkit::Pair;
 use crate::{Config, Credentials, UnavailablePolicy};
@@ -475,4 +475,98 @@ fn poll_timeout_is_none_when_idle() {
     assert!(pair.client.poll_timeout().is_some());
     pair.exchange();
     assert_eq!(pair.client.poll_timeout(), None);
+}
+
+fn renewed(pair: &Pair, request: crate::event::RequestId) -> Option<&Renewal> {
+    pair.events.iter().find_map(|event| match event {
+        Event::Renewed(r, renewal) if *r == request => Some(renewal),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_renewal_keeps_a_lease_alive_past_its_first_ttl() {
+    let config = Config {
+        lease_ttl: Duration::from_secs(1),
+        ..config()
+    };
+    let mut pair = Pair::connected(config, start());
+    let a = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    let first_expiry = pair.held[0].expires_at();
+
+    pair.advance(ms(800));
+    let renewal = pair.renew(0);
+    pair.exchange();
+    let Some(Renewal::Extended(lease)) = renewed(&pair, renewal) else {
+        panic!("{:?}", renewed(&pair, renewal));
+    };
+    assert_eq!(lease.expires_at(), first_expiry + ms(800));
+    assert_eq!(pair.held[0].expires_at(), lease.expires_at());
+
+    // Past the first TTL the slot is still taken...
+    pair.advance(ms(500));
+    let b = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert_eq!(pair.outcome(b), Some(&Outcome::Exceeded));
+    // ...and once the renewed TTL is over, it is free, and the lease is lost.
+    pair.advance(ms(600));
+    let lost = pair.renew(0);
+    pair.exchange();
+    assert_eq!(renewed(&pair, lost), Some(&Renewal::Lost));
+    let stats = pair.client.stats();
+    assert_eq!((stats.renewals, stats.leases_lost), (1, 1));
+}
+
+#[test]
+fn a_renewal_that_comes_too_late_cannot_bring_a_released_lease_back() {
+    let mut pair = Pair::connected(config(), start());
+    let a = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    // The renewal is written, then the connection dies with its bytes in flight.
+    let renewal = pair.renew(0);
+    pair.cut();
+    assert!(matches!(
+        renewed(&pair, renewal),
+        Some(Renewal::Unavailable(Unavailable::ConnectionLost(_)))
+    ));
+    // Nothing is compensated for a renewal: the holder still has its slot.
+    pair.settle();
+    assert_eq!(pair.server.all_live_leases().len(), 1);
+    pair.release(0);
+    pair.settle();
+    assert!(pair.server.all_live_leases().is_empty());
+    // The renewal's bytes land after the release: still nothing.
+    pair.land_ghosts();
+    assert!(pair.server.all_live_leases().is_empty());
+    let b = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(b), Some(Outcome::Granted(_))));
+}
+
+#[test]
+fn a_renewal_times_out_without_touching_the_connection_or_the_lease() {
+    let mut pair = Pair::connected(config(), start());
+    let (connection, _) = pair.client.connection().unwrap();
+    let a = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    pair.server.flush_scripts(); // and the renewal goes the NOSCRIPT way
+    let renewal = pair.renew(0);
+    pair.to_server(usize::MAX);
+    pair.advance(config().acquire_timeout);
+    assert_eq!(
+        renewed(&pair, renewal),
+        Some(&Renewal::Unavailable(Unavailable::Timeout))
+    );
+    pair.settle();
+    assert_eq!(pair.client.connection(), Some((connection, true)));
+    assert_eq!(pair.server.all_live_leases().len(), 1, "a renewal is never compensated");
+    // The next renewal goes through (by EVAL after the NOSCRIPT, or reloaded).
+    let again = pair.renew(0);
+    pair.exchange();
+    assert!(matches!(renewed(&pair, again), Some(Renewal::Extended(_))));
+    pair.assert_no_leak();
 }
