@@ -1,13 +1,13 @@
 //! A client replica, shared by both harnesses: one real `Limiter` over the
 //! harness's simulated TCP, and caller tasks that use it the way a service
 //! would: acquire, hold, release or drop; some give up early, some are aborted
-//! mid-acquire.
+//! mid-acquire; some hold far longer than the lease TTL and renew.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use inflight_core::InjectedBugs;
-use inflight_tokio::{Connector, Error, Key, Limiter, Permit, UnavailablePolicy};
+use inflight_tokio::{Builder, Connector, Error, Key, Limiter, Permit, RenewError, UnavailablePolicy};
 use tokio::time::Instant;
 
 use crate::ledger::Ledger;
@@ -16,6 +16,21 @@ use crate::scenario::Scenario;
 
 /// The caller latency budget every simulated limiter uses.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The lease TTL of each replica's second limiter, whose callers hold for up
+/// to several TTLs and renew every third of it.
+pub const RENEWING_TTL: Duration = Duration::from_millis(1500);
+
+/// A lease expiry (the driver's clock) on tokio's timer.
+#[cfg(not(madsim))]
+fn on_timer(at: std::time::Instant) -> Instant {
+    Instant::from_std(at)
+}
+
+#[cfg(madsim)]
+fn on_timer(at: std::time::Instant) -> Instant {
+    at
+}
 
 pub struct ClientPlan {
     pub name: String,
@@ -52,20 +67,12 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         .entropy(plan.rng.entropy())
         .inject_bugs(plan.bugs);
     let name = plan.name.clone();
-    let limiter = loop {
-        match builder.clone().connect_with(connector.clone()).await {
-            Ok(limiter) => break limiter,
-            Err(error) => {
-                plan.ledger
-                    .lock()
-                    .unwrap()
-                    .note(at(), format!("{name} connect failed: {error}"));
-                if Instant::now() >= end {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
+    let Some(limiter) = connect(&plan, builder.clone(), &connector, end).await else {
+        return;
+    };
+    let renewing_builder = builder.lease_ttl(RENEWING_TTL).entropy(plan.rng.entropy());
+    let Some(renewing) = connect(&plan, renewing_builder, &connector, end).await else {
+        return;
     };
     plan.ledger.lock().unwrap().note(at(), format!("{name} connected"));
 
@@ -74,6 +81,7 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         let task = Caller {
             who: format!("{name}/c{caller}"),
             limiter: limiter.clone(),
+            renewing: renewing.clone(),
             rng: plan.rng.fork(caller as u64 + 1),
             keys: plan.scenario.keys,
             ledger: plan.ledger.clone(),
@@ -90,28 +98,55 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         }
     }
     // Everything owed is done (or reported abandoned) before the replica ends.
-    if tokio::time::timeout(Duration::from_secs(60), limiter.clone().close())
-        .await
-        .is_err()
-    {
-        plan.ledger
-            .lock()
-            .unwrap()
-            .violate(at(), "S2 no leak", format!("{name}: close() did not finish"));
+    for limiter in [&limiter, &renewing] {
+        if tokio::time::timeout(Duration::from_secs(60), limiter.clone().close())
+            .await
+            .is_err()
+        {
+            plan.ledger
+                .lock()
+                .unwrap()
+                .violate(at(), "S2 no leak", format!("{name}: close() did not finish"));
+        }
+        let stats = limiter.stats();
+        let mut ledger = plan.ledger.lock().unwrap();
+        ledger.note(at(), format!("{name} closed: {stats:?}"));
+        let counters = &mut ledger.counters;
+        counters.compensations += stats.compensations;
+        counters.release_retries += stats.release_retries;
+        counters.releases_abandoned += stats.releases_abandoned;
+        counters.connections_replaced += stats.connections_replaced;
     }
-    let stats = limiter.stats();
-    let mut ledger = plan.ledger.lock().unwrap();
-    ledger.note(at(), format!("{name} closed: {stats:?}"));
-    let counters = &mut ledger.counters;
-    counters.compensations += stats.compensations;
-    counters.release_retries += stats.release_retries;
-    counters.releases_abandoned += stats.releases_abandoned;
-    counters.connections_replaced += stats.connections_replaced;
+}
+
+/// Connects a limiter, retrying until the replica's active time is over.
+async fn connect<C: Connector + Clone>(
+    plan: &ClientPlan,
+    builder: Builder,
+    connector: &C,
+    end: Instant,
+) -> Option<Limiter> {
+    loop {
+        match builder.clone().connect_with(connector.clone()).await {
+            Ok(limiter) => return Some(limiter),
+            Err(error) => {
+                plan.ledger
+                    .lock()
+                    .unwrap()
+                    .note((plan.elapsed)(), format!("{} connect failed: {error}", plan.name));
+                if Instant::now() >= end {
+                    return None;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
 }
 
 struct Caller {
     who: String,
     limiter: Limiter,
+    renewing: Limiter,
     rng: Rng,
     keys: &'static [(&'static str, u32)],
     ledger: Arc<Mutex<Ledger>>,
@@ -127,24 +162,26 @@ impl Caller {
             let subject = Key::new("load", key).expect("valid key");
             self.ledger.lock().unwrap().counters.acquires += 1;
             let started = Instant::now();
+            let long = self.rng.chance(1, 25);
+            let limiter = if long { &self.renewing } else { &self.limiter };
             let outcome = match self.rng.range(0, 10) {
                 // Gives up early: its future is dropped at whatever point it reached.
                 0 => {
                     let patience = Duration::from_millis(self.rng.range(1, 60));
-                    tokio::time::timeout(patience, self.limiter.acquire_with(&subject, limit))
+                    tokio::time::timeout(patience, limiter.acquire_with(&subject, limit))
                         .await
                         .ok()
                 }
                 // Aborted mid-acquire from outside.
                 1 => {
-                    let (limiter, subject) = (self.limiter.clone(), subject.clone());
+                    let (limiter, subject) = (limiter.clone(), subject.clone());
                     let task = tokio::spawn(async move { limiter.acquire_with(&subject, limit).await });
                     tokio::time::sleep(Duration::from_millis(self.rng.range(0, 40))).await;
                     task.abort();
                     task.await.ok()
                 }
                 _ => {
-                    let outcome = self.limiter.acquire_with(&subject, limit).await;
+                    let outcome = limiter.acquire_with(&subject, limit).await;
                     let took = started.elapsed();
                     if took > ACQUIRE_TIMEOUT + self.slack {
                         let detail = format!(
@@ -159,21 +196,25 @@ impl Caller {
                     Some(outcome)
                 }
             };
-            self.settle(key, outcome).await;
+            self.settle(key, outcome, long).await;
             tokio::time::sleep(Duration::from_millis(self.rng.range(1, 30))).await;
         }
     }
 
-    async fn settle(&mut self, key: &'static str, outcome: Option<Result<Permit, Error>>) {
+    async fn settle(&mut self, key: &'static str, outcome: Option<Result<Permit, Error>>, long: bool) {
         let (who, at) = (self.who.clone(), self.at);
         match outcome {
-            Some(Ok(permit)) if permit.is_enforced() => {
+            Some(Ok(mut permit)) if permit.is_enforced() => {
                 {
                     let mut ledger = self.ledger.lock().unwrap();
                     ledger.counters.granted += 1;
                     ledger.hold(at(), &who, key);
                 }
-                tokio::time::sleep(Duration::from_millis(self.rng.range(1, 300))).await;
+                if long {
+                    self.hold_renewing(key, &mut permit).await;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(self.rng.range(1, 300))).await;
+                }
                 // Counted out before the slot is given back.
                 self.ledger.lock().unwrap().unhold(at(), &who, key);
                 if self.rng.chance(1, 2) {
@@ -208,5 +249,60 @@ impl Caller {
                 .unwrap()
                 .note(at(), format!("{who} gave up on {key}")),
         }
+    }
+
+    /// Holds for up to several lease TTLs, renewing every third of the TTL.
+    /// The holder stops counting itself the moment its lease may have run out
+    /// (a renewal that cannot get through in time), as a careful service would:
+    /// past its lease's expiry it no longer owns a slot.
+    async fn hold_renewing(&mut self, key: &'static str, permit: &mut Permit) {
+        let (who, at) = (self.who.clone(), self.at);
+        let until = Instant::now() + Duration::from_millis(self.rng.range(500, 3_000));
+        loop {
+            let Some(expires) = permit.expires_at().map(on_timer) else {
+                return;
+            };
+            tokio::time::sleep_until((Instant::now() + RENEWING_TTL / 3).min(until).min(expires)).await;
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            if now >= expires {
+                self.note(format!("{who} could not renew {key} in time; stops"));
+                return;
+            }
+            let started = Instant::now();
+            // (madsim's tokio has no `timeout_at`.)
+            let renewed = tokio::time::timeout(expires - started, permit.renew()).await;
+            let took = started.elapsed();
+            if renewed.is_ok() && took > ACQUIRE_TIMEOUT + self.slack {
+                let detail = format!("{who} waited {took:?} for a renewal (timeout {ACQUIRE_TIMEOUT:?})");
+                self.ledger.lock().unwrap().violate(at(), "S3 bounded latency", detail);
+            }
+            match renewed {
+                Ok(Ok(())) => self.ledger.lock().unwrap().counters.renewals += 1,
+                Ok(Err(RenewError::Lost)) => {
+                    let early = Instant::now() < expires;
+                    self.ledger.lock().unwrap().lease_lost(at(), &who, key, early);
+                    return;
+                }
+                Ok(Err(RenewError::Unavailable { reason })) => {
+                    self.note(format!("{who} could not renew {key}: {reason}"));
+                }
+                Ok(Err(RenewError::Stopped)) => {
+                    let detail = format!("{who}: renew found the driver stopped");
+                    self.ledger.lock().unwrap().violate(at(), "S6 no panic", detail);
+                    return;
+                }
+                Err(_) => {
+                    self.note(format!("{who}'s renewal of {key} outlived the lease; stops"));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn note(&self, what: String) {
+        self.ledger.lock().unwrap().note((self.at)(), what);
     }
 }

@@ -26,6 +26,9 @@ pub struct Counters {
     pub releases_abandoned: u64,
     pub connections_replaced: u64,
     pub faults: u64,
+    /// Renewals that extended a long-held lease, and renewals that found it gone.
+    pub renewals: u64,
+    pub leases_lost: u64,
 }
 
 #[derive(Debug, Default)]
@@ -106,6 +109,20 @@ impl Ledger {
         let state = self.keys.get_mut(key).expect("known key");
         state.holders -= 1;
         self.note(at, format!("{who} lets go of {key}"));
+    }
+
+    /// A renewal found `who`'s lease on `key` gone. Before the lease's own
+    /// expiry that can only be a lost write, which an exact run does not have.
+    pub fn lease_lost(&mut self, at: Duration, who: &str, key: &'static str, before_expiry: bool) {
+        self.counters.leases_lost += 1;
+        self.note(at, format!("{who} lost its lease on {key}"));
+        if self.exact && before_expiry {
+            self.violate(
+                at,
+                "S1 exactness",
+                format!("{who}'s lease on {key} was gone before its expiry"),
+            );
+        }
     }
 
     pub fn exceeded(&mut self, key: &'static str) {

@@ -73,6 +73,8 @@ struct Row {
     fail_open: u64,
     compensations: u64,
     release_retries: u64,
+    renewals: u64,
+    lost: u64,
     abandoned: u64,
     replaced: u64,
     faults: u64,
@@ -92,6 +94,8 @@ impl Row {
         self.fail_open += c.fail_open;
         self.compensations += c.compensations;
         self.release_retries += c.release_retries;
+        self.renewals += c.renewals;
+        self.lost += c.leases_lost;
         self.abandoned += c.releases_abandoned;
         self.replaced += c.connections_replaced;
         self.faults += c.faults;
@@ -179,7 +183,7 @@ fn main() -> ExitCode {
 
 fn print_table(rows: &BTreeMap<usize, Row>) {
     println!(
-        "{:<11} {:>5} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6}  {:<26} {:>5}",
+        "{:<11} {:>5} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
         "scenario",
         "seeds",
         "acquires",
@@ -189,6 +193,8 @@ fn print_table(rows: &BTreeMap<usize, Row>) {
         "f-open",
         "compen",
         "retries",
+        "renew",
+        "lost",
         "abandn",
         "replcd",
         "faults",
@@ -198,7 +204,7 @@ fn print_table(rows: &BTreeMap<usize, Row>) {
     for (position, row) in rows {
         let peaks: Vec<String> = row.peaks.iter().map(|(k, (p, l))| format!("{k} {p}/{l}")).collect();
         println!(
-            "{:<11} {:>5} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>6} {:>6}  {:<26} {:>5}",
+            "{:<11} {:>5} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
             SCENARIOS[*position].name,
             row.seeds,
             row.acquires,
@@ -208,6 +214,8 @@ fn print_table(rows: &BTreeMap<usize, Row>) {
             row.fail_open,
             row.compensations,
             row.release_retries,
+            row.renewals,
+            row.lost,
             row.abandoned,
             row.replaced,
             row.faults,
