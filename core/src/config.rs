@@ -179,6 +179,16 @@ impl Config {
                 reason: "longer than a year",
             });
         }
+        // A grant is delivered within the acquire timeout of its request, so
+        // with a longer TTL no caller is ever handed a lease that has already
+        // run out in Redis.
+        if self.lease_ttl <= self.acquire_timeout {
+            return Err(ConfigError::TooShort {
+                field: "lease_ttl",
+                min_ms: self.acquire_timeout.as_millis() + 1,
+                actual_ms: self.lease_ttl.as_millis(),
+            });
+        }
         if self.request_liveness < self.acquire_timeout {
             return Err(ConfigError::TooShort {
                 field: "request_liveness",
@@ -343,6 +353,15 @@ mod tests {
             bad(|c| c.request_liveness = Duration::from_millis(1)),
             ConfigError::TooShort { .. }
         ));
+        // A lease that could run out before its grant is even delivered.
+        assert_eq!(
+            bad(|c| c.lease_ttl = c.acquire_timeout),
+            ConfigError::TooShort {
+                field: "lease_ttl",
+                min_ms: 251,
+                actual_ms: 250
+            }
+        );
         assert!(matches!(
             bad(|c| c.key_prefix = "a{b".into()),
             ConfigError::KeyPrefix(_)
