@@ -1,6 +1,6 @@
 //! A RESP peer that lies on command. It answers honestly from the core's
-//! Redis model, except that the next acquire can be answered with bytes of our
-//! choosing, executed first (the lease exists, the reply lies) or refused (the
+//! Redis model, except that the next acquire (or renewal) can be answered with
+//! bytes of our choosing, executed first (the lease exists, the reply lies) or refused (the
 //! server did nothing and says something). Leaks show up in the model.
 
 use std::net::SocketAddr;
@@ -30,6 +30,7 @@ pub enum Lie {
 struct Shared {
     model: Mutex<RedisModel>,
     next: Mutex<Option<Lie>>,
+    next_renewal: Mutex<Option<Lie>>,
     connections: AtomicUsize,
 }
 
@@ -67,6 +68,11 @@ impl HostilePeer {
         *self.shared.next.lock().unwrap() = Some(lie);
     }
 
+    /// The next renewal gets this answer; later ones are answered honestly.
+    pub fn lie_once_to_renewal(&self, lie: Lie) {
+        *self.shared.next_renewal.lock().unwrap() = Some(lie);
+    }
+
     pub fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::SeqCst)
     }
@@ -89,14 +95,15 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
-fn is_acquire(frame: &Frame) -> bool {
-    let Frame::Array(items) = frame else { return false };
+/// The number of items of a script call (`EVALSHA`/`EVAL`), if it is one.
+/// Our acquire has 8 (2 keys, 3 arguments), compensation 7, renewal 6.
+fn script_call_len(frame: &Frame) -> Option<usize> {
+    let Frame::Array(items) = frame else { return None };
     let verb = match items.first() {
         Some(Frame::BulkString(verb)) => verb.to_ascii_uppercase(),
-        _ => return false,
+        _ => return None,
     };
-    // Our acquire passes 3 arguments after its 2 keys; compensation passes 2.
-    (verb == b"EVALSHA" || verb == b"EVAL") && items.len() == 8
+    (verb == b"EVALSHA" || verb == b"EVAL").then_some(items.len())
 }
 
 async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
@@ -118,10 +125,10 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
         while let Ok(Some(frame)) = commands.next_frame() {
             let mut encoded = bytes::BytesMut::new();
             redis_protocol::resp2::encode::extend_encode(&mut encoded, &frame, false).expect("re-encode");
-            let lie = if is_acquire(&frame) {
-                shared.next.lock().unwrap().take()
-            } else {
-                None
+            let lie = match script_call_len(&frame) {
+                Some(8) => shared.next.lock().unwrap().take(),
+                Some(6) => shared.next_renewal.lock().unwrap().take(),
+                _ => None,
             };
             let mut model = shared.model.lock().unwrap();
             model.now_ms = now_ms();

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use inflight_tests::{HostilePeer, Lie};
-use inflight_tokio::{ConnectionError, Error, Key, Limiter, ProtocolError, Unavailable};
+use inflight_tokio::{ConnectionError, Error, Key, Limiter, ProtocolError, RenewError, Unavailable};
 
 async fn limiter(peer: &HostilePeer) -> Limiter {
     Limiter::builder(peer.url())
@@ -203,4 +203,73 @@ async fn errors_that_condemn_the_connection_retire_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_error_after_execution_is_compensated() {
     case(executed(b"-ERR something odd\r\n"), server_error("ERR"), false).await;
+}
+
+/// A lie told to a renewal: the outcome it must produce and whether the
+/// connection must be replaced. A renewal is never compensated, so the lease
+/// must still be there afterwards, and the next (honest) renewal must work.
+async fn renewal_case(lie: Lie, expect: impl Fn(&Result<(), RenewError>) -> bool, retires: bool) {
+    let peer = HostilePeer::start().await;
+    let limiter = limiter(&peer).await;
+    let mut permit = limiter.acquire(&key()).await.unwrap();
+    peer.lie_once_to_renewal(lie.clone());
+    let outcome = permit.renew().await;
+    assert!(expect(&outcome), "{lie:?} gave {outcome:?}");
+    assert!(
+        permit.is_enforced(),
+        "a renewal that got no trustworthy answer keeps the permit"
+    );
+    if retires {
+        until("a replacement connection", || peer.connections() == 2).await;
+    } else {
+        assert_eq!(peer.connections(), 1, "{lie:?} should not cost the connection");
+    }
+    assert_eq!(peer.live_leases(), 1, "a renewal is never compensated");
+    permit.renew().await.expect("an honest renewal after the lie");
+    assert_eq!(limiter.acquire(&key()).await.unwrap_err(), Error::Exceeded);
+    permit.release().await.unwrap();
+    assert_eq!(peer.live_leases(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_echoing_another_id_retires_the_connection_and_keeps_the_lease() {
+    renewal_case(
+        executed(b"*2\r\n:1\r\n$3\r\nxyz\r\n"),
+        |r| {
+            matches!(
+                r,
+                Err(RenewError::Unavailable {
+                    reason: Unavailable::ConnectionLost(ConnectionError::EchoMismatch)
+                })
+            )
+        },
+        true,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_answered_with_an_error_is_unavailable_and_not_compensated() {
+    renewal_case(
+        executed(b"-ERR something odd\r\n"),
+        |r| matches!(r, Err(RenewError::Unavailable { reason: Unavailable::Server(m) }) if m.starts_with("ERR")),
+        false,
+    )
+    .await;
+    renewal_case(
+        refused(b"-READONLY You can't write against a read only replica.\r\n"),
+        |r| matches!(r, Err(RenewError::Unavailable { reason: Unavailable::Server(m) }) if m.starts_with("READONLY")),
+        true,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_told_noscript_falls_back_to_eval() {
+    renewal_case(
+        refused(b"-NOSCRIPT No matching script. Please use EVAL.\r\n"),
+        |r| r.is_ok(),
+        false,
+    )
+    .await;
 }
