@@ -19,10 +19,12 @@ use crate::{Client, Config, ServerAddress};
 #[derive(Arbitrary, Clone, Debug)]
 pub enum Op {
     Acquire { subject: u8, limit: u8 },
+    AcquireBurst { subject: u8, limit: u8, count: u8 },
     Abandon(usize),
     ToClientThenAbandon(u16, usize),
     Release(usize),
     Renew(usize),
+    ReleaseBurst(u8),
     ToServer(u16),
     ToClient(u16),
     Advance(u16),
@@ -53,6 +55,11 @@ pub fn run_ops(ops: &[Op], start: Instant) {
                 let limit = u32::from(limit % 4).max(1);
                 outstanding.push(pair.acquire("ns", &format!("s{}", subject % 3), limit));
             }
+            Op::AcquireBurst { subject, limit, count } => {
+                let limit = u32::from(limit % 4).max(1);
+                let count = usize::from(count % 6) + 2;
+                outstanding.extend(pair.acquire_burst("ns", &format!("s{}", subject % 3), limit, count));
+            }
             Op::Abandon(i) if !outstanding.is_empty() => {
                 let request = outstanding.remove(i % outstanding.len());
                 pair.abandon(request);
@@ -67,6 +74,11 @@ pub fn run_ops(ops: &[Op], start: Instant) {
                     pair.release(index);
                 }
             }
+            Op::ReleaseBurst(n) if !pair.held.is_empty() => {
+                // Held leases with a renewal in flight stay with their holder.
+                let renewing = pair.held.iter().take_while(|l| !pair.renewing(l.id())).count();
+                pair.release_burst(renewing.min(usize::from(n % 6) + 2));
+            }
             Op::Renew(i) if !pair.held.is_empty() => {
                 let index = i % pair.held.len();
                 outstanding.push(pair.renew(index));
@@ -79,7 +91,7 @@ pub fn run_ops(ops: &[Op], start: Instant) {
             Op::Cut => pair.cut(),
             Op::LandGhosts => pair.land_ghosts(),
             Op::FlushScripts => pair.server.flush_scripts(),
-            Op::Abandon(_) | Op::ToClientThenAbandon(..) | Op::Release(_) | Op::Renew(_) => {}
+            Op::Abandon(_) | Op::ToClientThenAbandon(..) | Op::Release(_) | Op::Renew(_) | Op::ReleaseBurst(_) => {}
         }
     }
     // Heal: the network works and every timer runs out; then the bytes still
@@ -128,8 +140,8 @@ pub fn reply_decode(data: &[u8], start: Instant) {
     client.handle_connected(start, connection);
     let scripts = Scripts::default();
     let handshake = format!(
-        "+PONG\r\n$40\r\n{}\r\n$40\r\n{}\r\n$40\r\n{}\r\n",
-        scripts.acquire.sha, scripts.compensate.sha, scripts.renew.sha
+        "+PONG\r\n$40\r\n{}\r\n$40\r\n{}\r\n$40\r\n{}\r\n$40\r\n{}\r\n",
+        scripts.acquire.sha, scripts.compensate.sha, scripts.renew.sha, scripts.acquire_many.sha
     );
     client.handle_input(start, connection, handshake.as_bytes());
     assert_eq!(client.connection(), Some((connection, true)), "the handshake completes");

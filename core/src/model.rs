@@ -4,7 +4,7 @@
 //! milliseconds, and executes natively what our scripts do, so property tests,
 //! fuzzers and the simulator run the real `Client` against one agreed meaning
 //! of "the lease set". It implements only what the client sends: `PING`,
-//! `AUTH`, `SELECT`, `SCRIPT LOAD`, `EVALSHA`, `EVAL` (of our three scripts) and
+//! `AUTH`, `SELECT`, `SCRIPT LOAD`, `EVALSHA`, `EVAL` (of our four scripts) and
 //! `ZREM`, plus `SCRIPT FLUSH` to exercise `NOSCRIPT`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use bytes::{Bytes, BytesMut};
 
 use crate::resp::{Frame, ReplyLimits, ReplyReader};
-use crate::script::{Scripts, ACQUIRE, COMPENSATE, RENEW};
+use crate::script::{Scripts, ACQUIRE, ACQUIRE_MANY, COMPENSATE, RENEW};
 
 /// What one acquire did, in execution order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +37,10 @@ pub struct RedisModel {
     pub password: Option<String>,
     /// Every acquire executed, in order.
     pub acquires: Vec<AcquireRecord>,
+    /// `ACQUIRE_MANY` calls executed.
+    pub batches: usize,
+    /// `ZREM` calls executed.
+    pub zrems: usize,
 }
 
 /// One client connection's state on the model server.
@@ -155,13 +159,13 @@ impl RedisModel {
                 }
                 None => error("ERR the model knows only inflight's scripts"),
             },
-            ("ZREM", 3) => {
+            ("ZREM", n) if n >= 3 => {
+                self.zrems += 1;
                 self.expire();
-                let removed = self
-                    .sets
-                    .get_mut(&args[1])
-                    .and_then(|set| set.remove(&args[2]))
-                    .is_some();
+                let removed = match self.sets.get_mut(&args[1]) {
+                    Some(set) => args[2..].iter().filter(|id| set.remove(*id).is_some()).count(),
+                    None => 0,
+                };
                 Frame::Integer(removed as i64)
             }
             _ => error("ERR unknown command or wrong number of arguments"),
@@ -175,6 +179,8 @@ impl RedisModel {
             Some(self.scripts.compensate.sha.clone())
         } else if text == RENEW.as_bytes() {
             Some(self.scripts.renew.sha.clone())
+        } else if text == ACQUIRE_MANY.as_bytes() {
+            Some(self.scripts.acquire_many.sha.clone())
         } else {
             None
         }
@@ -205,6 +211,28 @@ impl RedisModel {
             }
             self.strings.insert(rest[2].clone(), self.now_ms + ttl);
             Frame::BulkString(rest[4].clone())
+        } else if sha == self.scripts.acquire_many.sha {
+            // numkeys, the lease set, N tombstones, ttl, limit, N ids.
+            let batch = number(&rest[0]).map(|keys| keys.saturating_sub(1) as usize);
+            let Some(n) = batch.filter(|&n| n >= 1 && rest.len() == 2 * n + 4) else {
+                return error("ERR Error running script: bad arguments");
+            };
+            let (leases, tombstones, ids) = (&rest[1], &rest[2..2 + n], &rest[4 + n..]);
+            let (Some(ttl), Some(limit)) = (number(&rest[2 + n]), number(&rest[3 + n])) else {
+                return error("ERR Error running script: bad arguments");
+            };
+            self.batches += 1;
+            let mut reply = Vec::with_capacity(2 * n);
+            for (tombstone, id) in tombstones.iter().zip(ids) {
+                let status = self.acquire(leases, tombstone, ttl, limit, id);
+                self.acquires.push(AcquireRecord {
+                    key: leases.clone(),
+                    lease: id.clone(),
+                    status,
+                });
+                reply.extend([Frame::Integer(status), Frame::BulkString(id.clone())]);
+            }
+            Frame::Array(reply)
         } else if sha == self.scripts.renew.sha && rest.len() == 4 && &rest[0][..] == b"1" {
             let Some(ttl) = number(&rest[2]) else {
                 return error("ERR Error running script: bad arguments");

@@ -55,13 +55,20 @@ pub enum ProtocolError {
 
 /// Appends one command (a RESP array of bulk strings) to `out`.
 pub fn encode_command(out: &mut BytesMut, args: &[&[u8]]) {
-    // Commands have at most 8 arguments; a fixed array keeps this allocation-free.
-    let mut frames = [const { BorrowedFrame::Null }; 8];
-    assert!(args.len() <= frames.len(), "command with too many arguments");
+    // Most commands have at most 8 arguments: a fixed array keeps those
+    // allocation-free. Batched acquires have more.
+    let mut fixed = [const { BorrowedFrame::Null }; 8];
+    let mut long = Vec::new();
+    let frames: &mut [BorrowedFrame] = if args.len() <= fixed.len() {
+        &mut fixed[..args.len()]
+    } else {
+        long.resize(args.len(), BorrowedFrame::Null);
+        &mut long
+    };
     for (frame, arg) in frames.iter_mut().zip(args) {
         *frame = BorrowedFrame::BulkString(arg);
     }
-    extend_encode_borrowed(out, &BorrowedFrame::Array(&frames[..args.len()]), false)
+    extend_encode_borrowed(out, &BorrowedFrame::Array(frames), false)
         .expect("encoding into a growable buffer cannot fail");
 }
 

@@ -92,6 +92,22 @@ impl Pair {
     // ---- what a caller does -------------------------------------------------
 
     pub fn acquire(&mut self, namespace: &str, subject: &str, limit: u32) -> RequestId {
+        let request = self.acquire_unpumped(namespace, subject, limit);
+        self.pump();
+        request
+    }
+
+    /// `count` acquires before the client's outputs are taken, as when many
+    /// callers reach the driver in one wake-up: they go out as one batch.
+    pub fn acquire_burst(&mut self, namespace: &str, subject: &str, limit: u32, count: usize) -> Vec<RequestId> {
+        let requests = (0..count)
+            .map(|_| self.acquire_unpumped(namespace, subject, limit))
+            .collect();
+        self.pump();
+        requests
+    }
+
+    fn acquire_unpumped(&mut self, namespace: &str, subject: &str, limit: u32) -> RequestId {
         let key = Key::new(namespace, subject).expect("valid key");
         let limit = NonZeroU32::new(limit).expect("non-zero limit");
         let request = self.client.acquire(self.now, &key, limit);
@@ -105,7 +121,6 @@ impl Pair {
                 ..RequestRecord::default()
             },
         );
-        self.pump();
         request
     }
 
@@ -140,6 +155,15 @@ impl Pair {
         self.requests
             .values()
             .any(|r| r.renews == Some(lease) && !r.answered && !r.abandoned)
+    }
+
+    /// Releases the first `count` held leases before the client's outputs are
+    /// taken: those of one subject go out as one `ZREM`.
+    pub fn release_burst(&mut self, count: usize) {
+        for lease in self.held.drain(..count.min(self.held.len())) {
+            self.client.release(self.now, lease);
+        }
+        self.pump();
     }
 
     /// Releases the `index`-th held lease.

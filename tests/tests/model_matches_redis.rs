@@ -28,7 +28,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
         let id = lease.to_string();
         let tombstone = keys.tombstone(&lease);
         let mut command = BytesMut::new();
-        match rng.below(11) {
+        match rng.below(12) {
             // Acquire (sometimes by text), with a small limit so denials happen.
             0..=4 => {
                 let limit = (1 + rng.below(4)).to_string();
@@ -41,7 +41,16 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                     &[b"3600000", limit.as_bytes(), id.as_bytes()],
                 );
             }
-            5..=7 => encode_command(&mut command, &[b"ZREM", keys.leases(), id.as_bytes()]),
+            5..=6 => encode_command(&mut command, &[b"ZREM", keys.leases(), id.as_bytes()]),
+            7 => {
+                // Several at once, as a batch of releases goes.
+                let more: Vec<String> = (0..1 + rng.below(3))
+                    .map(|_| LeaseId::from_parts(0xd1ff, rng.below(40)).to_string())
+                    .collect();
+                let mut args: Vec<&[u8]> = vec![b"ZREM", keys.leases(), id.as_bytes()];
+                args.extend(more.iter().map(|m| m.as_bytes()));
+                encode_command(&mut command, &args);
+            }
             8 => scripts.encode_call(
                 &mut command,
                 ScriptKind::Compensate,
@@ -49,6 +58,29 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                 &[keys.leases(), &tombstone],
                 &[b"3600000", id.as_bytes()],
             ),
+            10 => {
+                // A batch of distinct ids (the client never repeats one).
+                let mut leases: Vec<LeaseId> = Vec::new();
+                while leases.len() < 2 + rng.below(4) as usize {
+                    let lease = LeaseId::from_parts(0xd1ff, rng.below(40));
+                    if !leases.contains(&lease) {
+                        leases.push(lease);
+                    }
+                }
+                let tombstones: Vec<_> = leases.iter().map(|l| keys.tombstone(l)).collect();
+                let tombstones: Vec<&[u8]> = tombstones.iter().map(|t| &t[..]).collect();
+                let ids: Vec<String> = leases.iter().map(|l| l.to_string()).collect();
+                let ids: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes()).collect();
+                let limit = (1 + rng.below(4)).to_string();
+                scripts.encode_acquire_many(
+                    &mut command,
+                    keys.leases(),
+                    &tombstones,
+                    b"3600000",
+                    limit.as_bytes(),
+                    &ids,
+                );
+            }
             9 => scripts.encode_call(
                 &mut command,
                 ScriptKind::Renew,
@@ -57,7 +89,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                 &[b"3600000", id.as_bytes()],
             ),
             _ => {
-                let kind = ScriptKind::ALL[rng.below(3) as usize];
+                let kind = ScriptKind::ALL[rng.below(ScriptKind::ALL.len() as u64) as usize];
                 scripts.encode_load(&mut command, kind);
             }
         }

@@ -2,10 +2,10 @@
 
 use std::time::Instant;
 
-use super::{backoff, AcquireOp, Client, Connection, Phase, Request, Step};
+use super::{backoff, AcquireOp, Client, Connection, Phase, ReleaseJob, Request, RequestId, Step};
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Unavailable};
 use crate::pipeline::Pipeline;
-use crate::script::ScriptKind;
+use crate::script::{ScriptKind, MAX_BATCH, MAX_RELEASE_BATCH};
 
 impl Client {
     pub(super) fn start_connect(&mut self, now: Instant) {
@@ -19,7 +19,7 @@ impl Client {
             },
             pipeline: Pipeline::new(self.config.reply_limits),
             acquires: 0,
-            reloading: [false; 3],
+            reloading: [false; 4],
         });
         self.actions.push_back(Action::Connect(id));
     }
@@ -49,13 +49,30 @@ impl Client {
         }
         self.stats.connections_replaced += 1;
         self.events.push_back(Event::Retired(conn.id, error.clone()));
+        // Never written: they wait for the next connection like any other.
+        for (op, _) in std::mem::take(&mut self.staged).into_iter().rev() {
+            self.waiting.push_front(op);
+        }
+        for (job, _) in std::mem::take(&mut self.staged_releases) {
+            self.queue_release(job);
+        }
         let pending: Vec<Request> = conn.pipeline.drain().collect();
         for request in pending {
             match request {
                 Request::Acquire(op) => {
                     self.ambiguous(now, op, error.clone());
                 }
+                Request::AcquireMany(ops) => {
+                    for op in ops {
+                        self.ambiguous(now, op, error.clone());
+                    }
+                }
                 Request::Release(job) => self.retry_release(now, job),
+                Request::ReleaseMany(jobs) => {
+                    for job in jobs {
+                        self.retry_release(now, job);
+                    }
+                }
                 Request::Handshake(_) => {}
             }
         }
@@ -81,9 +98,93 @@ impl Client {
         }
     }
 
+    /// Takes `op` for the ready connection; `poll_transmit` writes it.
     pub(super) fn send_acquire(&mut self, now: Instant, mut op: AcquireOp) {
         op.sent_at.get_or_insert(now);
-        self.send(Request::Acquire(op), now + self.config.request_liveness);
+        let conn = self.connection.as_mut().expect("sent on the current connection");
+        conn.acquires += 1;
+        self.staged.push((op, now));
+    }
+
+    /// Forgets a request that has not been written yet (its caller is gone):
+    /// nothing reached Redis, so nothing needs compensating.
+    pub(super) fn unsend(&mut self, request: RequestId) {
+        self.waiting.retain(|op| op.request != request);
+        if let Some(at) = self.staged.iter().position(|(op, _)| op.request == request) {
+            self.staged.remove(at);
+            if let Some(conn) = self.connection.as_mut() {
+                conn.acquires -= 1;
+            }
+        }
+    }
+
+    /// Writes the staged acquires: those of one subject and limit together,
+    /// as one `ACQUIRE_MANY` of up to `MAX_BATCH`; renewals, `EVAL` fallbacks
+    /// and lone acquires one by one. Order within a subject is kept.
+    pub(super) fn write_staged(&mut self) {
+        self.write_staged_acquires();
+        self.write_staged_releases();
+    }
+
+    fn write_staged_acquires(&mut self) {
+        if self.staged.is_empty() {
+            return;
+        }
+        let mut groups: Vec<Vec<(AcquireOp, Instant)>> = Vec::new();
+        for (op, at) in std::mem::take(&mut self.staged) {
+            let batchable = !op.renewal && !op.by_text;
+            let group = groups.iter_mut().find(|group| {
+                let first = &group[0].0;
+                batchable
+                    && !first.renewal
+                    && !first.by_text
+                    && group.len() < MAX_BATCH
+                    && first.limit == op.limit
+                    && first.keys.leases() == op.keys.leases()
+            });
+            match group {
+                Some(group) => group.push((op, at)),
+                None => groups.push(vec![(op, at)]),
+            }
+        }
+        for group in groups {
+            let oldest = group.iter().map(|(_, at)| *at).min().expect("groups are not empty");
+            let deadline = oldest + self.config.request_liveness;
+            let mut ops: Vec<AcquireOp> = group.into_iter().map(|(op, _)| op).collect();
+            let request = match ops.len() {
+                1 => Request::Acquire(ops.pop().expect("one")),
+                _ => Request::AcquireMany(ops),
+            };
+            self.send(request, deadline);
+        }
+    }
+
+    /// Writes the staged releases: those of one subject as one `ZREM` of up
+    /// to `MAX_RELEASE_BATCH` ids.
+    fn write_staged_releases(&mut self) {
+        if self.staged_releases.is_empty() {
+            return;
+        }
+        let mut groups: Vec<Vec<(ReleaseJob, Instant)>> = Vec::new();
+        for (job, at) in std::mem::take(&mut self.staged_releases) {
+            let group = groups
+                .iter_mut()
+                .find(|g| g.len() < MAX_RELEASE_BATCH && g[0].0.keys.leases() == job.keys.leases());
+            match group {
+                Some(group) => group.push((job, at)),
+                None => groups.push(vec![(job, at)]),
+            }
+        }
+        for group in groups {
+            let oldest = group.iter().map(|(_, at)| *at).min().expect("groups are not empty");
+            let deadline = oldest + self.config.request_liveness;
+            let mut jobs: Vec<ReleaseJob> = group.into_iter().map(|(job, _)| job).collect();
+            let request = match jobs.len() {
+                1 => Request::Release(jobs.pop().expect("one")),
+                _ => Request::ReleaseMany(jobs),
+            };
+            self.send(request, deadline);
+        }
     }
 
     /// Queues a `SCRIPT LOAD` on the ready connection, once per script at a time.

@@ -46,6 +46,14 @@ impl Request {
                     &[ttl_ms, limit.as_bytes(), &op.lease_bytes],
                 );
             }
+            Request::AcquireMany(ops) => {
+                let leases = ops[0].keys.leases();
+                let tombstones: Vec<_> = ops.iter().map(|op| op.keys.tombstone(&op.lease)).collect();
+                let tombstones: Vec<&[u8]> = tombstones.iter().map(|t| &t[..]).collect();
+                let ids: Vec<&[u8]> = ops.iter().map(|op| &op.lease_bytes[..]).collect();
+                let limit = ops[0].limit.to_string();
+                scripts.encode_acquire_many(out, leases, &tombstones, ttl_ms, limit.as_bytes(), &ids);
+            }
             Request::Release(job) if job.compensation => {
                 let tombstone = job.keys.tombstone(&job.lease);
                 scripts.encode_call(
@@ -57,6 +65,12 @@ impl Request {
                 );
             }
             Request::Release(job) => encode_command(out, &[b"ZREM", job.keys.leases(), &job.lease_bytes]),
+            Request::ReleaseMany(jobs) => {
+                let mut command: Vec<&[u8]> = Vec::with_capacity(2 + jobs.len());
+                command.extend([b"ZREM".as_slice(), jobs[0].keys.leases()]);
+                command.extend(jobs.iter().map(|job| &job.lease_bytes[..]));
+                encode_command(out, &command);
+            }
         }
     }
 }
@@ -65,9 +79,6 @@ impl Client {
     /// Writes `request` on the current connection; its reply is due by `deadline`.
     pub(super) fn send(&mut self, request: Request, deadline: Instant) {
         let conn = self.connection.as_mut().expect("sent on the current connection");
-        if matches!(request, Request::Acquire(_)) {
-            conn.acquires += 1;
-        }
         let (config, scripts, ttl_ms) = (&self.config, &self.scripts, &self.ttl_ms);
         conn.pipeline.send(request, deadline, |request, out| {
             request.encode(config, scripts, ttl_ms, out)

@@ -72,6 +72,13 @@ pub struct Client {
     last_connect_error: ConnectionError,
     /// Acquires that wait for the connection's handshake to finish.
     waiting: VecDeque<AcquireOp>,
+    /// Acquires (and renewals) for the ready connection, with when they were
+    /// taken, written at the next `poll_transmit`: those of one subject and
+    /// limit go out as one `ACQUIRE_MANY` call.
+    staged: Vec<(AcquireOp, Instant)>,
+    /// Ordinary releases for the ready connection, written at the next
+    /// `poll_transmit`: those of one subject as one `ZREM`.
+    staged_releases: Vec<(ReleaseJob, Instant)>,
     /// Callers still waiting for an outcome, with their deadline.
     callers: HashMap<RequestId, Instant>,
     /// Those of `callers` that wait for a renewal rather than an acquire.
@@ -89,10 +96,10 @@ struct Connection {
     id: ConnectionId,
     phase: Phase,
     pipeline: Pipeline<Request>,
-    /// Acquires pending in `pipeline`, for the in-flight cap.
+    /// Acquires staged for or pending in `pipeline`, for the in-flight cap.
     acquires: usize,
     /// A `SCRIPT LOAD` is on its way after a `NOSCRIPT`, per `ScriptKind`.
-    reloading: [bool; 3],
+    reloading: [bool; 4],
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +120,11 @@ enum Phase {
 enum Request {
     Handshake(Step),
     Acquire(AcquireOp),
+    /// Two or more acquires of one subject and limit, in one script call.
+    AcquireMany(Vec<AcquireOp>),
     Release(ReleaseJob),
+    /// Two or more ordinary releases of one subject, in one `ZREM`.
+    ReleaseMany(Vec<ReleaseJob>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,6 +215,8 @@ impl Client {
             connect_failures: 0,
             last_connect_error: ConnectionError::Closed,
             waiting: VecDeque::new(),
+            staged: Vec::new(),
+            staged_releases: Vec::new(),
             callers: HashMap::new(),
             renewals: HashSet::new(),
             caller_deadlines: BTreeSet::new(),
@@ -239,10 +252,14 @@ impl Client {
         let in_flight = self.connection.as_ref().map_or(0, |c| {
             c.pipeline
                 .pending()
-                .filter(|r| matches!(r, Request::Release(_)))
-                .count()
+                .map(|r| match r {
+                    Request::Release(_) => 1,
+                    Request::ReleaseMany(jobs) => jobs.len(),
+                    _ => 0,
+                })
+                .sum()
         });
-        self.releases.len() + in_flight
+        self.releases.len() + self.staged_releases.len() + in_flight
     }
 
     /// Acquires waiting for a connection or for their reply, abandoned ones
@@ -335,7 +352,7 @@ impl Client {
         if let Some(deadline) = self.callers.remove(&request) {
             self.caller_deadlines.remove(&(deadline, request));
             self.renewals.remove(&request);
-            self.waiting.retain(|op| op.request != request);
+            self.unsend(request);
             return;
         }
         // A driver feeds a reply and the caller's departure in one wake-up
@@ -404,8 +421,10 @@ impl Client {
                     break;
                 }
             };
-            if let (Request::Acquire(_), _) = &reply {
-                conn.acquires -= 1;
+            match &reply.0 {
+                Request::Acquire(_) => conn.acquires -= 1,
+                Request::AcquireMany(ops) => conn.acquires -= ops.len(),
+                _ => {}
             }
             if let Err(error) = self.on_reply(now, reply.0, reply.1) {
                 self.drop_connection(now, error);
@@ -429,7 +448,7 @@ impl Client {
             if deadline > now {
                 break;
             }
-            self.waiting.retain(|op| op.request != request);
+            self.unsend(request);
             self.fail(request, Unavailable::Timeout);
         }
         if let Some(conn) = &self.connection {
@@ -469,6 +488,7 @@ impl Client {
     }
 
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.write_staged();
         let conn = self.connection.as_mut()?;
         if matches!(conn.phase, Phase::Connecting { .. }) {
             return None;

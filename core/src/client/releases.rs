@@ -63,7 +63,13 @@ impl Client {
         });
     }
 
+    /// Ordinary releases are staged so that `poll_transmit` can write those of
+    /// one subject as one `ZREM`; compensations (a script each) go at once.
     pub(super) fn send_release(&mut self, now: Instant, job: ReleaseJob) {
-        self.send(Request::Release(job), now + self.config.request_liveness);
+        if job.compensation {
+            self.send(Request::Release(job), now + self.config.request_liveness);
+        } else {
+            self.staged_releases.push((job, now));
+        }
     }
 }

@@ -14,7 +14,9 @@ impl Client {
         match request {
             Request::Handshake(step) => self.on_handshake_reply(step, frame),
             Request::Acquire(op) => self.on_acquire_reply(now, op, frame),
+            Request::AcquireMany(ops) => self.on_batch_reply(now, ops, frame),
             Request::Release(job) => self.on_release_reply(now, job, frame),
+            Request::ReleaseMany(jobs) => self.on_release_many_reply(now, jobs, frame),
         }
     }
 
@@ -118,6 +120,61 @@ impl Client {
         Ok(())
     }
 
+    /// One reply for several acquires: a pair per acquire, each checked for
+    /// shape and echo before any is believed, then each read as its own reply.
+    /// An error reply is each acquire's error.
+    pub(super) fn on_batch_reply(
+        &mut self,
+        now: Instant,
+        ops: Vec<AcquireOp>,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
+        let items = match frame {
+            Frame::Error(message) => {
+                if matches!(classify(&message), ErrorClass::NoScript) {
+                    self.reload(now, ScriptKind::AcquireMany);
+                }
+                let mut result = Ok(());
+                for op in ops {
+                    let outcome = self.on_acquire_error(now, op, &message);
+                    result = result.and(outcome);
+                }
+                return result;
+            }
+            Frame::Array(items) if items.len() == 2 * ops.len() => items,
+            other => return Err(self.all_ambiguous(now, ops, unexpected("acquire batch", &other))),
+        };
+        let well_formed = items
+            .chunks_exact(2)
+            .all(|pair| matches!(pair, [Frame::Integer(_), Frame::BulkString(_)]));
+        if !well_formed {
+            let frame = Frame::Array(items);
+            return Err(self.all_ambiguous(now, ops, unexpected("acquire batch", &frame)));
+        }
+        let echoed = items
+            .chunks_exact(2)
+            .zip(&ops)
+            .all(|(pair, op)| matches!(&pair[1], Frame::BulkString(echo) if *echo == op.lease_bytes));
+        if !echoed && !self.bug_skip_echo_check() {
+            return Err(self.all_ambiguous(now, ops, ConnectionError::EchoMismatch));
+        }
+        let mut items = items.into_iter();
+        let mut result = Ok(());
+        for op in ops {
+            let pair = vec![items.next().expect("checked"), items.next().expect("checked")];
+            let outcome = self.on_acquire_reply(now, op, Frame::Array(pair));
+            result = result.and(outcome);
+        }
+        result
+    }
+
+    fn all_ambiguous(&mut self, now: Instant, ops: Vec<AcquireOp>, error: ConnectionError) -> ConnectionError {
+        for op in ops {
+            self.ambiguous(now, op, error.clone());
+        }
+        error
+    }
+
     pub(super) fn on_acquire_error(
         &mut self,
         now: Instant,
@@ -197,6 +254,36 @@ impl Client {
             compensation: job.compensation,
         });
         Ok(())
+    }
+
+    /// One `ZREM` for several leases: a count means every one is gone (or was
+    /// already); anything else, each is retried on its own schedule.
+    pub(super) fn on_release_many_reply(
+        &mut self,
+        now: Instant,
+        jobs: Vec<ReleaseJob>,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
+        if let Frame::Integer(_) = frame {
+            for job in jobs {
+                self.stats.releases += 1;
+                self.events.push_back(Event::Released {
+                    lease: job.lease,
+                    compensation: false,
+                });
+            }
+            return Ok(());
+        }
+        for job in jobs {
+            self.retry_release(now, job);
+        }
+        match frame {
+            Frame::Error(message) => match classify(&message) {
+                ErrorClass::NotExecutedRetire => Err(ConnectionError::Server(message.to_string())),
+                _ => Ok(()),
+            },
+            other => Err(unexpected("release batch", &other)),
+        }
     }
 
     pub(super) fn bug_skip_echo_check(&self) -> bool {
