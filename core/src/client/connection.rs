@@ -130,6 +130,8 @@ impl Client {
         if self.staged.is_empty() {
             return;
         }
+        // A batch's reply has two items per acquire; it must fit the reply limits.
+        let most = MAX_BATCH.min(self.config.reply_limits.max_array_len / 2).max(1);
         let mut groups: Vec<Vec<(AcquireOp, Instant)>> = Vec::new();
         for (op, at) in std::mem::take(&mut self.staged) {
             let batchable = !op.renewal && !op.by_text;
@@ -138,7 +140,7 @@ impl Client {
                 batchable
                     && !first.renewal
                     && !first.by_text
-                    && group.len() < MAX_BATCH
+                    && group.len() < most
                     && first.limit == op.limit
                     && first.keys.leases() == op.keys.leases()
             });

@@ -724,3 +724,26 @@ fn a_release_batch_cut_off_is_retried_and_still_frees_every_slot() {
     assert!(pair.client.stats().release_retries >= 3);
     pair.assert_no_leak();
 }
+
+#[test]
+fn batches_never_outgrow_the_reply_limits() {
+    let config = Config {
+        reply_limits: crate::ReplyLimits {
+            max_array_len: 6,
+            ..crate::ReplyLimits::default()
+        },
+        ..config()
+    };
+    let mut pair = Pair::connected(config, start());
+    let burst = pair.acquire_burst("t", "s", 10, 7);
+    pair.exchange();
+    assert_eq!(
+        pair.server.batches, 2,
+        "7 acquires in batches of at most 3 (6 reply items)"
+    );
+    assert!(burst
+        .iter()
+        .all(|r| matches!(pair.outcome(*r), Some(Outcome::Granted(_)))));
+    assert_eq!(pair.client.stats().connections_replaced, 0);
+    pair.assert_no_leak();
+}
