@@ -56,7 +56,8 @@ impl ModelConnection {
             reader: ReplyReader::new(ReplyLimits {
                 max_frame_bytes: 1 << 20,
                 max_line_bytes: 4 * 1024,
-                max_array_len: 64,
+                // Room for the longest command we send: a ZREM of MAX_RELEASE_BATCH ids.
+                max_array_len: 2 + crate::script::MAX_RELEASE_BATCH,
                 max_depth: 2,
             }),
             authenticated: false,

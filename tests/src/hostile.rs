@@ -112,6 +112,7 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
     // A second reader sees whole commands, to find the acquire among them.
     let mut commands = ReplyReader::new(ReplyLimits {
         max_frame_bytes: 1 << 20,
+        max_array_len: 2 + inflight_core::script::MAX_RELEASE_BATCH,
         ..ReplyLimits::default()
     });
     let mut buf = vec![0u8; 16 * 1024];

@@ -747,3 +747,24 @@ fn batches_never_outgrow_the_reply_limits() {
     assert_eq!(pair.client.stats().connections_replaced, 0);
     pair.assert_no_leak();
 }
+
+#[test]
+fn the_largest_release_batch_reaches_the_model_whole() {
+    let mut pair = Pair::connected(config(), start());
+    let count = crate::script::MAX_RELEASE_BATCH + 3;
+    for _ in 0..count.div_ceil(crate::script::MAX_BATCH) {
+        pair.acquire_burst("t", "s", 1000, crate::script::MAX_BATCH);
+        pair.exchange();
+    }
+    assert!(pair.held.len() >= count);
+    let zrems = pair.server.zrems;
+    pair.release_burst(count);
+    pair.exchange();
+    assert_eq!(
+        pair.server.zrems,
+        zrems + 2,
+        "{count} releases: one full ZREM and one more"
+    );
+    assert_eq!(pair.client.stats().connections_replaced, 0);
+    pair.assert_no_leak();
+}
