@@ -259,24 +259,33 @@ impl<C: Connector> Driver<C> {
 
     /// Drains the core: sockets first, then bytes, then callers.
     fn flush_outputs(&mut self) {
-        while let Some(action) = self.client.poll_action() {
-            match action {
-                Action::Connect(id) => self.open(id),
-                Action::Close(id) => {
-                    if let Some(connection) = self.connections.remove(&id) {
-                        connection.task.abort();
+        // Handling an event can give the core more to write (a release), so
+        // go round until a pass brings no event: nothing waits for a wake-up.
+        loop {
+            while let Some(action) = self.client.poll_action() {
+                match action {
+                    Action::Connect(id) => self.open(id),
+                    Action::Close(id) => {
+                        if let Some(connection) = self.connections.remove(&id) {
+                            connection.task.abort();
+                        }
                     }
                 }
             }
-        }
-        while let Some(transmit) = self.client.poll_transmit() {
-            if let Some(connection) = self.connections.get(&transmit.connection) {
-                // A closed writer means the task ended; its Closed event follows.
-                let _ = connection.outgoing.send(transmit.data);
+            while let Some(transmit) = self.client.poll_transmit() {
+                if let Some(connection) = self.connections.get(&transmit.connection) {
+                    // A closed writer means the task ended; its Closed event follows.
+                    let _ = connection.outgoing.send(transmit.data);
+                }
             }
-        }
-        while let Some(event) = self.client.poll_event() {
-            self.on_event(event);
+            let mut handled = false;
+            while let Some(event) = self.client.poll_event() {
+                handled = true;
+                self.on_event(event);
+            }
+            if !handled {
+                break;
+            }
         }
         if !self.flush_waiters.is_empty() && self.idle() {
             for done in self.flush_waiters.drain(..) {

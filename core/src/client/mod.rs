@@ -17,7 +17,11 @@
 //! After any input or call, the driver drains `poll_action` (open/close
 //! sockets), then `poll_transmit` (write bytes), then `poll_event` (wake
 //! callers), and finally sleeps until `poll_timeout`, when it calls
-//! `handle_timeout`. Doing exactly this keeps a driver correct.
+//! `handle_timeout`. If handling an event leads it to call in (a release, say),
+//! it drains again before sleeping: calls are written at the next
+//! `poll_transmit` (so that those of one wake-up share commands), and
+//! `poll_timeout` does not wait for them. Doing exactly this keeps a driver
+//! correct.
 //!
 //! # Words
 //!
