@@ -27,8 +27,8 @@
 //! ## TLS
 //! With the `tls` feature, `rediss://` URLs connect over TLS (rustls with
 //! ring), checking the server's certificate against the URL's host name or IP
-//! address and Mozilla's root set; [`Builder::tls_root_certificates`] trusts
-//! your own CA instead, [`Builder::tls_client_certificate`] presents a client
+//! address and Mozilla's root set; `Builder::tls_root_certificates` trusts
+//! your own CA instead, `Builder::tls_client_certificate` presents a client
 //! certificate. Without the feature a `rediss://` URL is refused at `connect`.
 //!
 //! ## Cancellation safety
