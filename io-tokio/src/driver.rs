@@ -14,7 +14,7 @@ use inflight_core::{
     Action, Client, Config, ConnectionError, ConnectionId, Event, Lease, LeaseId, Outcome, Renewal, RequestId,
     ServerAddress, Stats,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -56,12 +56,15 @@ pub(crate) struct Spawned {
     pub stats: tokio::sync::watch::Receiver<Stats>,
 }
 
-/// What connection tasks report.
-enum IoEvent {
-    Connected(ConnectionId),
-    Data(ConnectionId, Bytes),
+/// What connection tasks report. A connected task hands the driver its
+/// stream's read half: the driver reads replies itself, one hop fewer per
+/// reply than relaying them through the task.
+enum IoEvent<R> {
+    Connected(ConnectionId, R),
     Closed(ConnectionId, Option<String>),
 }
+
+type Reader<C> = ReadHalf<<C as Connector>::Io>;
 
 type Startup = oneshot::Sender<Result<(), ConnectError>>;
 
@@ -78,7 +81,10 @@ pub(crate) struct Driver<C: Connector> {
     /// Our own command sender, handed to every permit so that its drop can
     /// release. The receiver side closes when no limiter or permit is left.
     commands: mpsc::WeakUnboundedSender<Command>,
-    io_tx: mpsc::UnboundedSender<IoEvent>,
+    io_tx: mpsc::UnboundedSender<IoEvent<Reader<C>>>,
+    /// The ready connection's read half, and a buffer to read into.
+    reader: Option<(ConnectionId, Reader<C>)>,
+    read_buf: Vec<u8>,
     connections: HashMap<ConnectionId, Connection>,
     tickets: HashMap<u64, RequestId>,
     callers: HashMap<RequestId, (u64, Caller)>,
@@ -142,6 +148,8 @@ impl<C: Connector> Driver<C> {
             connector: Arc::new(connector),
             commands: commands.downgrade(),
             io_tx,
+            reader: None,
+            read_buf: vec![0; 16 * 1024],
             connections: HashMap::new(),
             tickets: HashMap::new(),
             callers: HashMap::new(),
@@ -161,7 +169,11 @@ impl<C: Connector> Driver<C> {
         })
     }
 
-    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>, mut io: mpsc::UnboundedReceiver<IoEvent>) {
+    async fn run(
+        mut self,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        mut io: mpsc::UnboundedReceiver<IoEvent<Reader<C>>>,
+    ) {
         let mut users_gone = false;
         loop {
             self.flush_outputs();
@@ -177,6 +189,9 @@ impl<C: Connector> Driver<C> {
             tokio::select! {
                 biased;
                 Some(event) = io.recv() => self.on_io(event),
+                read = read_from(&mut self.reader, &mut self.read_buf), if self.reader.is_some() => {
+                    self.on_read(read)
+                }
                 command = commands.recv(), if !users_gone => match command {
                     Some(command) => self.on_command(command),
                     None => users_gone = true,
@@ -199,6 +214,7 @@ impl<C: Connector> Driver<C> {
                 self.client.handle_timeout(now);
             }
         }
+        self.reader = None;
         for (_, connection) in self.connections.drain() {
             connection.task.abort();
         }
@@ -242,18 +258,43 @@ impl<C: Connector> Driver<C> {
         }
     }
 
-    fn on_io(&mut self, event: IoEvent) {
+    fn on_io(&mut self, event: IoEvent<Reader<C>>) {
         let now = now();
         match event {
-            IoEvent::Connected(id) => self.client.handle_connected(now, id),
-            IoEvent::Data(id, data) => self.client.handle_input(now, id, &data),
-            IoEvent::Closed(id, error) => {
-                if error.is_some() {
-                    self.last_io_error = error;
-                }
-                self.connections.remove(&id);
-                self.client.handle_closed(now, id);
+            // A connection closed meanwhile: its reader is dropped here.
+            IoEvent::Connected(id, reader) if self.connections.contains_key(&id) => {
+                self.reader = Some((id, reader));
+                self.client.handle_connected(now, id);
             }
+            IoEvent::Connected(..) => {}
+            IoEvent::Closed(id, error) => self.closed(now, id, error),
+        }
+    }
+
+    fn on_read(&mut self, (id, read): (ConnectionId, io::Result<usize>)) {
+        let now = now();
+        match read {
+            Ok(0) => self.closed(now, id, Some("Redis closed the connection".into())),
+            Ok(n) => self.client.handle_input(now, id, &self.read_buf[..n]),
+            Err(error) => self.closed(now, id, Some(error.to_string())),
+        }
+    }
+
+    fn closed(&mut self, now: Instant, id: ConnectionId, error: Option<String>) {
+        if error.is_some() {
+            self.last_io_error = error;
+        }
+        self.forget(id);
+        self.client.handle_closed(now, id);
+    }
+
+    /// Drops connection `id`: its reader, and its task (which holds the writer).
+    fn forget(&mut self, id: ConnectionId) {
+        if self.reader.as_ref().is_some_and(|(reading, _)| *reading == id) {
+            self.reader = None;
+        }
+        if let Some(connection) = self.connections.remove(&id) {
+            connection.task.abort();
         }
     }
 
@@ -265,11 +306,7 @@ impl<C: Connector> Driver<C> {
             while let Some(action) = self.client.poll_action() {
                 match action {
                     Action::Connect(id) => self.open(id),
-                    Action::Close(id) => {
-                        if let Some(connection) = self.connections.remove(&id) {
-                            connection.task.abort();
-                        }
-                    }
+                    Action::Close(id) => self.forget(id),
                 }
             }
             while let Some(transmit) = self.client.poll_transmit() {
@@ -463,15 +500,16 @@ fn far_future() -> tokio::time::Instant {
     tokio::time::Instant::now() + std::time::Duration::from_secs(86_400 * 365)
 }
 
-/// One connection: connect, then copy bytes both ways until either side ends
-/// or the driver aborts the task. Reads and writes run concurrently, so a
-/// peer that stops reading cannot stop us from reading its replies.
+/// One connection's task: connect, hand the read half to the driver, then
+/// write what the driver sends until either side ends or the driver aborts
+/// the task. Writing here, apart from the driver's reads, means a peer that
+/// stops reading cannot stop us from reading its replies.
 async fn run_connection<C: Connector>(
     connector: Arc<C>,
     host: String,
     port: u16,
     id: ConnectionId,
-    events: mpsc::UnboundedSender<IoEvent>,
+    events: mpsc::UnboundedSender<IoEvent<Reader<C>>>,
     mut outgoing: mpsc::UnboundedReceiver<Bytes>,
 ) {
     // The core's connect deadline bounds this: it closes (aborts) us when due.
@@ -482,39 +520,28 @@ async fn run_connection<C: Connector>(
             return;
         }
     };
-    if events.send(IoEvent::Connected(id)).is_err() {
+    let (reader, mut writer) = tokio::io::split(io);
+    if events.send(IoEvent::Connected(id, reader)).is_err() {
         return;
     }
-    let (mut reader, mut writer) = tokio::io::split(io);
-    let write = async {
+    let written = async {
         while let Some(data) = outgoing.recv().await {
             writer.write_all(&data).await?;
             writer.flush().await?;
         }
         Ok::<_, io::Error>(())
-    };
-    let read = async {
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            let n = reader.read(&mut buf).await?;
-            if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "Redis closed the connection",
-                ));
-            }
-            if events
-                .send(IoEvent::Data(id, Bytes::copy_from_slice(&buf[..n])))
-                .is_err()
-            {
-                return Ok(());
-            }
-        }
-    };
-    let result = tokio::select! {
-        biased;
-        result = read => result,
-        result = write => result,
-    };
-    let _ = events.send(IoEvent::Closed(id, result.err().map(|e| e.to_string())));
+    }
+    .await;
+    if let Err(error) = written {
+        let _ = events.send(IoEvent::Closed(id, Some(error.to_string())));
+    }
+}
+
+/// Reads what the ready connection has; the select guards `reader.is_some()`.
+async fn read_from<R: AsyncRead + Unpin>(
+    reader: &mut Option<(ConnectionId, R)>,
+    buf: &mut [u8],
+) -> (ConnectionId, io::Result<usize>) {
+    let (id, reader) = reader.as_mut().expect("read only while a reader is held");
+    (*id, reader.read(buf).await)
 }
