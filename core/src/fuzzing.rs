@@ -11,7 +11,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use crate::event::{Action, Event, RequestId};
 use crate::key::{hash_tag, Key, SubjectKeys};
 use crate::lease_id::LeaseId;
-use crate::script::Scripts;
+use crate::script::{ScriptKind, Scripts};
 use crate::testkit::Pair;
 use crate::{Client, Config, ServerAddress};
 
@@ -139,10 +139,11 @@ pub fn reply_decode(data: &[u8], start: Instant) {
     };
     client.handle_connected(start, connection);
     let scripts = Scripts::default();
-    let handshake = format!(
-        "+PONG\r\n$40\r\n{}\r\n$40\r\n{}\r\n$40\r\n{}\r\n$40\r\n{}\r\n",
-        scripts.acquire.sha, scripts.compensate.sha, scripts.renew.sha, scripts.acquire_many.sha
-    );
+    // PING, then one SCRIPT LOAD per script, in the client's order.
+    let mut handshake = String::from("+PONG\r\n");
+    for kind in ScriptKind::ALL {
+        handshake += &format!("$40\r\n{}\r\n", scripts.get(kind).sha);
+    }
     client.handle_input(start, connection, handshake.as_bytes());
     assert_eq!(client.connection(), Some((connection, true)), "the handshake completes");
     while client.poll_transmit().is_some() {}

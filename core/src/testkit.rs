@@ -353,16 +353,23 @@ impl Pair {
         }
     }
 
+    /// `request`'s record, as it gets its one outcome: it must have been made,
+    /// not answered already and not abandoned.
+    fn answer(&mut self, request: RequestId) -> (Bytes, Option<LeaseId>) {
+        let record = self
+            .requests
+            .get_mut(&request)
+            .expect("an outcome for a request never made");
+        assert!(!record.answered, "{request:?} got a second outcome");
+        assert!(!record.abandoned, "{request:?} got an outcome after it was abandoned");
+        record.answered = true;
+        (record.key.clone(), record.renews)
+    }
+
     fn check(&mut self, event: Event) {
         match &event {
             Event::Acquired(request, outcome) => {
-                let record = self
-                    .requests
-                    .get_mut(request)
-                    .expect("an outcome for a request never made");
-                assert!(!record.answered, "{request:?} got a second outcome");
-                assert!(!record.abandoned, "{request:?} got an outcome after it was abandoned");
-                record.answered = true;
+                let (key, _) = self.answer(*request);
                 let lease_id = self.client.lease_id(*request).to_string();
                 match outcome {
                     Outcome::Granted(lease) => {
@@ -371,8 +378,8 @@ impl Pair {
                             lease_id,
                             "{request:?} was handed another request's lease"
                         );
-                        assert_eq!(lease.redis_key(), &record.key, "{request:?} granted on another key");
-                        let live = self.server.live_leases(&record.key);
+                        assert_eq!(lease.redis_key(), &key, "{request:?} granted on another key");
+                        let live = self.server.live_leases(&key);
                         assert!(
                             live.iter().any(|id| id[..] == *lease_id.as_bytes()),
                             "granted lease is not in Redis"
@@ -395,18 +402,12 @@ impl Pair {
                 }
             }
             Event::Renewed(request, renewal) => {
-                let record = self
-                    .requests
-                    .get_mut(request)
-                    .expect("a renewal outcome for a request never made");
-                assert!(!record.answered, "{request:?} got a second outcome");
-                assert!(!record.abandoned, "{request:?} got an outcome after it was abandoned");
-                record.answered = true;
-                let renewed = record.renews.expect("a renewal outcome for an acquire");
+                let (key, renews) = self.answer(*request);
+                let renewed = renews.expect("a renewal outcome for an acquire");
                 match renewal {
                     Renewal::Extended(lease) => {
                         assert_eq!(lease.id(), renewed, "{request:?} renewed another lease");
-                        let live = self.server.live_leases(&record.key);
+                        let live = self.server.live_leases(&key);
                         assert!(
                             live.iter().any(|id| id[..] == renewed.to_bytes()[..]),
                             "renewed lease is not in Redis"

@@ -72,13 +72,7 @@ impl Limiter {
         if self.shared.commands.send(command).is_err() {
             return self.stopped();
         }
-        let mut guard = AbandonOnDrop {
-            ticket,
-            commands: &self.shared.commands,
-            armed: true,
-        };
-        let result = outcome.await;
-        guard.armed = false;
+        let result = answer(&self.shared.commands, ticket, outcome).await;
         metrics::histogram!(crate::metric_names::ACQUIRE_SECONDS).record(started.elapsed().as_secs_f64());
         match result {
             Ok(result) => result,
@@ -114,11 +108,28 @@ pub(crate) fn next_ticket() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// Waits for the driver's answer to `ticket`. Cancel-safe: if this future is
+/// dropped first, the driver is told the caller is gone.
+pub(crate) async fn answer<T>(
+    commands: &mpsc::UnboundedSender<Command>,
+    ticket: u64,
+    answer: oneshot::Receiver<T>,
+) -> Result<T, oneshot::error::RecvError> {
+    let mut guard = AbandonOnDrop {
+        ticket,
+        commands,
+        armed: true,
+    };
+    let answered = answer.await;
+    guard.armed = false;
+    answered
+}
+
 /// Tells the driver the caller is gone, unless the outcome was received.
-pub(crate) struct AbandonOnDrop<'a> {
-    pub ticket: u64,
-    pub commands: &'a mpsc::UnboundedSender<Command>,
-    pub armed: bool,
+struct AbandonOnDrop<'a> {
+    ticket: u64,
+    commands: &'a mpsc::UnboundedSender<Command>,
+    armed: bool,
 }
 
 impl Drop for AbandonOnDrop<'_> {

@@ -5,7 +5,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::driver::Command;
 use crate::error::{ReleaseError, RenewError};
-use crate::limiter::{next_ticket, AbandonOnDrop};
+use crate::limiter::{answer, next_ticket};
 
 /// Held while a request runs. Dropping it releases the lease in the background;
 /// [`Permit::release`] does the same and waits for the outcome.
@@ -66,17 +66,7 @@ impl Permit {
         if commands.send(Command::Renew { ticket, lease, reply }).is_err() {
             return Err(RenewError::Stopped);
         }
-        let result = {
-            let mut guard = AbandonOnDrop {
-                ticket,
-                commands,
-                armed: true,
-            };
-            let result = outcome.await;
-            guard.armed = false;
-            result
-        };
-        match result {
+        match answer(commands, ticket, outcome).await {
             Ok(Ok(renewed)) => {
                 self.lease = Some(renewed);
                 Ok(())

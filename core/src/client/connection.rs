@@ -127,65 +127,29 @@ impl Client {
     }
 
     fn write_staged_acquires(&mut self) {
-        if self.staged.is_empty() {
-            return;
-        }
         // A batch's reply has two items per acquire; it must fit the reply limits.
         let most = MAX_BATCH.min(self.config.reply_limits.max_array_len / 2).max(1);
-        let mut groups: Vec<Vec<(AcquireOp, Instant)>> = Vec::new();
-        for (op, at) in std::mem::take(&mut self.staged) {
-            let batchable = !op.renewal && !op.by_text;
-            let group = groups.iter_mut().find(|group| {
-                let first = &group[0].0;
-                batchable
-                    && !first.renewal
-                    && !first.by_text
-                    && group.len() < most
-                    && first.limit == op.limit
-                    && first.keys.leases() == op.keys.leases()
-            });
-            match group {
-                Some(group) => group.push((op, at)),
-                None => groups.push(vec![(op, at)]),
-            }
-        }
-        for group in groups {
-            let oldest = group.iter().map(|(_, at)| *at).min().expect("groups are not empty");
-            let deadline = oldest + self.config.request_liveness;
-            let mut ops: Vec<AcquireOp> = group.into_iter().map(|(op, _)| op).collect();
+        let staged = std::mem::take(&mut self.staged);
+        for (mut ops, oldest) in batches(staged, most, AcquireOp::batches_with) {
             let request = match ops.len() {
                 1 => Request::Acquire(ops.pop().expect("one")),
                 _ => Request::AcquireMany(ops),
             };
-            self.send(request, deadline);
+            self.send(request, oldest + self.config.request_liveness);
         }
     }
 
     /// Writes the staged releases: those of one subject as one `ZREM` of up
     /// to `MAX_RELEASE_BATCH` ids.
     fn write_staged_releases(&mut self) {
-        if self.staged_releases.is_empty() {
-            return;
-        }
-        let mut groups: Vec<Vec<(ReleaseJob, Instant)>> = Vec::new();
-        for (job, at) in std::mem::take(&mut self.staged_releases) {
-            let group = groups
-                .iter_mut()
-                .find(|g| g.len() < MAX_RELEASE_BATCH && g[0].0.keys.leases() == job.keys.leases());
-            match group {
-                Some(group) => group.push((job, at)),
-                None => groups.push(vec![(job, at)]),
-            }
-        }
-        for group in groups {
-            let oldest = group.iter().map(|(_, at)| *at).min().expect("groups are not empty");
-            let deadline = oldest + self.config.request_liveness;
-            let mut jobs: Vec<ReleaseJob> = group.into_iter().map(|(job, _)| job).collect();
+        let staged = std::mem::take(&mut self.staged_releases);
+        let same_subject = |a: &ReleaseJob, b: &ReleaseJob| a.keys.leases() == b.keys.leases();
+        for (mut jobs, oldest) in batches(staged, MAX_RELEASE_BATCH, same_subject) {
             let request = match jobs.len() {
                 1 => Request::Release(jobs.pop().expect("one")),
                 _ => Request::ReleaseMany(jobs),
             };
-            self.send(request, deadline);
+            self.send(request, oldest + self.config.request_liveness);
         }
     }
 
@@ -200,4 +164,24 @@ impl Client {
         }
         self.send(Request::Handshake(Step::Load(kind)), now + self.config.request_liveness);
     }
+}
+
+/// `staged` in groups of at most `most` whose first member is `together` with
+/// every other, each with when its oldest member was staged. Staging order is
+/// kept within a group.
+fn batches<T>(staged: Vec<(T, Instant)>, most: usize, together: impl Fn(&T, &T) -> bool) -> Vec<(Vec<T>, Instant)> {
+    let mut groups: Vec<(Vec<T>, Instant)> = Vec::new();
+    for (item, at) in staged {
+        match groups
+            .iter_mut()
+            .find(|(group, _)| group.len() < most && together(&group[0], &item))
+        {
+            Some((group, oldest)) => {
+                group.push(item);
+                *oldest = (*oldest).min(at);
+            }
+            None => groups.push((vec![item], at)),
+        }
+    }
+    groups
 }

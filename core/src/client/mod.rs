@@ -38,7 +38,7 @@
 //!   with a *compensating* release that also leaves a tombstone: should the
 //!   acquire's bytes reach Redis after the release, the script refuses the id.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
@@ -84,15 +84,21 @@ pub struct Client {
     /// `poll_transmit`: those of one subject as one `ZREM`.
     staged_releases: Vec<(ReleaseJob, Instant)>,
     /// Callers still waiting for an outcome, with their deadline.
-    callers: HashMap<RequestId, Instant>,
-    /// Those of `callers` that wait for a renewal rather than an acquire.
-    renewals: HashSet<RequestId>,
+    callers: HashMap<RequestId, Waiter>,
     caller_deadlines: BTreeSet<(Instant, RequestId)>,
     /// Releases waiting for a ready connection or for their retry time.
     releases: Vec<ReleaseJob>,
     events: VecDeque<Event>,
     actions: VecDeque<Action>,
     stats: Stats,
+}
+
+/// A caller still waiting for its request's outcome.
+#[derive(Debug, Clone, Copy)]
+struct Waiter {
+    deadline: Instant,
+    /// Waits for `Event::Renewed` rather than `Event::Acquired`.
+    renewal: bool,
 }
 
 #[derive(Debug)]
@@ -158,6 +164,13 @@ struct AcquireOp {
 }
 
 impl AcquireOp {
+    /// Whether the two may share one `ACQUIRE_MANY`: plain acquires (no
+    /// renewal, no `EVAL` fallback) of one subject under one limit.
+    fn batches_with(&self, other: &AcquireOp) -> bool {
+        let plain = |op: &AcquireOp| !op.renewal && !op.by_text;
+        plain(self) && plain(other) && self.limit == other.limit && self.keys.leases() == other.keys.leases()
+    }
+
     fn script(&self) -> ScriptKind {
         if self.renewal {
             ScriptKind::Renew
@@ -222,7 +235,6 @@ impl Client {
             staged: Vec::new(),
             staged_releases: Vec::new(),
             callers: HashMap::new(),
-            renewals: HashSet::new(),
             caller_deadlines: BTreeSet::new(),
             releases: Vec::new(),
             events: VecDeque::new(),
@@ -285,16 +297,7 @@ impl Client {
     /// [`SubjectKeys::new`] with this client's `key_prefix`), so a driver can
     /// do that work on the caller's thread instead of its own.
     pub fn acquire_keys(&mut self, now: Instant, keys: SubjectKeys, limit: NonZeroU32) -> RequestId {
-        let request = RequestId(self.next_request);
-        self.next_request += 1;
-        let deadline = now + self.config.acquire_timeout;
-        self.callers.insert(request, deadline);
-        self.caller_deadlines.insert((deadline, request));
-
-        if self.in_flight_acquires() >= self.config.max_in_flight {
-            self.fail(request, Unavailable::Overloaded);
-            return request;
-        }
+        let request = self.register(now, false);
         let lease = self.lease_ids.id(request.0);
         let op = AcquireOp {
             request,
@@ -315,16 +318,7 @@ impl Client {
     /// abandoned first. Renewals share the acquires' FIFO, timeout and
     /// in-flight cap.
     pub fn renew(&mut self, now: Instant, lease: &Lease) -> RequestId {
-        let request = RequestId(self.next_request);
-        self.next_request += 1;
-        let deadline = now + self.config.acquire_timeout;
-        self.callers.insert(request, deadline);
-        self.caller_deadlines.insert((deadline, request));
-        self.renewals.insert(request);
-        if self.in_flight_acquires() >= self.config.max_in_flight {
-            self.fail(request, Unavailable::Overloaded);
-            return request;
-        }
+        let request = self.register(now, true);
         let op = AcquireOp {
             request,
             lease: lease.id,
@@ -339,7 +333,22 @@ impl Client {
         request
     }
 
+    /// A new request whose caller waits at most the acquire timeout.
+    fn register(&mut self, now: Instant, renewal: bool) -> RequestId {
+        let request = RequestId(self.next_request);
+        self.next_request += 1;
+        let deadline = now + self.config.acquire_timeout;
+        self.callers.insert(request, Waiter { deadline, renewal });
+        self.caller_deadlines.insert((deadline, request));
+        request
+    }
+
+    /// Writes `op` (or has it wait for the handshake), unless the in-flight
+    /// cap or a backing-off connection fails it at once.
     fn submit_acquire(&mut self, now: Instant, op: AcquireOp) {
+        if self.in_flight_acquires() >= self.config.max_in_flight {
+            return self.fail(op.request, Unavailable::Overloaded);
+        }
         match self.connection.as_ref().map(|c| c.phase) {
             Some(Phase::Ready) => self.send_acquire(now, op),
             Some(_) => self.waiting.push_back(op),
@@ -353,9 +362,7 @@ impl Client {
     /// an outcome not yet taken with `poll_event` is withdrawn, and a lease
     /// Redis grants it, before or after this call, is released.
     pub fn abandon(&mut self, now: Instant, request: RequestId) {
-        if let Some(deadline) = self.callers.remove(&request) {
-            self.caller_deadlines.remove(&(deadline, request));
-            self.renewals.remove(&request);
+        if self.stop_waiting(request) {
             self.unsend(request);
             return;
         }
@@ -535,12 +542,20 @@ impl Client {
 
     // ---- outcomes ----------------------------------------------------------
 
-    /// Delivers `outcome` if the caller still waits. Returns whether it did.
-    fn finish(&mut self, request: RequestId, outcome: Outcome) -> bool {
-        let Some(deadline) = self.callers.remove(&request) else {
+    /// Forgets `request`'s caller; whether it was still waiting.
+    fn stop_waiting(&mut self, request: RequestId) -> bool {
+        let Some(waiter) = self.callers.remove(&request) else {
             return false;
         };
-        self.caller_deadlines.remove(&(deadline, request));
+        self.caller_deadlines.remove(&(waiter.deadline, request));
+        true
+    }
+
+    /// Delivers `outcome` if the caller still waits. Returns whether it did.
+    fn finish(&mut self, request: RequestId, outcome: Outcome) -> bool {
+        if !self.stop_waiting(request) {
+            return false;
+        }
         match &outcome {
             Outcome::Granted(_) => self.stats.granted += 1,
             Outcome::Exceeded => self.stats.denied += 1,
@@ -568,11 +583,9 @@ impl Client {
 
     /// Delivers a renewal's outcome if its caller still waits.
     fn finish_renewal(&mut self, request: RequestId, renewal: Renewal) {
-        let Some(deadline) = self.callers.remove(&request) else {
+        if !self.stop_waiting(request) {
             return;
-        };
-        self.caller_deadlines.remove(&(deadline, request));
-        self.renewals.remove(&request);
+        }
         match &renewal {
             Renewal::Extended(_) => self.stats.renewals += 1,
             Renewal::Lost => self.stats.leases_lost += 1,
@@ -584,7 +597,7 @@ impl Client {
     /// No trustworthy answer for `request`: deny or fail open, by policy (a
     /// renewal is simply unavailable).
     fn fail(&mut self, request: RequestId, reason: Unavailable) {
-        if self.renewals.contains(&request) {
+        if self.callers.get(&request).is_some_and(|waiter| waiter.renewal) {
             return self.finish_renewal(request, Renewal::Unavailable(reason));
         }
         let outcome = match self.config.unavailable_policy {
@@ -598,9 +611,7 @@ impl Client {
     /// (A renewal creates nothing, so there is nothing to release.)
     fn ambiguous(&mut self, now: Instant, op: AcquireOp, error: ConnectionError) -> ConnectionError {
         self.fail(op.request, Unavailable::ConnectionLost(error.clone()));
-        if !op.renewal {
-            self.compensate(now, op);
-        }
+        self.compensate(now, op);
         error
     }
 }

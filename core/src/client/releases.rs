@@ -6,8 +6,13 @@ use super::{backoff, AcquireOp, Client, Phase, ReleaseJob, Request};
 use crate::event::{Event, ReleaseFailure};
 
 impl Client {
-    /// Releases a lease the caller will never hold, with a tombstone.
+    /// Releases a lease the caller will never hold, with a tombstone. A
+    /// renewal creates no lease and extends one its holder still owns, so
+    /// there is never anything to compensate for it.
     pub(super) fn compensate(&mut self, now: Instant, op: AcquireOp) {
+        if op.renewal {
+            return;
+        }
         self.stats.compensations += 1;
         let job = ReleaseJob {
             lease: op.lease,

@@ -76,6 +76,16 @@ impl Client {
         if echo != op.lease_bytes && !self.bug_skip_echo_check() {
             return Err(self.ambiguous(now, op, ConnectionError::EchoMismatch));
         }
+        self.on_acquire_status(now, op, status)
+    }
+
+    /// What a trusted `{status, own id}` means for `op` (an acquire's shape and
+    /// echo are checked by the caller, once).
+    fn on_acquire_status(&mut self, now: Instant, op: AcquireOp, status: i64) -> Result<(), ConnectionError> {
+        let unexpected_status = |what: &str, op: &AcquireOp| {
+            let frame = Frame::Array(vec![Frame::Integer(status), Frame::BulkString(op.lease_bytes.clone())]);
+            unexpected(what, &frame)
+        };
         if op.renewal {
             let renewal = match status {
                 1 => Renewal::Extended(Lease {
@@ -85,8 +95,8 @@ impl Client {
                 }),
                 0 => Renewal::Lost,
                 _ => {
-                    let frame = Frame::Array(vec![Frame::Integer(status), Frame::BulkString(echo)]);
-                    return Err(self.ambiguous(now, op, unexpected("renew", &frame)));
+                    let error = unexpected_status("renew", &op);
+                    return Err(self.ambiguous(now, op, error));
                 }
             };
             self.finish_renewal(op.request, renewal);
@@ -113,16 +123,16 @@ impl Client {
             // compensated id, so a trusted connection should not say this.
             -1 => self.fail(op.request, Unavailable::Refused),
             _ => {
-                let frame = Frame::Array(vec![Frame::Integer(status), Frame::BulkString(echo)]);
-                return Err(self.ambiguous(now, op, unexpected("acquire", &frame)));
+                let error = unexpected_status("acquire", &op);
+                return Err(self.ambiguous(now, op, error));
             }
         }
         Ok(())
     }
 
     /// One reply for several acquires: a pair per acquire, each checked for
-    /// shape and echo before any is believed, then each read as its own reply.
-    /// An error reply is each acquire's error.
+    /// shape and echo before any is believed, then each status read as its
+    /// acquire's. An error reply is each acquire's error.
     pub(super) fn on_batch_reply(
         &mut self,
         now: Instant,
@@ -158,11 +168,12 @@ impl Client {
         if !echoed && !self.bug_skip_echo_check() {
             return Err(self.all_ambiguous(now, ops, ConnectionError::EchoMismatch));
         }
-        let mut items = items.into_iter();
         let mut result = Ok(());
-        for op in ops {
-            let pair = vec![items.next().expect("checked"), items.next().expect("checked")];
-            let outcome = self.on_acquire_reply(now, op, Frame::Array(pair));
+        for (op, pair) in ops.into_iter().zip(items.chunks_exact(2)) {
+            let Frame::Integer(status) = pair[0] else {
+                unreachable!("checked above")
+            };
+            let outcome = self.on_acquire_status(now, op, status);
             result = result.and(outcome);
         }
         result
@@ -200,9 +211,7 @@ impl Client {
             }
             ErrorClass::Unknown => {
                 self.fail(op.request, Unavailable::Server(message.to_string()));
-                if !op.renewal {
-                    self.compensate(now, op);
-                }
+                self.compensate(now, op);
                 Ok(())
             }
         }
