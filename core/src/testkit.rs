@@ -166,6 +166,17 @@ impl Pair {
         self.pump();
     }
 
+    /// Releases the `index`-th held lease and acquires before the client's
+    /// outputs are taken, as when a caller drops its permit and acquires
+    /// again at once (both reach the driver in one wake-up).
+    pub fn release_then_acquire(&mut self, index: usize, namespace: &str, subject: &str, limit: u32) -> RequestId {
+        let lease = self.held.remove(index);
+        self.client.release(self.now, lease);
+        let request = self.acquire_unpumped(namespace, subject, limit);
+        self.pump();
+        request
+    }
+
     /// Releases the `index`-th held lease.
     pub fn release(&mut self, index: usize) {
         let lease = self.held.remove(index);

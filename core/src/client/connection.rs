@@ -118,13 +118,19 @@ impl Client {
         }
     }
 
+    /// Writes what was staged since the last call, releases first: a release
+    /// only frees a slot, so one staged before an acquire of its subject must
+    /// reach Redis before it (a caller that drops a permit and acquires again
+    /// at once gets the slot it just gave back), and one staged after it
+    /// loses nothing by going first.
+    pub(super) fn write_staged(&mut self) {
+        self.write_staged_releases();
+        self.write_staged_acquires();
+    }
+
     /// Writes the staged acquires: those of one subject and limit together,
     /// as one `ACQUIRE_MANY` of up to `MAX_BATCH`; renewals, `EVAL` fallbacks
     /// and lone acquires one by one. Order within a subject is kept.
-    pub(super) fn write_staged(&mut self) {
-        self.write_staged_acquires();
-        self.write_staged_releases();
-    }
 
     fn write_staged_acquires(&mut self) {
         // A batch's reply has two items per acquire; it must fit the reply limits.

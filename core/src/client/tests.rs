@@ -55,6 +55,22 @@ fn grants_up_to_the_limit_denies_past_it_and_a_release_admits_again() {
 }
 
 #[test]
+fn a_release_goes_out_before_an_acquire_that_follows_it_in_one_wake_up() {
+    let mut pair = Pair::connected(config(), start());
+    let a = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    for _ in 0..3 {
+        // The permit is dropped and the same caller acquires at once: the
+        // slot it gave back is free by the time its acquire runs.
+        let again = pair.release_then_acquire(0, "t", "s", 1);
+        pair.exchange();
+        assert!(matches!(pair.outcome(again), Some(Outcome::Granted(_))), "{:?}", pair.outcome(again));
+    }
+    pair.assert_no_leak();
+}
+
+#[test]
 fn a_grant_for_an_abandoned_caller_is_compensated_and_never_delivered() {
     let mut pair = Pair::connected(config(), start());
     let a = pair.acquire("t", "s", 1);

@@ -1,0 +1,54 @@
+//! What a new user hits first (issue 10), each against a real redis-server.
+
+use std::time::Duration;
+
+use inflight_tests::RedisServer;
+use inflight_tokio::{Builder, Error, Key, Limiter};
+
+fn builder(url: &str) -> Builder {
+    Limiter::builder(url)
+        .key_prefix("hygiene")
+        .default_limit(1)
+        .lease_ttl(Duration::from_secs(30))
+        .timeout(Duration::from_millis(500))
+}
+
+fn key(subject: &str) -> Key {
+    Key::new("tier", subject).unwrap()
+}
+
+/// Dropping a permit and acquiring the same key at once, at limit 1: the
+/// release reaches Redis before the new acquire, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_dropped_and_acquired_again_at_once_is_granted() {
+    let server = RedisServer::start();
+    let limiter = builder(&server.url()).connect().await.unwrap();
+    let key = key("again");
+    let mut permit = limiter.acquire(&key).await.expect("the slot is free");
+    let mut granted = 0;
+    for _ in 0..200 {
+        drop(permit);
+        permit = match limiter.acquire(&key).await {
+            Ok(permit) => {
+                granted += 1;
+                permit
+            }
+            // Refused: the release went out behind it. Take the slot back
+            // once the release has landed, to go on counting.
+            Err(Error::Exceeded) => retake(&limiter, &key).await,
+            Err(other) => panic!("{other}"),
+        };
+    }
+    assert_eq!(granted, 200, "every acquire right after a drop gets the freed slot");
+}
+
+/// Takes `key`'s one slot once it is free again (at most 100 tries).
+async fn retake(limiter: &Limiter, key: &Key) -> inflight_tokio::Permit {
+    for _ in 0..100 {
+        if let Ok(permit) = limiter.acquire(key).await {
+            return permit;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the slot never came back");
+}
