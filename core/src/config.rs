@@ -249,7 +249,7 @@ pub struct ServerAddress {
 impl ServerAddress {
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let error = |reason: &str| ConfigError::Url {
-            url: redact(text),
+            url: redact_url(text),
             reason: reason.to_string(),
         };
         let url = url::Url::parse(text).map_err(|e| error(&e.to_string()))?;
@@ -303,8 +303,10 @@ impl ServerAddress {
     }
 }
 
-/// The URL with any password replaced, fit for an error message or a log.
-fn redact(text: &str) -> String {
+/// `text` with any password replaced, fit for an error message, a log or a
+/// `Debug` print. Text that is not a URL at all is not shown (it may be a
+/// secret pasted in the wrong place).
+pub fn redact_url(text: &str) -> String {
     match url::Url::parse(text) {
         Ok(mut url) if url.password().is_some() => {
             let _ = url.set_password(Some("<redacted>"));

@@ -141,7 +141,20 @@ impl Drop for AbandonOnDrop<'_> {
 }
 
 /// Configures and connects a [`Limiter`]. Every setting is validated by `connect`.
-#[derive(Debug, Clone)]
+///
+/// Its `Debug` print hides secrets: the URL's password and the TLS private key.
+///
+/// Lease ids come from the OS's randomness, fresh for every limiter. Fixed
+/// entropy (which would let two limiters share lease ids and break the limit)
+/// is a simulation-only switch, absent from a normal build:
+///
+#[cfg_attr(not(feature = "simulation"), doc = "```compile_fail")]
+// (With the feature on, as in a workspace build the simulator joins, it
+// would compile: there the block is only text. CI checks the crate alone.)
+#[cfg_attr(feature = "simulation", doc = "```text")]
+/// let builder = inflight_tokio::Limiter::builder("redis://127.0.0.1:6379").simulation_entropy([7; 16]);
+/// ```
+#[derive(Clone)]
 pub struct Builder {
     url: String,
     config: Config,
@@ -150,6 +163,21 @@ pub struct Builder {
     entropy: Option<[u8; 16]>,
     #[cfg(all(feature = "tls", not(madsim)))]
     tls: crate::tls::TlsOptions,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut debug = f.debug_struct("Builder");
+        debug
+            .field("url", &inflight_core::config::redact_url(&self.url))
+            .field("config", &self.config)
+            .field("default_limit", &self.default_limit)
+            .field("liveness", &self.liveness)
+            .field("entropy", &self.entropy.map(|_| "<set>"));
+        #[cfg(all(feature = "tls", not(madsim)))]
+        debug.field("tls", &self.tls);
+        debug.finish()
+    }
 }
 
 impl Builder {
@@ -207,9 +235,13 @@ impl Builder {
         self
     }
 
-    /// Entropy for lease ids. Leave unset in production (the OS provides it);
-    /// simulations set it so runs replay exactly.
-    pub fn entropy(mut self, entropy: [u8; 16]) -> Self {
+    /// Entropy for lease ids, so that a simulated run replays exactly. Two
+    /// limiters given the same entropy hand out the same lease ids and break
+    /// the limit between them; production code leaves this unset (the OS
+    /// provides fresh entropy), which is why it exists only with the
+    /// `simulation` feature.
+    #[cfg(feature = "simulation")]
+    pub fn simulation_entropy(mut self, entropy: [u8; 16]) -> Self {
         self.entropy = Some(entropy);
         self
     }

@@ -15,12 +15,29 @@ use crate::connector::{Connector, TcpConnector};
 use crate::error::ConnectError;
 
 /// What a `rediss://` connection trusts and presents; set through the builder.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct TlsOptions {
     /// PEM CA certificates that replace Mozilla's root set (webpki-roots).
     pub roots_pem: Option<Vec<u8>>,
     /// PEM certificate chain and private key, for servers with `tls-auth-clients yes`.
     pub client_auth: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Sizes only: the private key never appears in a print or a log.
+impl std::fmt::Debug for TlsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pem = |bytes: &Vec<u8>| format!("<{} bytes of PEM>", bytes.len());
+        f.debug_struct("TlsOptions")
+            .field("roots_pem", &self.roots_pem.as_ref().map(pem))
+            .field(
+                "client_auth",
+                &self
+                    .client_auth
+                    .as_ref()
+                    .map(|(chain, _)| (pem(chain), "<redacted key>")),
+            )
+            .finish()
+    }
 }
 
 /// Opens TCP, then runs the TLS handshake, verifying the server's

@@ -64,13 +64,13 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         .connect_timeout(Duration::from_millis(300))
         .max_in_flight(8)
         .on_unavailable(policy)
-        .entropy(plan.rng.entropy())
+        .simulation_entropy(plan.rng.entropy())
         .inject_bugs(plan.bugs);
     let name = plan.name.clone();
     let Some(limiter) = connect(&plan, builder.clone(), &connector, end).await else {
         return;
     };
-    let renewing_builder = builder.lease_ttl(RENEWING_TTL).entropy(plan.rng.entropy());
+    let renewing_builder = builder.lease_ttl(RENEWING_TTL).simulation_entropy(plan.rng.entropy());
     let Some(renewing) = connect(&plan, renewing_builder, &connector, end).await else {
         return;
     };

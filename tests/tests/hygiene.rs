@@ -52,3 +52,20 @@ async fn retake(limiter: &Limiter, key: &Key) -> inflight_tokio::Permit {
     }
     panic!("the slot never came back");
 }
+
+#[test]
+fn a_builders_debug_print_hides_the_password_and_the_tls_key() {
+    let pki = inflight_tests::TestPki::new(&["localhost"]);
+    let key = pki.client_key_pem.clone();
+    let builder = Limiter::builder("redis://alice:hunter2@127.0.0.1:6379/0")
+        .tls_client_certificate(pki.client_chain_pem.clone(), key.clone());
+    let printed = format!("{builder:?}");
+    assert!(!printed.contains("hunter2"), "{printed}");
+    assert!(printed.contains("alice") && printed.contains("127.0.0.1"), "{printed}");
+    let key_body = key.lines().nth(1).expect("a PEM body line");
+    assert!(!printed.contains(key_body), "the private key leaked: {printed}");
+    assert!(!printed.contains("PRIVATE KEY"), "{printed}");
+    // Something that is not a URL at all may be a secret pasted by mistake.
+    let printed = format!("{:?}", Limiter::builder("hunter2"));
+    assert!(!printed.contains("hunter2"), "{printed}");
+}

@@ -65,7 +65,11 @@ fn a_release_goes_out_before_an_acquire_that_follows_it_in_one_wake_up() {
         // slot it gave back is free by the time its acquire runs.
         let again = pair.release_then_acquire(0, "t", "s", 1);
         pair.exchange();
-        assert!(matches!(pair.outcome(again), Some(Outcome::Granted(_))), "{:?}", pair.outcome(again));
+        assert!(
+            matches!(pair.outcome(again), Some(Outcome::Granted(_))),
+            "{:?}",
+            pair.outcome(again)
+        );
     }
     pair.assert_no_leak();
 }
