@@ -436,6 +436,8 @@ impl<C: Connector> Driver<C> {
                 after: self.client.config().connect_timeout,
             },
             ConnectionError::Auth(reason) => ConnectError::Auth { addr, reason },
+            // Redis's own words; the variant already says it was the handshake.
+            ConnectionError::Handshake(reason) => ConnectError::Handshake { addr, reason },
             other => ConnectError::Handshake {
                 addr,
                 reason: other.to_string(),

@@ -26,13 +26,16 @@ pub enum Error {
 /// Why `connect` failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConnectError {
-    #[error("invalid configuration: {0}")]
+    /// A setting that cannot work; the message names the field. (Its text is
+    /// the cause's own, so an error chain prints it once.)
+    #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("could not reach Redis at {addr}: {reason}")]
     Unreachable { addr: String, reason: String },
     #[error("Redis at {addr} did not answer within the connect timeout of {after:?}")]
     Timeout { addr: String, after: Duration },
-    #[error("Redis at {addr} refused the credentials: {reason}")]
+    /// A missing or wrong password or user: fix the URL's credentials.
+    #[error("Redis at {addr} refused to authenticate the connection: {reason}")]
     Auth { addr: String, reason: String },
     #[error("the connection handshake with Redis at {addr} failed: {reason}")]
     Handshake { addr: String, reason: String },

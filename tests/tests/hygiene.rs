@@ -69,3 +69,30 @@ fn a_builders_debug_print_hides_the_password_and_the_tls_key() {
     let printed = format!("{:?}", Limiter::builder("hunter2"));
     assert!(!printed.contains("hunter2"), "{printed}");
 }
+
+/// No error prints its cause twice in a chain: a cause returned by `source()`
+/// is not also part of its parent's message.
+#[tokio::test]
+async fn error_chains_print_each_cause_once() {
+    fn assert_once(error: &(dyn std::error::Error + 'static)) {
+        let mut current = error;
+        while let Some(source) = current.source() {
+            let (outer, inner) = (current.to_string(), source.to_string());
+            assert!(!outer.contains(&inner), "{outer:?} repeats its source {inner:?}");
+            current = source;
+        }
+    }
+    let config = builder("redis://127.0.0.1:1")
+        .lease_ttl(Duration::ZERO)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(config.to_string().contains("lease_ttl"), "{config}");
+    assert_once(&config);
+    let url = builder("http://127.0.0.1:1").connect().await.unwrap_err();
+    assert_once(&url);
+    let server = RedisServer::start();
+    let limiter = builder(&server.url()).connect().await.unwrap();
+    let zero = limiter.acquire_with(&key("chain"), 0).await.unwrap_err();
+    assert_once(&zero);
+}

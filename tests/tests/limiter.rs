@@ -346,11 +346,15 @@ async fn connect_fails_clearly_on_bad_config_wrong_password_and_no_server() {
         other => panic!("expected an auth error, got {other}"),
     }
     let missing = format!("redis://127.0.0.1:{}/", server.port());
+    // No password where one is required: an authentication problem, said once.
     let error = builder(&missing).connect().await.unwrap_err();
     assert!(
-        matches!(error, ConnectError::Handshake { ref reason, .. } if reason.contains("NOAUTH")),
+        matches!(error, ConnectError::Auth { ref reason, .. } if reason.contains("NOAUTH")),
         "{error}"
     );
+    let message = error.to_string();
+    assert_eq!(message.matches("NOAUTH").count(), 1, "{message}");
+    assert!(!message.contains("handshake"), "{message}");
     builder(&server.url())
         .connect()
         .await

@@ -40,6 +40,8 @@ impl Client {
         if !ok {
             return Err(match (step, frame) {
                 (Step::Auth, Frame::Error(message)) => ConnectionError::Auth(message.to_string()),
+                // No AUTH sent (the URL has no password) to a server that wants one.
+                (_, Frame::Error(message)) if is_auth_error(&message) => ConnectionError::Auth(message.to_string()),
                 (_, Frame::Error(message)) => ConnectionError::Handshake(message.to_string()),
                 (step, frame) => ConnectionError::UnexpectedReply(format!("{step:?}: {}", describe(&frame))),
             });
@@ -331,6 +333,11 @@ fn classify(message: &str) -> ErrorClass {
         "READONLY" | "MOVED" | "ASK" | "NOAUTH" | "WRONGPASS" => ErrorClass::NotExecutedRetire,
         _ => ErrorClass::Unknown,
     }
+}
+
+/// Redis's codes for "who are you?": a missing or refused login.
+fn is_auth_error(message: &str) -> bool {
+    matches!(message.split(' ').next(), Some("NOAUTH" | "WRONGPASS"))
 }
 
 fn describe(frame: &Frame) -> String {
