@@ -315,6 +315,9 @@ impl<C: Connector> Driver<C> {
                     let _ = connection.outgoing.send(transmit.data);
                 }
             }
+            // Counted before any caller hears its outcome, so that a caller
+            // reading `Limiter::stats` afterwards sees its own outcome there.
+            self.report_metrics();
             let mut handled = false;
             while let Some(event) = self.client.poll_event() {
                 handled = true;

@@ -96,3 +96,19 @@ async fn error_chains_print_each_cause_once() {
     let zero = limiter.acquire_with(&key("chain"), 0).await.unwrap_err();
     assert_once(&zero);
 }
+
+/// `stats()` read right after an outcome includes that outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_include_every_outcome_already_returned() {
+    let server = RedisServer::start();
+    let limiter = builder(&server.url()).connect().await.unwrap();
+    let key = key("stats");
+    for round in 1..=100 {
+        let permit = limiter.acquire(&key).await.unwrap();
+        assert_eq!(limiter.stats().granted, round, "grant {round} not yet counted");
+        assert_eq!(limiter.acquire(&key).await.unwrap_err(), Error::Exceeded);
+        assert_eq!(limiter.stats().denied, round, "denial {round} not yet counted");
+        permit.release().await.unwrap();
+        assert_eq!(limiter.stats().releases, round, "release {round} not yet counted");
+    }
+}

@@ -35,11 +35,15 @@ impl Client {
         }
     }
 
-    pub(super) fn queue_release(&mut self, job: ReleaseJob) {
+    /// Queues `job` for a ready connection or its retry time; whether there
+    /// was room (else it is abandoned, and reported).
+    pub(super) fn queue_release(&mut self, job: ReleaseJob) -> bool {
         if self.releases.len() >= self.config.release.max_retrying {
             self.abandon_release(job, ReleaseFailure::Overloaded);
+            false
         } else {
             self.releases.push(job);
+            true
         }
     }
 
@@ -55,8 +59,10 @@ impl Client {
         if job.not_before >= job.deadline {
             return self.abandon_release(job, ReleaseFailure::Expired);
         }
-        self.stats.release_retries += 1;
-        self.queue_release(job);
+        // Counted only once it is really queued for another attempt.
+        if self.queue_release(job) {
+            self.stats.release_retries += 1;
+        }
     }
 
     pub(super) fn abandon_release(&mut self, job: ReleaseJob, reason: ReleaseFailure) {

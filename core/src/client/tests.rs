@@ -345,6 +345,35 @@ fn a_release_retries_on_a_fresh_connection_with_backoff() {
 }
 
 #[test]
+fn a_release_refused_for_lack_of_retry_room_is_not_counted_as_a_retry() {
+    let mut config = config();
+    config.release.max_retrying = 1;
+    let mut pair = Pair::connected(config, start());
+    for subject in ["a", "b", "c"] {
+        pair.acquire("t", subject, 1);
+    }
+    pair.exchange();
+    pair.release_burst(3);
+    pair.cut(); // all three releases fail; room to retry only one
+    let stats = pair.client.stats();
+    assert_eq!((stats.release_retries, stats.releases_abandoned), (1, 2));
+    let overloaded = pair
+        .events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::ReleaseAbandoned {
+                    reason: ReleaseFailure::Overloaded,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(overloaded, 2);
+}
+
+#[test]
 fn a_release_that_cannot_get_through_gives_up_and_says_so() {
     let mut pair = Pair::connected(config(), start());
     let a = pair.acquire("t", "s", 1);
