@@ -16,6 +16,7 @@ pub mod config;
 pub mod event;
 #[cfg(any(test, feature = "model"))]
 pub mod fuzzing;
+mod jitter;
 pub mod key;
 pub mod lease_id;
 #[cfg(any(test, feature = "model"))]

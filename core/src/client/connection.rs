@@ -34,11 +34,11 @@ impl Client {
         if conn.phase != Phase::Ready {
             self.connect_failures += 1;
             self.last_connect_error = error.clone();
-            let backoff = backoff(
+            let backoff = self.jitter.spread(backoff(
                 self.config.reconnect_initial_backoff,
                 self.config.reconnect_max_backoff,
                 self.connect_failures,
-            );
+            ));
             self.reconnect_at = Some(now + backoff);
             self.events.push_back(Event::ConnectFailed(conn.id, error.clone()));
             // Nothing was sent for them; the server is not there for now.

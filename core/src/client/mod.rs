@@ -49,6 +49,7 @@ use crate::event::{
     Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
     Unavailable,
 };
+use crate::jitter::Jitter;
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{LeaseId, LeaseIds};
 use crate::pipeline::Pipeline;
@@ -73,6 +74,8 @@ pub struct Client {
     reconnect_at: Option<Instant>,
     /// Failed attempts in a row, for the reconnect backoff.
     connect_failures: u32,
+    /// Spreads reconnect delays so a fleet does not reconnect in lockstep.
+    jitter: Jitter,
     last_connect_error: ConnectionError,
     /// Acquires that wait for the connection's handshake to finish.
     waiting: VecDeque<AcquireOp>,
@@ -230,6 +233,7 @@ impl Client {
             connection: None,
             reconnect_at: None,
             connect_failures: 0,
+            jitter: Jitter::new(entropy),
             last_connect_error: ConnectionError::Closed,
             waiting: VecDeque::new(),
             staged: Vec::new(),

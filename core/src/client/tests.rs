@@ -817,3 +817,42 @@ fn the_largest_release_batch_reaches_the_model_whole() {
     assert_eq!(pair.client.stats().connections_replaced, 0);
     pair.assert_no_leak();
 }
+
+/// Reconnect delays after failed attempts, for a client built with `entropy`.
+fn reconnect_delays(entropy: [u8; 16], attempts: usize) -> Vec<Duration> {
+    use crate::event::Action;
+    use crate::Client;
+    let mut now = start();
+    let mut client = Client::new(config(), entropy, now).unwrap();
+    let mut delays = Vec::new();
+    for _ in 0..attempts {
+        let Some(Action::Connect(id)) = client.poll_action() else {
+            panic!("a connect was asked for")
+        };
+        client.handle_closed(now, id); // refused
+        while client.poll_action().is_some() {}
+        let at = client.poll_timeout().expect("a reconnect is scheduled");
+        delays.push(at - now);
+        now = at;
+        client.handle_timeout(now);
+    }
+    delays
+}
+
+#[test]
+fn reconnect_backoff_is_jittered_from_the_entropy_and_replays_with_it() {
+    let a = reconnect_delays([1; 16], 8);
+    let b = reconnect_delays([2; 16], 8);
+    assert_eq!(a, reconnect_delays([1; 16], 8), "same entropy, same delays");
+    assert_ne!(a, b, "a fleet does not reconnect in lockstep");
+    let (initial, max) = (config().reconnect_initial_backoff, config().reconnect_max_backoff);
+    for delays in [a, b] {
+        for (failures, delay) in (1u32..).zip(delays) {
+            let full = (initial * 2u32.pow(failures - 1)).min(max);
+            assert!(
+                delay >= full / 2 && delay <= full,
+                "attempt {failures}: {delay:?} for {full:?}"
+            );
+        }
+    }
+}
