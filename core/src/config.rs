@@ -11,6 +11,7 @@ use crate::resp::ReplyLimits;
 
 /// What to do when Redis cannot give a trustworthy answer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum UnavailablePolicy {
     /// Refuse the request (`Unavailable`). Protects the backend; the default.
     #[default]
@@ -130,6 +131,7 @@ impl Default for Config {
 
 /// A setting that cannot work, with the field it is about.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     #[error("{field} must be greater than zero")]
     Zero { field: &'static str },

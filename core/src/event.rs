@@ -1,4 +1,10 @@
 //! What the client tells its driver: events, actions and transmits.
+//!
+//! The error enums are `#[non_exhaustive]`: later releases add variants. The
+//! enums a driver must act on (`Event`, `Action`, `Outcome`, `Renewal`) are
+//! not, on purpose: a new variant there is work a driver must do (a lease to
+//! release, a socket to open), so a driver that does not know it should fail
+//! to compile rather than drop it on a wildcard arm.
 
 use std::time::Instant;
 
@@ -7,6 +13,7 @@ use bytes::Bytes;
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
 use crate::resp::ProtocolError;
+use crate::server_error::ServerError;
 
 /// Names one acquire from `Client::acquire` to its outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -71,6 +78,7 @@ pub enum Renewal {
 
 /// Why an acquire got no trustworthy answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Unavailable {
     #[error("no reply within the acquire timeout")]
     Timeout,
@@ -80,14 +88,16 @@ pub enum Unavailable {
     NotConnected(ConnectionError),
     #[error("the connection was lost before the reply: {0}")]
     ConnectionLost(ConnectionError),
+    /// Redis refused the command; [`ServerError::kind`] says why.
     #[error("Redis answered with an error: {0}")]
-    Server(String),
+    Server(ServerError),
     #[error("Redis refused the lease id as already released")]
     Refused,
 }
 
 /// Why a connection was given up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConnectionError {
     #[error("the connection closed")]
     Closed,
@@ -106,11 +116,12 @@ pub enum ConnectionError {
     #[error("the connection handshake failed: {0}")]
     Handshake(String),
     #[error("Redis answered with an error that ends the connection: {0}")]
-    Server(String),
+    Server(ServerError),
 }
 
 /// Why a release gave up (the lease will expire at its TTL).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReleaseFailure {
     #[error("every attempt failed")]
     AttemptsExhausted,
@@ -161,6 +172,7 @@ pub struct Transmit {
 
 /// Running totals, for metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     pub granted: u64,
     pub denied: u64,

@@ -26,6 +26,7 @@ pub struct Key {
 
 /// Why a [`Key`] was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyError {
     #[error("the key's {0} is empty; give every key a non-empty namespace and subject")]
     Empty(&'static str),

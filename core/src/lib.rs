@@ -24,6 +24,7 @@ pub mod model;
 pub mod pipeline;
 pub mod resp;
 pub mod script;
+mod server_error;
 #[cfg(any(test, feature = "model"))]
 pub mod testkit;
 
@@ -38,3 +39,4 @@ pub use event::{
 pub use key::{Key, KeyError};
 pub use lease_id::LeaseId;
 pub use resp::{ProtocolError, ReplyLimits};
+pub use server_error::{ServerError, ServerErrorKind};

@@ -42,6 +42,7 @@ impl Default for ReplyLimits {
 
 /// The peer sent bytes we will not (or cannot) decode. Trust in the stream is gone.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProtocolError {
     #[error("malformed RESP reply: {0}")]
     Malformed(&'static str),

@@ -6,6 +6,7 @@ use inflight_core::{ConfigError, ReleaseFailure, Unavailable};
 
 /// Why an acquire did not return a permit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The key already has `limit` requests in flight across the fleet. Shed
     /// the request (e.g. HTTP 429).
@@ -25,6 +26,7 @@ pub enum Error {
 
 /// Why `connect` failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConnectError {
     /// A setting that cannot work; the message names the field. (Its text is
     /// the cause's own, so an error chain prints it once.)
@@ -50,6 +52,7 @@ pub enum ConnectError {
 
 /// Why `Permit::renew` did not extend the lease.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RenewError {
     /// Redis no longer holds the lease (its TTL ran out before the renewal,
     /// or it was released): the request no longer counts against the limit.
@@ -67,6 +70,7 @@ pub enum RenewError {
 
 /// Why `Permit::release` could not confirm the release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReleaseError {
     /// Every attempt failed; the lease expires at its TTL.
     #[error("the release gave up ({0}); the lease expires at its TTL")]

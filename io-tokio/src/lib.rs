@@ -62,8 +62,8 @@ mod tls;
 pub use connector::{Connector, TcpConnector};
 pub use error::{ConnectError, Error, ReleaseError, RenewError};
 pub use inflight_core::{
-    ConfigError, ConnectionError, Key, KeyError, LeaseId, ProtocolError, ReleaseFailure, ReleasePolicy, Unavailable,
-    UnavailablePolicy,
+    ConfigError, ConnectionError, Key, KeyError, LeaseId, ProtocolError, ReleaseFailure, ReleasePolicy, ServerError,
+    ServerErrorKind, Unavailable, UnavailablePolicy,
 };
 pub use limiter::{Builder, Limiter};
 pub use permit::Permit;

@@ -82,8 +82,8 @@ impl Limiter {
 
     fn stopped(&self) -> Result<Permit, Error> {
         match self.shared.policy {
-            UnavailablePolicy::Deny => Err(Error::Stopped),
             UnavailablePolicy::Allow => Ok(Permit::unenforced()),
+            _ => Err(Error::Stopped),
         }
     }
 

@@ -289,8 +289,8 @@ impl Caller {
                 Ok(Err(RenewError::Unavailable { reason })) => {
                     self.note(format!("{who} could not renew {key}: {reason}"));
                 }
-                Ok(Err(RenewError::Stopped)) => {
-                    let detail = format!("{who}: renew found the driver stopped");
+                Ok(Err(error)) => {
+                    let detail = format!("{who}: renew failed unexpectedly: {error}");
                     self.ledger.lock().unwrap().violate(at(), "S6 no panic", detail);
                     return;
                 }

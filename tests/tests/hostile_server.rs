@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use inflight_tests::{HostilePeer, Lie};
-use inflight_tokio::{ConnectionError, Error, Key, Limiter, ProtocolError, RenewError, Unavailable};
+use inflight_tokio::{ConnectionError, Error, Key, Limiter, ProtocolError, RenewError, ServerErrorKind, Unavailable};
 
 async fn limiter(peer: &HostilePeer) -> Limiter {
     Limiter::builder(peer.url())
@@ -68,8 +68,12 @@ fn lost_to(check: impl Fn(&ConnectionError) -> bool) -> impl Fn(&Error) -> bool 
     move |error| matches!(error, Error::Unavailable { reason: Unavailable::ConnectionLost(e) } if check(e))
 }
 
-fn server_error(prefix: &'static str) -> impl Fn(&Error) -> bool {
-    move |error| matches!(error, Error::Unavailable { reason: Unavailable::Server(m) } if m.starts_with(prefix))
+/// Redis's refusal of `kind`, its message kept as Redis wrote it.
+fn server_error(kind: ServerErrorKind, prefix: &'static str) -> impl Fn(&Error) -> bool {
+    move |error| {
+        matches!(error, Error::Unavailable { reason: Unavailable::Server(e) }
+            if e.kind() == kind && e.message().starts_with(prefix))
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,19 +162,19 @@ async fn noscript_falls_back_to_eval_and_grants() {
 async fn errors_refused_before_execution_keep_the_connection() {
     case(
         refused(b"-BUSY Redis is busy running a script.\r\n"),
-        server_error("BUSY"),
+        server_error(ServerErrorKind::Busy, "BUSY"),
         false,
     )
     .await;
     case(
         refused(b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"),
-        server_error("OOM"),
+        server_error(ServerErrorKind::OutOfMemory, "OOM"),
         false,
     )
     .await;
     case(
         refused(b"-LOADING Redis is loading the dataset in memory\r\n"),
-        server_error("LOADING"),
+        server_error(ServerErrorKind::Loading, "LOADING"),
         false,
     )
     .await;
@@ -180,21 +184,31 @@ async fn errors_refused_before_execution_keep_the_connection() {
 async fn errors_that_condemn_the_connection_retire_it() {
     case(
         refused(b"-READONLY You can't write against a read only replica.\r\n"),
-        server_error("READONLY"),
+        server_error(ServerErrorKind::ReadOnly, "READONLY"),
         true,
     )
     .await;
-    case(refused(b"-MOVED 3999 127.0.0.1:6381\r\n"), server_error("MOVED"), true).await;
-    case(refused(b"-ASK 3999 127.0.0.1:6381\r\n"), server_error("ASK"), true).await;
+    case(
+        refused(b"-MOVED 3999 127.0.0.1:6381\r\n"),
+        server_error(ServerErrorKind::Moved, "MOVED"),
+        true,
+    )
+    .await;
+    case(
+        refused(b"-ASK 3999 127.0.0.1:6381\r\n"),
+        server_error(ServerErrorKind::Ask, "ASK"),
+        true,
+    )
+    .await;
     case(
         refused(b"-NOAUTH Authentication required.\r\n"),
-        server_error("NOAUTH"),
+        server_error(ServerErrorKind::NoAuth, "NOAUTH"),
         true,
     )
     .await;
     case(
         refused(b"-WRONGPASS invalid username-password pair\r\n"),
-        server_error("WRONGPASS"),
+        server_error(ServerErrorKind::WrongPass, "WRONGPASS"),
         true,
     )
     .await;
@@ -202,7 +216,12 @@ async fn errors_that_condemn_the_connection_retire_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_error_after_execution_is_compensated() {
-    case(executed(b"-ERR something odd\r\n"), server_error("ERR"), false).await;
+    case(
+        executed(b"-ERR something odd\r\n"),
+        server_error(ServerErrorKind::Other, "ERR"),
+        false,
+    )
+    .await;
 }
 
 /// A lie told to a renewal: the outcome it must produce and whether the
@@ -252,13 +271,13 @@ async fn a_renewal_echoing_another_id_retires_the_connection_and_keeps_the_lease
 async fn a_renewal_answered_with_an_error_is_unavailable_and_not_compensated() {
     renewal_case(
         executed(b"-ERR something odd\r\n"),
-        |r| matches!(r, Err(RenewError::Unavailable { reason: Unavailable::Server(m) }) if m.starts_with("ERR")),
+        |r| matches!(r, Err(RenewError::Unavailable { reason: Unavailable::Server(e) }) if e.kind() == ServerErrorKind::Other),
         false,
     )
     .await;
     renewal_case(
         refused(b"-READONLY You can't write against a read only replica.\r\n"),
-        |r| matches!(r, Err(RenewError::Unavailable { reason: Unavailable::Server(m) }) if m.starts_with("READONLY")),
+        |r| matches!(r, Err(RenewError::Unavailable { reason: Unavailable::Server(e) }) if e.kind() == ServerErrorKind::ReadOnly),
         true,
     )
     .await;

@@ -6,6 +6,7 @@ use super::{AcquireOp, Client, Phase, ReleaseJob, Request, Step};
 use crate::event::{ConnectionError, Event, Lease, Outcome, Renewal, Unavailable};
 use crate::resp::Frame;
 use crate::script::ScriptKind;
+use crate::server_error::{ServerError, ServerErrorKind};
 
 impl Client {
     /// Acts on one reply. An `Err` retires the connection; the request itself
@@ -204,15 +205,15 @@ impl Client {
                 Ok(())
             }
             ErrorClass::NotExecuted => {
-                self.fail(op.request, Unavailable::Server(message.to_string()));
+                self.fail(op.request, Unavailable::Server(ServerError::new(message.to_string())));
                 Ok(())
             }
             ErrorClass::NotExecutedRetire => {
-                self.fail(op.request, Unavailable::Server(message.to_string()));
-                Err(ConnectionError::Server(message.to_string()))
+                self.fail(op.request, Unavailable::Server(ServerError::new(message.to_string())));
+                Err(ConnectionError::Server(ServerError::new(message.to_string())))
             }
             ErrorClass::Unknown => {
-                self.fail(op.request, Unavailable::Server(message.to_string()));
+                self.fail(op.request, Unavailable::Server(ServerError::new(message.to_string())));
                 self.compensate(now, op);
                 Ok(())
             }
@@ -245,7 +246,7 @@ impl Client {
                     }
                     ErrorClass::NotExecutedRetire => {
                         self.retry_release(now, job);
-                        Err(ConnectionError::Server(message))
+                        Err(ConnectionError::Server(ServerError::new(message)))
                     }
                     _ => {
                         self.retry_release(now, job);
@@ -290,7 +291,7 @@ impl Client {
         }
         match frame {
             Frame::Error(message) => match classify(&message) {
-                ErrorClass::NotExecutedRetire => Err(ConnectionError::Server(message.to_string())),
+                ErrorClass::NotExecutedRetire => Err(ConnectionError::Server(ServerError::new(message.to_string()))),
                 _ => Ok(()),
             },
             other => Err(unexpected("release batch", &other)),
@@ -326,18 +327,30 @@ enum ErrorClass {
 }
 
 fn classify(message: &str) -> ErrorClass {
-    match message.split(' ').next().unwrap_or("") {
-        "NOSCRIPT" => ErrorClass::NoScript,
-        "BUSY" | "OOM" | "LOADING" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "MISCONF" | "NOPERM" | "CROSSSLOT"
-        | "EXECABORT" => ErrorClass::NotExecuted,
-        "READONLY" | "MOVED" | "ASK" | "NOAUTH" | "WRONGPASS" => ErrorClass::NotExecutedRetire,
-        _ => ErrorClass::Unknown,
+    use ServerErrorKind as Kind;
+    match ServerErrorKind::of(message) {
+        Kind::NoScript => ErrorClass::NoScript,
+        Kind::Busy
+        | Kind::OutOfMemory
+        | Kind::Loading
+        | Kind::TryAgain
+        | Kind::ClusterDown
+        | Kind::MasterDown
+        | Kind::Misconf
+        | Kind::NoPerm
+        | Kind::CrossSlot
+        | Kind::ExecAbort => ErrorClass::NotExecuted,
+        Kind::ReadOnly | Kind::Moved | Kind::Ask | Kind::NoAuth | Kind::WrongPass => ErrorClass::NotExecutedRetire,
+        Kind::Other => ErrorClass::Unknown,
     }
 }
 
 /// Redis's codes for "who are you?": a missing or refused login.
 fn is_auth_error(message: &str) -> bool {
-    matches!(message.split(' ').next(), Some("NOAUTH" | "WRONGPASS"))
+    matches!(
+        ServerErrorKind::of(message),
+        ServerErrorKind::NoAuth | ServerErrorKind::WrongPass
+    )
 }
 
 fn describe(frame: &Frame) -> String {

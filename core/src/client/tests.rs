@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use crate::event::{ConnectionError, Event, Outcome, ReleaseFailure, Renewal, Unavailable};
 use crate::resp::ProtocolError;
 use crate::testkit::Pair;
-use crate::{Config, Credentials, UnavailablePolicy};
+use crate::{Config, Credentials, ServerErrorKind, UnavailablePolicy};
 
 /// The one clock read of these tests: an arbitrary starting point.
 #[allow(clippy::disallowed_methods)]
@@ -282,12 +282,11 @@ fn server_errors_are_unavailable_and_some_retire() {
     let (first, _) = pair.client.connection().unwrap();
     let a = pair.acquire("t", "s", 1);
     pair.inject(b"-BUSY Redis is busy running a script\r\n");
-    assert_eq!(
-        pair.outcome(a),
-        Some(&Outcome::Unavailable(Unavailable::Server(
-            "BUSY Redis is busy running a script".into()
-        )))
-    );
+    let Some(Outcome::Unavailable(Unavailable::Server(error))) = pair.outcome(a) else {
+        panic!("{:?}", pair.outcome(a))
+    };
+    assert_eq!(error.kind(), ServerErrorKind::Busy);
+    assert_eq!(error.message(), "BUSY Redis is busy running a script");
     assert_eq!(pair.client.connection(), Some((first, true)));
     assert_eq!(
         pair.client.stats().compensations,
