@@ -213,7 +213,11 @@ pub fn config_url(data: &[u8], start: Instant) {
     let mut input = Unstructured::new(data);
     let url: String = input.arbitrary().unwrap_or_default();
     if let Ok(address) = ServerAddress::parse(&url) {
-        assert!(!address.host.is_empty() && address.port != 0, "{url:?} -> {address:?}");
+        let reachable = match &address.endpoint {
+            crate::Endpoint::Tcp { host, port } => !host.is_empty() && *port != 0,
+            crate::Endpoint::Unix(path) => path.is_absolute(),
+        };
+        assert!(reachable, "{url:?} -> {address:?}");
     }
     let mut millis = || Duration::from_millis(input.arbitrary::<u32>().unwrap_or(0).into());
     let mut config = Config {

@@ -31,7 +31,7 @@ pub mod testkit;
 pub use client::Client;
 #[cfg(feature = "fault-injection")]
 pub use config::InjectedBugs;
-pub use config::{Config, ConfigError, Credentials, ReleasePolicy, ServerAddress, UnavailablePolicy};
+pub use config::{Config, ConfigError, Credentials, Endpoint, ReleasePolicy, ServerAddress, UnavailablePolicy};
 pub use event::{
     Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
     Unavailable,

@@ -4,13 +4,24 @@
 use std::future::Future;
 use std::io;
 
+use inflight_core::Endpoint;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// Opens byte streams to a Redis server.
 pub trait Connector: Send + Sync + 'static {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
 
-    fn connect(&self, host: &str, port: u16) -> impl Future<Output = io::Result<Self::Io>> + Send;
+    fn connect(&self, endpoint: &Endpoint) -> impl Future<Output = io::Result<Self::Io>> + Send;
+}
+
+/// Host and port of a TCP endpoint, or the error a TCP-only connector gives.
+pub fn tcp_endpoint(endpoint: &Endpoint) -> io::Result<(&str, u16)> {
+    endpoint.as_tcp().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{endpoint} is not a TCP address, and this connector speaks only TCP"),
+        )
+    })
 }
 
 /// Plain TCP with `TCP_NODELAY`: requests are small and latency-bound.
@@ -20,9 +31,30 @@ pub struct TcpConnector;
 impl Connector for TcpConnector {
     type Io = tokio::net::TcpStream;
 
-    async fn connect(&self, host: &str, port: u16) -> io::Result<Self::Io> {
+    async fn connect(&self, endpoint: &Endpoint) -> io::Result<Self::Io> {
+        let (host, port) = tcp_endpoint(endpoint)?;
         let stream = tokio::net::TcpStream::connect((host, port)).await?;
         stream.set_nodelay(true)?;
         Ok(stream)
+    }
+}
+
+/// A Unix domain socket (`redis+unix:///path`), for a Redis on the same host.
+#[cfg(all(unix, not(madsim)))]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UnixConnector;
+
+#[cfg(all(unix, not(madsim)))]
+impl Connector for UnixConnector {
+    type Io = tokio::net::UnixStream;
+
+    async fn connect(&self, endpoint: &Endpoint) -> io::Result<Self::Io> {
+        match endpoint {
+            Endpoint::Unix(path) => tokio::net::UnixStream::connect(path).await,
+            other => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{other} is not a Unix socket path"),
+            )),
+        }
     }
 }

@@ -11,8 +11,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use inflight_core::key::SubjectKeys;
 use inflight_core::{
-    Action, Client, Config, ConnectionError, ConnectionId, Event, Lease, LeaseId, Outcome, Renewal, RequestId,
-    ServerAddress, Stats,
+    Action, Client, Config, ConnectionError, ConnectionId, Endpoint, Event, Lease, LeaseId, Outcome, Renewal,
+    RequestId, ServerAddress, Stats,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadHalf};
 use tokio::sync::{mpsc, oneshot};
@@ -136,6 +136,7 @@ impl<C: Connector> Driver<C> {
         entropy: [u8; 16],
         address: ServerAddress,
         connector: C,
+        lazy: bool,
     ) -> Result<Spawned, ConnectError> {
         let client = Client::new(config, entropy, now())?;
         let (commands, command_rx) = mpsc::unbounded_channel();
@@ -155,7 +156,8 @@ impl<C: Connector> Driver<C> {
             callers: HashMap::new(),
             release_waiters: HashMap::new(),
             flush_waiters: Vec::new(),
-            startup: Some(startup),
+            // A lazy start reports nothing: failed attempts are retried.
+            startup: (!lazy).then_some(startup),
             last_io_error: None,
             failed_start: false,
             reported: Stats::default(),
@@ -414,7 +416,7 @@ impl<C: Connector> Driver<C> {
                 }
             }
             Event::ConnectFailed(id, error) => {
-                let addr = format!("{}:{}", self.address.host, self.address.port);
+                let addr = self.address.endpoint.to_string();
                 if let Some(startup) = self.startup.take() {
                     let _ = startup.send(Err(self.startup_error(addr, error)));
                     self.failed_start = true;
@@ -452,8 +454,7 @@ impl<C: Connector> Driver<C> {
         let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(run_connection(
             self.connector.clone(),
-            self.address.host.clone(),
-            self.address.port,
+            self.address.endpoint.clone(),
             id,
             self.io_tx.clone(),
             outgoing_rx,
@@ -511,14 +512,13 @@ fn far_future() -> tokio::time::Instant {
 /// stops reading cannot stop us from reading its replies.
 async fn run_connection<C: Connector>(
     connector: Arc<C>,
-    host: String,
-    port: u16,
+    endpoint: Endpoint,
     id: ConnectionId,
     events: mpsc::UnboundedSender<IoEvent<Reader<C>>>,
     mut outgoing: mpsc::UnboundedReceiver<Bytes>,
 ) {
     // The core's connect deadline bounds this: it closes (aborts) us when due.
-    let io = match connector.connect(&host, port).await {
+    let io = match connector.connect(&endpoint).await {
         Ok(io) => io,
         Err(error) => {
             let _ = events.send(IoEvent::Closed(id, Some(error.to_string())));

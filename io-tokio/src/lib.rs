@@ -59,11 +59,13 @@ mod permit;
 #[cfg(all(feature = "tls", not(madsim)))]
 mod tls;
 
-pub use connector::{Connector, TcpConnector};
+#[cfg(all(unix, not(madsim)))]
+pub use connector::UnixConnector;
+pub use connector::{tcp_endpoint, Connector, TcpConnector};
 pub use error::{ConnectError, Error, ReleaseError, RenewError};
 pub use inflight_core::{
-    ConfigError, ConnectionError, Key, KeyError, LeaseId, ProtocolError, ReleaseFailure, ReleasePolicy, ServerError,
-    ServerErrorKind, Unavailable, UnavailablePolicy,
+    ConfigError, ConnectionError, Endpoint, Key, KeyError, LeaseId, ProtocolError, ReleaseFailure, ReleasePolicy,
+    ServerError, ServerErrorKind, Unavailable, UnavailablePolicy,
 };
 pub use limiter::{Builder, Limiter};
 pub use permit::Permit;

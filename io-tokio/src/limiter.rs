@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use inflight_core::key::SubjectKeys;
-use inflight_core::{Config, Key, ReleasePolicy, ServerAddress, Stats, UnavailablePolicy};
+use inflight_core::{Config, Endpoint, Key, ReleasePolicy, ServerAddress, Stats, UnavailablePolicy};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::connector::{Connector, TcpConnector};
@@ -140,6 +140,13 @@ impl Drop for AbandonOnDrop<'_> {
     }
 }
 
+/// Whether `connect` waits for the first connection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    WhenReady,
+    Lazy,
+}
+
 /// Configures and connects a [`Limiter`]. Every setting is validated by `connect`.
 ///
 /// Its `Debug` print hides secrets: the URL's password and the TLS private key.
@@ -230,6 +237,16 @@ impl Builder {
         self
     }
 
+    /// Delay before reconnecting after a failed attempt, doubled per failure
+    /// up to `max` (defaults 10 ms and 1 s); each delay is jittered down to
+    /// as little as half, so a fleet does not reconnect in lockstep.
+    pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.config.reconnect_initial_backoff = initial;
+        self.config.reconnect_max_backoff = max;
+        self
+    }
+
+    /// How hard a release tries before it gives up (see [`ReleasePolicy`]).
     pub fn release_policy(mut self, policy: ReleasePolicy) -> Self {
         self.config.release = policy;
         self
@@ -269,26 +286,60 @@ impl Builder {
         self
     }
 
-    /// Validates the settings, connects over TCP (and TLS for `rediss://`),
-    /// authenticates, selects the database, loads the scripts and returns once
-    /// Redis has answered.
+    /// Validates the settings, connects (TCP, TLS for `rediss://`, or a Unix
+    /// socket), authenticates, selects the database, loads the scripts and
+    /// returns once Redis has answered. An unreachable server is an error here.
     pub async fn connect(self) -> Result<Limiter, ConnectError> {
-        if ServerAddress::parse(&self.url)?.tls {
+        self.start(Start::WhenReady).await
+    }
+
+    /// Validates the settings and returns the limiter at once, without
+    /// waiting for Redis: it connects in the background and retries with
+    /// backoff until Redis answers. Meanwhile acquires follow the
+    /// unavailable policy (`on_unavailable(Allow)`: unenforced permits), so a
+    /// fail-open service can start while Redis is down and enforce its
+    /// limits as soon as Redis is back.
+    pub async fn connect_lazy(self) -> Result<Limiter, ConnectError> {
+        self.start(Start::Lazy).await
+    }
+
+    /// As [`Builder::connect`], over any [`Connector`]. The connector alone
+    /// decides the transport: it is handed the URL's endpoint, and a
+    /// `rediss://` scheme does not wrap it in TLS.
+    pub async fn connect_with<C: Connector>(self, connector: C) -> Result<Limiter, ConnectError> {
+        self.start_with(connector, Start::WhenReady).await
+    }
+
+    /// As [`Builder::connect_lazy`], over any [`Connector`].
+    pub async fn connect_lazy_with<C: Connector>(self, connector: C) -> Result<Limiter, ConnectError> {
+        self.start_with(connector, Start::Lazy).await
+    }
+
+    /// Picks the connector the URL asks for.
+    async fn start(self, start: Start) -> Result<Limiter, ConnectError> {
+        let address = ServerAddress::parse(&self.url)?;
+        if let Endpoint::Unix(_) = address.endpoint {
+            #[cfg(all(unix, not(madsim)))]
+            return self.start_with(crate::connector::UnixConnector, start).await;
+            #[cfg(not(all(unix, not(madsim))))]
+            return Err(ConnectError::Unreachable {
+                addr: address.endpoint.to_string(),
+                reason: "Unix sockets are not available on this platform".into(),
+            });
+        }
+        if address.tls {
             #[cfg(all(feature = "tls", not(madsim)))]
             {
                 let connector = crate::tls::TlsConnector::new(&self.tls)?;
-                return self.connect_with(connector).await;
+                return self.start_with(connector, start).await;
             }
             #[cfg(not(all(feature = "tls", not(madsim))))]
             return Err(inflight_core::ConfigError::TlsNotEnabled.into());
         }
-        self.connect_with(TcpConnector).await
+        self.start_with(TcpConnector, start).await
     }
 
-    /// As [`Builder::connect`], over any [`Connector`]. The connector alone
-    /// decides the transport: it is handed the URL's host and port, and a
-    /// `rediss://` scheme does not wrap it in TLS.
-    pub async fn connect_with<C: Connector>(self, connector: C) -> Result<Limiter, ConnectError> {
+    async fn start_with<C: Connector>(self, connector: C, start: Start) -> Result<Limiter, ConnectError> {
         let address = ServerAddress::parse(&self.url)?;
         let default_limit = inflight_core::config::limit(self.default_limit)?;
         let mut config = self.config;
@@ -303,7 +354,7 @@ impl Builder {
             None => {
                 let mut entropy = [0u8; 16];
                 getrandom::fill(&mut entropy).map_err(|e| ConnectError::Unreachable {
-                    addr: format!("{}:{}", address.host, address.port),
+                    addr: address.endpoint.to_string(),
                     reason: format!("no OS randomness for lease ids: {e}"),
                 })?;
                 entropy
@@ -311,8 +362,10 @@ impl Builder {
         };
         let policy = config.unavailable_policy;
         let key_prefix = config.key_prefix.clone();
-        let spawned = Driver::spawn(config, entropy, address, connector)?;
-        spawned.started.await.unwrap_or(Err(ConnectError::Stopped))?;
+        let spawned = Driver::spawn(config, entropy, address, connector, start == Start::Lazy)?;
+        if start == Start::WhenReady {
+            spawned.started.await.unwrap_or(Err(ConnectError::Stopped))?;
+        }
         Ok(Limiter {
             shared: Arc::new(Shared {
                 commands: spawned.commands,

@@ -11,7 +11,9 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
-use crate::connector::{Connector, TcpConnector};
+use inflight_core::Endpoint;
+
+use crate::connector::{tcp_endpoint, Connector, TcpConnector};
 use crate::error::ConnectError;
 
 /// What a `rediss://` connection trusts and presents; set through the builder.
@@ -88,14 +90,15 @@ impl TlsConnector {
 impl Connector for TlsConnector {
     type Io = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
 
-    async fn connect(&self, host: &str, port: u16) -> io::Result<Self::Io> {
+    async fn connect(&self, endpoint: &Endpoint) -> io::Result<Self::Io> {
+        let (host, _) = tcp_endpoint(endpoint)?;
         let name = ServerName::try_from(host.to_string()).map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("{host:?} is not a name a TLS certificate can be checked against"),
             )
         })?;
-        let tcp = TcpConnector.connect(host, port).await?;
+        let tcp = TcpConnector.connect(endpoint).await?;
         self.tls
             .connect(name, tcp)
             .await

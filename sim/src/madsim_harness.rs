@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use inflight_tokio::Connector;
+use inflight_tokio::{tcp_endpoint, Connector, Endpoint};
 use madsim::net::NetSim;
 use madsim::runtime::{Handle, Runtime};
 use madsim::time::TimeHandle;
@@ -29,7 +29,8 @@ pub struct MadsimConnector;
 impl Connector for MadsimConnector {
     type Io = madsim::net::TcpStream;
 
-    async fn connect(&self, host: &str, port: u16) -> std::io::Result<Self::Io> {
+    async fn connect(&self, endpoint: &Endpoint) -> std::io::Result<Self::Io> {
+        let (host, port) = tcp_endpoint(endpoint)?;
         let ip: IpAddr = host
             .parse()
             .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "the madsim harness dials IPs"))?;

@@ -7,7 +7,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use inflight_tokio::Connector;
+use inflight_tokio::{tcp_endpoint, Connector, Endpoint};
 
 use crate::callers::{run_client, ClientPlan};
 use crate::ledger::Ledger;
@@ -26,8 +26,8 @@ pub struct TurmoilConnector;
 impl Connector for TurmoilConnector {
     type Io = turmoil::net::TcpStream;
 
-    async fn connect(&self, host: &str, port: u16) -> std::io::Result<Self::Io> {
-        turmoil::net::TcpStream::connect((host, port)).await
+    async fn connect(&self, endpoint: &Endpoint) -> std::io::Result<Self::Io> {
+        turmoil::net::TcpStream::connect(tcp_endpoint(endpoint)?).await
     }
 }
 

@@ -44,10 +44,20 @@ impl RedisServer {
         Self::start_inner(extra, None)
     }
 
+    /// Starts a server on `port` (from [`free_port`]), for a test that had a
+    /// client point there before any server listened.
+    pub fn start_at(port: u16) -> Self {
+        Self::start_inner_at(&[], None, Some(port))
+    }
+
     fn start_inner(extra: &[&str], tls: Option<(&TestPki, bool)>) -> Self {
+        Self::start_inner_at(extra, tls, None)
+    }
+
+    fn start_inner_at(extra: &[&str], tls: Option<(&TestPki, bool)>, at: Option<u16>) -> Self {
         // A port can be taken between our probe and the server's bind; retry.
         for _ in 0..5 {
-            let port = free_port();
+            let port = at.unwrap_or_else(free_port);
             let tls_port = tls.map(|_| free_port());
             let tls_args: Vec<String> = match (tls, tls_port) {
                 (Some((pki, client_certificates)), Some(tls_port)) => vec![
@@ -159,7 +169,8 @@ impl Drop for RedisServer {
     }
 }
 
-fn free_port() -> u16 {
+/// A loopback port nothing listens on (just now).
+pub fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())

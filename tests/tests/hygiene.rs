@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use inflight_tests::RedisServer;
-use inflight_tokio::{Builder, Error, Key, Limiter};
+use inflight_tokio::{Builder, ConnectError, Error, Key, Limiter, UnavailablePolicy};
 
 fn builder(url: &str) -> Builder {
     Limiter::builder(url)
@@ -111,4 +111,142 @@ async fn stats_include_every_outcome_already_returned() {
         permit.release().await.unwrap();
         assert_eq!(limiter.stats().releases, round, "release {round} not yet counted");
     }
+}
+
+/// A path for a Unix socket, unique to this test run.
+fn socket_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("inflight-{}-{name}.sock", std::process::id()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unix_socket_urls_reach_a_real_server_with_database_and_password() {
+    let path = socket_path("unix");
+    let path_text = path.to_str().unwrap();
+    let server = RedisServer::start_with(&[
+        "--unixsocket",
+        path_text,
+        "--unixsocketperm",
+        "700",
+        "--requirepass",
+        "s3cret",
+    ]);
+    for url in [
+        format!("redis+unix://{path_text}?pass=s3cret&db=2"),
+        format!("unix://{path_text}?db=2&pass=s3cret"),
+    ] {
+        let a = builder(&url).connect().await.unwrap_or_else(|e| panic!("{url}: {e}"));
+        let held = a.acquire(&key("unix")).await.unwrap();
+        assert_eq!(a.acquire(&key("unix")).await.unwrap_err(), Error::Exceeded);
+        // The lease is in database 2, reached through the socket.
+        let mut client = server.client();
+        client.call(&[b"SELECT", b"2"]).unwrap();
+        let live = client.call(&[b"ZCARD", b"hygiene:{tier|unix}:leases"]).unwrap();
+        assert_eq!(live, inflight_core::resp::Frame::Integer(1), "{url}");
+        held.release().await.unwrap();
+    }
+    let refused = builder(&format!("redis+unix://{path_text}"))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, ConnectError::Auth { .. }), "{refused}");
+    let missing = builder("redis+unix:///nonexistent/inflight.sock")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(missing, ConnectError::Unreachable { ref addr, .. } if addr == "unix:/nonexistent/inflight.sock"),
+        "{missing}"
+    );
+    drop(server);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_schemes_are_aliases_and_unsupported_options_are_named() {
+    let server = RedisServer::start();
+    let url = format!("valkey://127.0.0.1:{}/1", server.port());
+    let limiter = builder(&url).connect().await.unwrap();
+    drop(limiter.acquire(&key("valkey")).await.unwrap());
+    let resp3 = format!("redis://127.0.0.1:{}/?protocol=resp3", server.port());
+    match builder(&resp3).connect().await.unwrap_err() {
+        ConnectError::Config(error) => assert!(error.to_string().contains("RESP2"), "{error}"),
+        other => panic!("{other}"),
+    }
+    match builder("mongodb://127.0.0.1:1").connect().await.unwrap_err() {
+        ConnectError::Config(error) => {
+            let message = error.to_string();
+            assert!(
+                message.contains("redis+unix://") && message.contains("valkey://"),
+                "{message}"
+            );
+        }
+        other => panic!("{other}"),
+    }
+}
+
+/// A fail-open service starts while Redis is down, lets requests through
+/// unenforced, and enforces its limit once Redis is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_limiter_starts_without_redis_and_enforces_once_it_is_up() {
+    let port = inflight_tests::redis_server::free_port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    // A strict limiter still refuses to start without Redis...
+    let strict = builder(&url)
+        .connect_timeout(Duration::from_millis(300))
+        .connect()
+        .await;
+    assert!(matches!(strict, Err(ConnectError::Unreachable { .. })), "{strict:?}");
+    // ...a lazy one starts at once.
+    let limiter = builder(&url)
+        .on_unavailable(UnavailablePolicy::Allow)
+        .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(50))
+        .connect_lazy()
+        .await
+        .unwrap();
+    let key = key("lazy");
+    let unenforced: Vec<_> = acquire_each(&limiter, &key, 3).await;
+    assert!(unenforced.iter().all(|p| !p.is_enforced()), "no Redis: fail open");
+    assert!(limiter.stats().fail_open >= 3);
+
+    let server = RedisServer::start_at(port);
+    let held = within(Duration::from_secs(5), || async {
+        limiter.acquire(&key).await.ok().filter(|permit| permit.is_enforced())
+    })
+    .await
+    .expect("enforced once Redis is up");
+    assert_eq!(limiter.acquire(&key).await.unwrap_err(), Error::Exceeded);
+    held.release().await.unwrap();
+    drop(server);
+
+    // Lazy and Deny: unavailable, not unenforced, while Redis is away.
+    let port = inflight_tests::redis_server::free_port();
+    let strict = builder(&format!("redis://127.0.0.1:{port}/"))
+        .connect_lazy()
+        .await
+        .unwrap();
+    assert!(matches!(strict.acquire(&key).await, Err(Error::Unavailable { .. })));
+}
+
+/// `count` acquires of `key`, one after another.
+async fn acquire_each(limiter: &Limiter, key: &Key, count: usize) -> Vec<inflight_tokio::Permit> {
+    let mut permits = Vec::new();
+    for _ in 0..count {
+        permits.push(limiter.acquire(key).await.expect("fail open"));
+    }
+    permits
+}
+
+/// Tries `attempt` every 20 ms until it gives something, for at most `limit`.
+async fn within<T, F: std::future::Future<Output = Option<T>>>(
+    limit: Duration,
+    mut attempt: impl FnMut() -> F,
+) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if let Some(value) = attempt().await {
+            return Some(value);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
 }

@@ -131,7 +131,6 @@ impl Client {
     /// Writes the staged acquires: those of one subject and limit together,
     /// as one `ACQUIRE_MANY` of up to `MAX_BATCH`; renewals, `EVAL` fallbacks
     /// and lone acquires one by one. Order within a subject is kept.
-
     fn write_staged_acquires(&mut self) {
         // A batch's reply has two items per acquire; it must fit the reply limits.
         let most = MAX_BATCH.min(self.config.reply_limits.max_array_len / 2).max(1);
