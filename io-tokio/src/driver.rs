@@ -20,8 +20,8 @@ use tokio::task::JoinHandle;
 
 use crate::connector::Connector;
 use crate::error::{ConnectError, Error, ReleaseError, RenewError};
-use crate::metric_names as names;
 use crate::permit::Permit;
+use crate::telemetry;
 
 /// What limiter handles and permits ask of the driver.
 #[derive(Debug)]
@@ -95,7 +95,8 @@ pub(crate) struct Driver<C: Connector> {
     /// The first connection failed: `connect` returned an error, nobody holds
     /// a handle, and the driver stops instead of retrying forever.
     failed_start: bool,
-    reported: Stats,
+    published: telemetry::Published,
+    metric_labels: Vec<metrics::Label>,
     stats: tokio::sync::watch::Sender<Stats>,
 }
 
@@ -137,6 +138,7 @@ impl<C: Connector> Driver<C> {
         address: ServerAddress,
         connector: C,
         lazy: bool,
+        metric_labels: Vec<metrics::Label>,
     ) -> Result<Spawned, ConnectError> {
         let client = Client::new(config, entropy, now())?;
         let (commands, command_rx) = mpsc::unbounded_channel();
@@ -160,7 +162,8 @@ impl<C: Connector> Driver<C> {
             startup: (!lazy).then_some(startup),
             last_io_error: None,
             failed_start: false,
-            reported: Stats::default(),
+            published: telemetry::Published::default(),
+            metric_labels,
             stats: stats_tx,
         };
         tokio::spawn(driver.run(command_rx, io_rx));
@@ -216,6 +219,7 @@ impl<C: Connector> Driver<C> {
                 self.client.handle_timeout(now);
             }
         }
+        self.published.withdraw(&self.metric_labels);
         self.reader = None;
         for (_, connection) in self.connections.drain() {
             connection.task.abort();
@@ -462,43 +466,15 @@ impl<C: Connector> Driver<C> {
         self.connections.insert(id, Connection { outgoing, task });
     }
 
-    /// Publishes what the core counted since the last call.
+    /// Publishes what the core counted since the last call, and the gauges.
     fn report_metrics(&mut self) {
-        let now = self.client.stats();
-        if now == self.reported {
-            return;
+        let stats = self.client.stats();
+        if stats != *self.stats.borrow() {
+            self.stats.send_replace(stats);
         }
-        let before = std::mem::replace(&mut self.reported, now);
-        self.stats.send_replace(now);
-        let deltas = [
-            (names::GRANTED, now.granted.saturating_sub(before.granted)),
-            (names::DENIED, now.denied.saturating_sub(before.denied)),
-            (names::UNAVAILABLE, now.unavailable.saturating_sub(before.unavailable)),
-            (names::FAIL_OPEN, now.fail_open.saturating_sub(before.fail_open)),
-            (
-                names::COMPENSATED,
-                now.compensations.saturating_sub(before.compensations),
-            ),
-            (
-                names::RELEASE_RETRIED,
-                now.release_retries.saturating_sub(before.release_retries),
-            ),
-            (
-                names::RELEASE_ABANDONED,
-                now.releases_abandoned.saturating_sub(before.releases_abandoned),
-            ),
-            (
-                names::CONNECTION_REPLACED,
-                now.connections_replaced.saturating_sub(before.connections_replaced),
-            ),
-            (names::RENEWED, now.renewals.saturating_sub(before.renewals)),
-            (names::LEASE_LOST, now.leases_lost.saturating_sub(before.leases_lost)),
-        ];
-        for (name, delta) in deltas {
-            if delta > 0 {
-                metrics::counter!(name).increment(delta);
-            }
-        }
+        let up = usize::from(self.client.connection().is_some_and(|(_, ready)| ready));
+        let in_flight = self.client.in_flight_acquires();
+        self.published.report(&self.metric_labels, stats, up, in_flight);
     }
 }
 

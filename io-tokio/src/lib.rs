@@ -39,12 +39,14 @@
 //! ([`inflight_core::Client`]), not in the caller's future.
 //!
 //! ## Metrics (crate `metrics`)
-//! Counters: `inflight_acquire_granted_total`, `inflight_acquire_denied_total`,
-//! `inflight_acquire_unavailable_total`, `inflight_acquire_fail_open_total`,
+//! Counters `inflight_acquire_{granted,denied,unavailable,fail_open}_total`,
 //! `inflight_compensations_total`, `inflight_release_retries_total`,
 //! `inflight_releases_abandoned_total`, `inflight_connections_replaced_total`,
-//! `inflight_renewals_total`, `inflight_leases_lost_total`.
-//! Histogram: `inflight_acquire_seconds` (time from call to outcome).
+//! `inflight_renewals_total`, `inflight_leases_lost_total`; the histogram
+//! `inflight_acquire_seconds` labelled by `outcome`; the gauges
+//! `inflight_connections_up` and `inflight_acquires_in_flight`. All are
+//! described (unit, help) when a limiter starts, and carry a `namespace` label
+//! when `Builder::metrics_namespace` is set. Names are in [`metric_names`].
 //!
 //! ## Tracing
 //! `warn` for a retired connection, a failed reconnect, a release that gave up
@@ -56,6 +58,7 @@ mod driver;
 mod error;
 mod limiter;
 mod permit;
+mod telemetry;
 #[cfg(all(feature = "tls", not(madsim)))]
 mod tls;
 
@@ -70,17 +73,4 @@ pub use inflight_core::{
 pub use limiter::{Builder, Limiter};
 pub use permit::Permit;
 
-/// The names under which the driver publishes metrics.
-pub mod metric_names {
-    pub const GRANTED: &str = "inflight_acquire_granted_total";
-    pub const DENIED: &str = "inflight_acquire_denied_total";
-    pub const UNAVAILABLE: &str = "inflight_acquire_unavailable_total";
-    pub const FAIL_OPEN: &str = "inflight_acquire_fail_open_total";
-    pub const COMPENSATED: &str = "inflight_compensations_total";
-    pub const RELEASE_RETRIED: &str = "inflight_release_retries_total";
-    pub const RELEASE_ABANDONED: &str = "inflight_releases_abandoned_total";
-    pub const CONNECTION_REPLACED: &str = "inflight_connections_replaced_total";
-    pub const RENEWED: &str = "inflight_renewals_total";
-    pub const LEASE_LOST: &str = "inflight_leases_lost_total";
-    pub const ACQUIRE_SECONDS: &str = "inflight_acquire_seconds";
-}
+pub use telemetry::names as metric_names;

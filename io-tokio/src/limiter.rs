@@ -13,6 +13,7 @@ use crate::connector::{Connector, TcpConnector};
 use crate::driver::{Command, Driver};
 use crate::error::{ConnectError, Error};
 use crate::permit::Permit;
+use crate::telemetry;
 
 /// A fleet-wide in-flight limiter. Cheap to clone; all clones share one driver
 /// task and one connection.
@@ -28,6 +29,7 @@ struct Shared {
     policy: UnavailablePolicy,
     key_prefix: String,
     stats: watch::Receiver<Stats>,
+    metric_labels: Vec<metrics::Label>,
 }
 
 impl Limiter {
@@ -40,6 +42,7 @@ impl Limiter {
             default_limit: 100,
             liveness: None,
             entropy: None,
+            metrics_namespace: None,
             #[cfg(all(feature = "tls", not(madsim)))]
             tls: Default::default(),
         }
@@ -72,12 +75,18 @@ impl Limiter {
         if self.shared.commands.send(command).is_err() {
             return self.stopped();
         }
-        let result = answer(&self.shared.commands, ticket, outcome).await;
-        metrics::histogram!(crate::metric_names::ACQUIRE_SECONDS).record(started.elapsed().as_secs_f64());
-        match result {
+        let result = match answer(&self.shared.commands, ticket, outcome).await {
             Ok(result) => result,
             Err(_) => self.stopped(),
-        }
+        };
+        let outcome = match &result {
+            Ok(permit) if permit.is_enforced() => "granted",
+            Ok(_) => "fail_open",
+            Err(Error::Exceeded) => "denied",
+            Err(_) => "unavailable",
+        };
+        telemetry::record_acquire(&self.shared.metric_labels, outcome, started.elapsed().as_secs_f64());
+        result
     }
 
     fn stopped(&self) -> Result<Permit, Error> {
@@ -168,6 +177,7 @@ pub struct Builder {
     default_limit: u32,
     liveness: Option<Duration>,
     entropy: Option<[u8; 16]>,
+    metrics_namespace: Option<String>,
     #[cfg(all(feature = "tls", not(madsim)))]
     tls: crate::tls::TlsOptions,
 }
@@ -180,7 +190,8 @@ impl std::fmt::Debug for Builder {
             .field("config", &self.config)
             .field("default_limit", &self.default_limit)
             .field("liveness", &self.liveness)
-            .field("entropy", &self.entropy.map(|_| "<set>"));
+            .field("entropy", &self.entropy.map(|_| "<set>"))
+            .field("metrics_namespace", &self.metrics_namespace);
         #[cfg(all(feature = "tls", not(madsim)))]
         debug.field("tls", &self.tls);
         debug.finish()
@@ -243,6 +254,15 @@ impl Builder {
     pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> Self {
         self.config.reconnect_initial_backoff = initial;
         self.config.reconnect_max_backoff = max;
+        self
+    }
+
+    /// Labels every metric of this limiter `namespace="…"`, to tell apart
+    /// limiters of one process on a dashboard (say, one per protected
+    /// backend). Off by default. The subject never becomes a label: its
+    /// values are unbounded.
+    pub fn metrics_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.metrics_namespace = Some(namespace.into());
         self
     }
 
@@ -362,7 +382,16 @@ impl Builder {
         };
         let policy = config.unavailable_policy;
         let key_prefix = config.key_prefix.clone();
-        let spawned = Driver::spawn(config, entropy, address, connector, start == Start::Lazy)?;
+        telemetry::describe();
+        let metric_labels = telemetry::labels(self.metrics_namespace.as_deref());
+        let spawned = Driver::spawn(
+            config,
+            entropy,
+            address,
+            connector,
+            start == Start::Lazy,
+            metric_labels.clone(),
+        )?;
         if start == Start::WhenReady {
             spawned.started.await.unwrap_or(Err(ConnectError::Stopped))?;
         }
@@ -373,6 +402,7 @@ impl Builder {
                 policy,
                 key_prefix,
                 stats: spawned.stats,
+                metric_labels,
             }),
         })
     }

@@ -4,48 +4,195 @@
 use std::time::Duration;
 
 use inflight_tests::RedisServer;
-use inflight_tokio::{metric_names, Error, Key, Limiter};
-use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use metrics_util::MetricKind;
+use inflight_tokio::{metric_names as names, Error, Key, Limiter};
+use metrics::Unit;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::{CompositeKey, MetricKind};
+
+type Entry = (CompositeKey, Option<Unit>, Option<metrics::SharedString>, DebugValue);
+
+/// The value of the metric `name` with exactly `labels` (`key=value`).
+fn find<'a>(snapshot: &'a [Entry], kind: MetricKind, name: &'a str, labels: &'a [&'a str]) -> Option<&'a DebugValue> {
+    all(snapshot, kind, name, labels).next()
+}
+
+fn all<'a>(
+    snapshot: &'a [Entry],
+    kind: MetricKind,
+    name: &'a str,
+    labels: &'a [&'a str],
+) -> impl Iterator<Item = &'a DebugValue> + 'a {
+    snapshot.iter().filter_map(move |(key, _, _, value)| {
+        let mut have: Vec<String> = key
+            .key()
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        have.sort();
+        let mut want: Vec<String> = labels.iter().map(|l| l.to_string()).collect();
+        want.sort();
+        (key.kind() == kind && key.key().name() == name && have == want).then_some(value)
+    })
+}
+
+/// The counter summed over every entry (several snapshots may hold it).
+fn counter(snapshot: &[Entry], name: &str, labels: &[&str]) -> Option<u64> {
+    let values: Vec<u64> = all(snapshot, MetricKind::Counter, name, labels)
+        .map(|value| match value {
+            DebugValue::Counter(n) => *n,
+            other => panic!("{name} is not a counter: {other:?}"),
+        })
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+fn gauge(snapshot: &[Entry], name: &str, labels: &[&str]) -> Option<f64> {
+    find(snapshot, MetricKind::Gauge, name, labels).map(|value| match value {
+        DebugValue::Gauge(n) => n.into_inner(),
+        other => panic!("{name} is not a gauge: {other:?}"),
+    })
+}
+
+fn gauge_sum(snapshot: &[Entry], name: &str, labels: &[&str]) -> f64 {
+    all(snapshot, MetricKind::Gauge, name, labels)
+        .map(|value| match value {
+            DebugValue::Gauge(n) => n.into_inner(),
+            other => panic!("{name} is not a gauge: {other:?}"),
+        })
+        .sum()
+}
+
+fn samples(snapshot: &[Entry], name: &str, labels: &[&str]) -> usize {
+    all(snapshot, MetricKind::Histogram, name, labels)
+        .map(|value| match value {
+            DebugValue::Histogram(samples) => samples.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn snapshot(snapshotter: &Snapshotter) -> Vec<Entry> {
+    snapshotter.snapshot().into_vec()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grants_denials_and_latency_are_counted_under_their_names() {
+async fn outcomes_gauges_and_descriptions_are_published_under_their_names() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     recorder.install().expect("the only recorder of this test binary");
 
     let server = RedisServer::start();
-    let limiter = Limiter::builder(server.url())
+    let plain = Limiter::builder(server.url())
         .default_limit(1)
         .timeout(Duration::from_millis(500))
         .connect()
         .await
         .unwrap();
+    let checkout = Limiter::builder(server.url())
+        .default_limit(1)
+        .key_prefix("checkout")
+        .metrics_namespace("checkout")
+        .timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
     let key = Key::new("tier", "metrics").unwrap();
-    let permit = limiter.acquire(&key).await.unwrap();
-    assert_eq!(limiter.acquire(&key).await.unwrap_err(), Error::Exceeded);
-    permit.release().await.unwrap();
-    limiter.close().await;
+    let permit = plain.acquire(&key).await.unwrap();
+    assert_eq!(plain.acquire(&key).await.unwrap_err(), Error::Exceeded);
+    let other = checkout.acquire(&key).await.unwrap();
 
-    let snapshot = snapshotter.snapshot().into_vec();
-    let counter = |name: &str| {
-        snapshot
-            .iter()
-            .find(|(key, ..)| key.kind() == MetricKind::Counter && key.key().name() == name)
-            .map(|(.., value)| match value {
-                DebugValue::Counter(n) => *n,
-                other => panic!("{name} is not a counter: {other:?}"),
-            })
-    };
-    assert_eq!(counter(metric_names::GRANTED), Some(1));
-    assert_eq!(counter(metric_names::DENIED), Some(1));
-    assert_eq!(counter(metric_names::UNAVAILABLE), None, "nothing was unavailable");
-    let latencies = snapshot
+    // (A snapshot of this recorder takes every value, gauges included,
+    // resetting it to zero: the figures below add both snapshots up.)
+    let during = snapshot(&snapshotter);
+    let now = &during;
+    assert_eq!(gauge(now, names::CONNECTIONS_UP, &[]), Some(1.0));
+    assert_eq!(gauge(now, names::CONNECTIONS_UP, &["namespace=checkout"]), Some(1.0));
+    assert_eq!(gauge(now, names::ACQUIRES_IN_FLIGHT, &[]), Some(0.0));
+
+    permit.release().await.unwrap();
+    other.release().await.unwrap();
+    plain.close().await;
+    checkout.close().await;
+
+    // The drivers stop once their last handle is gone, just after `close`.
+    let mut now: Vec<Entry> = during;
+    for _ in 0..100 {
+        now.extend(snapshot(&snapshotter));
+        let up = gauge_sum(&now, names::CONNECTIONS_UP, &[])
+            + gauge_sum(&now, names::CONNECTIONS_UP, &["namespace=checkout"]);
+        if up == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A stopped driver takes its share out of the gauges: 1 up, then -1.
+    assert_eq!(gauge_sum(&now, names::CONNECTIONS_UP, &[]), 0.0);
+    assert_eq!(gauge_sum(&now, names::CONNECTIONS_UP, &["namespace=checkout"]), 0.0);
+    assert_eq!(counter(&now, names::GRANTED, &[]), Some(1));
+    assert_eq!(counter(&now, names::DENIED, &[]), Some(1));
+    assert_eq!(counter(&now, names::UNAVAILABLE, &[]), None, "nothing was unavailable");
+    assert_eq!(counter(&now, names::GRANTED, &["namespace=checkout"]), Some(1));
+    assert_eq!(counter(&now, names::DENIED, &["namespace=checkout"]), None);
+    // One latency sample per acquire, labelled by how it ended.
+    assert_eq!(samples(&now, names::ACQUIRE_SECONDS, &["outcome=granted"]), 1);
+    assert_eq!(samples(&now, names::ACQUIRE_SECONDS, &["outcome=denied"]), 1);
+    assert_eq!(
+        samples(&now, names::ACQUIRE_SECONDS, &["namespace=checkout", "outcome=granted"]),
+        1
+    );
+    // Every key carries no label but these: never the subject.
+    for (key, ..) in &now {
+        for label in key.key().labels() {
+            assert!(["namespace", "outcome"].contains(&label.key()), "{key:?}");
+        }
+    }
+
+    // Every metric emitted here is described, with its unit.
+    let described: Vec<(String, Option<Unit>, bool)> = now
         .iter()
-        .find(|(key, ..)| key.kind() == MetricKind::Histogram && key.key().name() == metric_names::ACQUIRE_SECONDS)
-        .map(|(.., value)| match value {
-            DebugValue::Histogram(samples) => samples.len(),
-            _ => 0,
-        });
-    assert_eq!(latencies, Some(2), "one latency sample per acquire");
+        .map(|(key, unit, help, _)| (key.key().name().to_string(), *unit, help.is_some()))
+        .collect();
+    let documented = [
+        (names::GRANTED, Unit::Count),
+        (names::DENIED, Unit::Count),
+        (names::ACQUIRE_SECONDS, Unit::Seconds),
+        (names::CONNECTIONS_UP, Unit::Count),
+        (names::ACQUIRES_IN_FLIGHT, Unit::Count),
+    ];
+    for (name, unit) in documented {
+        assert!(
+            described
+                .iter()
+                .any(|(n, u, help)| n == name && *u == Some(unit) && *help),
+            "{name} is not described with unit {unit:?}: {described:?}"
+        );
+    }
+}
+
+/// The one table in docs/operations.md names every metric the driver publishes.
+#[test]
+fn every_metric_is_in_the_operations_table() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md")).unwrap();
+    let all = [
+        names::GRANTED,
+        names::DENIED,
+        names::UNAVAILABLE,
+        names::FAIL_OPEN,
+        names::COMPENSATED,
+        names::RELEASE_RETRIED,
+        names::RELEASE_ABANDONED,
+        names::CONNECTION_REPLACED,
+        names::RENEWED,
+        names::LEASE_LOST,
+        names::ACQUIRE_SECONDS,
+        names::CONNECTIONS_UP,
+        names::ACQUIRES_IN_FLIGHT,
+    ];
+    for name in all {
+        assert!(
+            doc.lines()
+                .any(|line| line.starts_with('|') && line.contains(&format!("`{name}`"))),
+            "{name} is missing from the metrics table of docs/operations.md"
+        );
+    }
 }

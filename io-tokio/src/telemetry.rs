@@ -1,0 +1,152 @@
+//! What the driver publishes through the `metrics` facade: names, units and
+//! help texts in one place, deltas of the core's counters, and two gauges.
+//!
+//! Every metric carries the limiter's labels: none by default, or
+//! `namespace="…"` when the builder was given one. Never the subject: its
+//! values are unbounded, and so would be the series.
+
+use inflight_core::Stats;
+use metrics::{Label, Unit};
+
+/// The names under which the driver publishes metrics.
+pub mod names {
+    pub const GRANTED: &str = "inflight_acquire_granted_total";
+    pub const DENIED: &str = "inflight_acquire_denied_total";
+    pub const UNAVAILABLE: &str = "inflight_acquire_unavailable_total";
+    pub const FAIL_OPEN: &str = "inflight_acquire_fail_open_total";
+    pub const COMPENSATED: &str = "inflight_compensations_total";
+    pub const RELEASE_RETRIED: &str = "inflight_release_retries_total";
+    pub const RELEASE_ABANDONED: &str = "inflight_releases_abandoned_total";
+    pub const CONNECTION_REPLACED: &str = "inflight_connections_replaced_total";
+    pub const RENEWED: &str = "inflight_renewals_total";
+    pub const LEASE_LOST: &str = "inflight_leases_lost_total";
+    /// Histogram, labelled `outcome` = `granted`, `denied`, `unavailable` or `fail_open`.
+    pub const ACQUIRE_SECONDS: &str = "inflight_acquire_seconds";
+    /// Gauge: ready connections to Redis.
+    pub const CONNECTIONS_UP: &str = "inflight_connections_up";
+    /// Gauge: acquires (and renewals) waiting for a connection or a reply.
+    pub const ACQUIRES_IN_FLIGHT: &str = "inflight_acquires_in_flight";
+}
+
+/// Each counter: its name, its help text, and its figure in [`Stats`].
+const COUNTERS: [(&str, &str, fn(&Stats) -> u64); 10] = [
+    (names::GRANTED, "Permits granted (enforced).", |s| s.granted),
+    (
+        names::DENIED,
+        "Acquires refused because the key was at its limit (Exceeded).",
+        |s| s.denied,
+    ),
+    (
+        names::UNAVAILABLE,
+        "Acquires and renewals without a trustworthy answer (timeout, lost connection, server error, in-flight cap).",
+        |s| s.unavailable,
+    ),
+    (
+        names::FAIL_OPEN,
+        "Requests let through unenforced because Redis was unavailable (policy Allow).",
+        |s| s.fail_open,
+    ),
+    (
+        names::COMPENSATED,
+        "Releases of leases no caller received (late grants, ambiguous acquires).",
+        |s| s.compensations,
+    ),
+    (
+        names::RELEASE_RETRIED,
+        "Release attempts queued for another try after a failure.",
+        |s| s.release_retries,
+    ),
+    (
+        names::RELEASE_ABANDONED,
+        "Releases given up; their slots come back at the lease TTL.",
+        |s| s.releases_abandoned,
+    ),
+    (
+        names::CONNECTION_REPLACED,
+        "Ready connections retired (stall, close, protocol error, echo mismatch).",
+        |s| s.connections_replaced,
+    ),
+    (names::RENEWED, "Renewals that extended their lease.", |s| s.renewals),
+    (
+        names::LEASE_LOST,
+        "Renewals that found their lease already gone.",
+        |s| s.leases_lost,
+    ),
+];
+
+/// Tells the installed recorder the unit and meaning of every metric. Cheap
+/// and idempotent; called at each limiter's start, so a recorder installed
+/// before any limiter learns them all.
+pub(crate) fn describe() {
+    for (name, help, _) in COUNTERS {
+        metrics::describe_counter!(name, Unit::Count, help);
+    }
+    metrics::describe_histogram!(
+        names::ACQUIRE_SECONDS,
+        Unit::Seconds,
+        "Time from an acquire call to its outcome, labelled by outcome."
+    );
+    metrics::describe_gauge!(names::CONNECTIONS_UP, Unit::Count, "Ready connections to Redis.");
+    metrics::describe_gauge!(
+        names::ACQUIRES_IN_FLIGHT,
+        Unit::Count,
+        "Acquires and renewals waiting for a connection or for Redis's reply."
+    );
+}
+
+/// The labels every metric of one limiter carries.
+pub(crate) fn labels(namespace: Option<&str>) -> Vec<Label> {
+    namespace
+        .map(|namespace| Label::new("namespace", namespace.to_string()))
+        .into_iter()
+        .collect()
+}
+
+/// How one acquire ended, for the latency histogram's `outcome` label.
+pub(crate) fn record_acquire(labels: &[Label], outcome: &'static str, seconds: f64) {
+    let mut labels = labels.to_vec();
+    labels.push(Label::new("outcome", outcome));
+    metrics::histogram!(names::ACQUIRE_SECONDS, labels).record(seconds);
+}
+
+/// What one driver has published so far, so that each report sends deltas.
+/// Gauges move by increments, so that limiters sharing one recorder (and
+/// one label set) add up instead of overwriting each other.
+#[derive(Default)]
+pub(crate) struct Published {
+    stats: Stats,
+    connections_up: usize,
+    in_flight: usize,
+}
+
+impl Published {
+    /// Publishes what changed since the last call.
+    pub(crate) fn report(&mut self, labels: &[Label], stats: Stats, connections_up: usize, in_flight: usize) {
+        if stats != self.stats {
+            for (name, _, figure) in COUNTERS {
+                let delta = figure(&stats).saturating_sub(figure(&self.stats));
+                if delta > 0 {
+                    metrics::counter!(name, labels.to_vec()).increment(delta);
+                }
+            }
+            self.stats = stats;
+        }
+        move_gauge(names::CONNECTIONS_UP, labels, &mut self.connections_up, connections_up);
+        move_gauge(names::ACQUIRES_IN_FLIGHT, labels, &mut self.in_flight, in_flight);
+    }
+
+    /// Takes this driver's share out of the gauges (it is stopping).
+    pub(crate) fn withdraw(&mut self, labels: &[Label]) {
+        move_gauge(names::CONNECTIONS_UP, labels, &mut self.connections_up, 0);
+        move_gauge(names::ACQUIRES_IN_FLIGHT, labels, &mut self.in_flight, 0);
+    }
+}
+
+fn move_gauge(name: &'static str, labels: &[Label], published: &mut usize, now: usize) {
+    if now > *published {
+        metrics::gauge!(name, labels.to_vec()).increment((now - *published) as f64);
+    } else if now < *published {
+        metrics::gauge!(name, labels.to_vec()).decrement((*published - now) as f64);
+    }
+    *published = now;
+}
