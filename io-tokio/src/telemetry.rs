@@ -28,8 +28,10 @@ pub mod names {
     pub const ACQUIRES_IN_FLIGHT: &str = "inflight_acquires_in_flight";
 }
 
-/// Each counter: its name, its help text, and its figure in [`Stats`].
-const COUNTERS: [(&str, &str, fn(&Stats) -> u64); 10] = [
+/// A counter: its name, its help text, and its figure in [`Stats`].
+type CounterSpec = (&'static str, &'static str, fn(&Stats) -> u64);
+
+const COUNTERS: [CounterSpec; 10] = [
     (names::GRANTED, "Permits granted (enforced).", |s| s.granted),
     (
         names::DENIED,
