@@ -50,6 +50,7 @@ impl Default for ReleasePolicy {
 pub struct Credentials {
     /// ACL user; `None` sends the legacy single-password `AUTH`.
     pub username: Option<String>,
+    /// The password (never printed: `Debug` redacts it).
     pub password: String,
 }
 
@@ -82,15 +83,19 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// Acquires waiting or in flight at once; more fail fast as unavailable.
     pub max_in_flight: usize,
+    /// What an acquire without a trustworthy answer becomes.
     pub unavailable_policy: UnavailablePolicy,
+    /// How hard a release tries before it gives up.
     pub release: ReleasePolicy,
     /// Delay before reconnecting after a failed attempt; doubled per failure...
     pub reconnect_initial_backoff: Duration,
     /// ...up to this.
     pub reconnect_max_backoff: Duration,
+    /// Sent with `AUTH` at every handshake, if any.
     pub credentials: Option<Credentials>,
     /// Logical database (`SELECT`), 0 by default.
     pub database: u32,
+    /// Bounds on the replies accepted from the server.
     pub reply_limits: ReplyLimits,
     /// Deliberate bugs for the simulator's self-test.
     #[cfg(feature = "fault-injection")]
@@ -133,26 +138,48 @@ impl Default for Config {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// A duration or count that must be positive is zero.
     #[error("{field} must be greater than zero")]
-    Zero { field: &'static str },
+    Zero {
+        /// The setting, as named in [`Config`].
+        field: &'static str,
+    },
+    /// A duration below what the other settings require.
     #[error("{field} must be at least {min_ms} ms (it is {actual_ms} ms)")]
     TooShort {
+        /// The setting, as named in [`Config`].
         field: &'static str,
+        /// The least it may be, in milliseconds.
         min_ms: u128,
+        /// What it is, in milliseconds.
         actual_ms: u128,
     },
+    /// A value outside what can work.
     #[error("{field} is out of range: {reason}")]
-    OutOfRange { field: &'static str, reason: &'static str },
+    OutOfRange {
+        /// The setting, as named in [`Config`].
+        field: &'static str,
+        /// Why it cannot work.
+        reason: &'static str,
+    },
+    /// The key prefix is empty or would add a second hash tag.
     #[error("key prefix {0:?} is empty or contains '{{' or '}}', which would break the key's single hash tag")]
     KeyPrefix(String),
+    /// The server URL cannot be used.
     #[error("invalid Redis URL {url:?}: {reason}")]
-    Url { url: String, reason: String },
+    Url {
+        /// The URL, its password redacted.
+        url: String,
+        /// What is wrong, and what is supported.
+        reason: String,
+    },
     /// A `rediss://` URL given to a driver built without TLS.
     #[error("rediss:// needs TLS, which this build lacks: enable the `tls` feature of inflight-tokio")]
     TlsNotEnabled,
 }
 
 impl Config {
+    /// Refuses a setting that cannot work, naming the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let positive = [
             ("lease_ttl", self.lease_ttl),
@@ -241,7 +268,12 @@ pub fn limit(value: u32) -> Result<NonZeroU32, ConfigError> {
 #[non_exhaustive]
 pub enum Endpoint {
     /// A host name or IP address and a port.
-    Tcp { host: String, port: u16 },
+    Tcp {
+        /// A host name or an IP address.
+        host: String,
+        /// The TCP port.
+        port: u16,
+    },
     /// A Unix domain socket (`redis-server --unixsocket`).
     Unix(std::path::PathBuf),
 }
@@ -281,12 +313,17 @@ const SUPPORTED_URLS: &str = "redis://[user:password@]host[:port][/db], rediss:/
 pub struct ServerAddress {
     /// `rediss://`: the stream is TLS, verified against the host.
     pub tls: bool,
+    /// Where the server listens.
     pub endpoint: Endpoint,
+    /// `AUTH` credentials from the URL, if any.
     pub credentials: Option<Credentials>,
+    /// Logical database (`SELECT`), 0 unless the URL names one.
     pub database: u32,
 }
 
 impl ServerAddress {
+    /// Parses one of the URL forms above; a bad one is a `ConfigError::Url`
+    /// that names what is supported (and never shows the password).
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let error = |reason: &str| ConfigError::Url {
             url: redact_url(text),

@@ -33,6 +33,7 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// The lease's id, the member of the Redis sorted set.
     pub fn id(&self) -> LeaseId {
         self.id
     }
@@ -53,6 +54,7 @@ impl Lease {
 /// How one acquire ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
+    /// Redis recorded the lease: the caller holds a slot until it releases.
     Granted(Lease),
     /// Redis, over a trusted connection, counted `limit` live leases.
     Exceeded,
@@ -80,17 +82,22 @@ pub enum Renewal {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Unavailable {
+    /// No reply within the acquire timeout.
     #[error("no reply within the acquire timeout")]
     Timeout,
+    /// `max_in_flight` acquires were already waiting: failed fast.
     #[error("too many acquires in flight on the connection")]
     Overloaded,
+    /// No connection, and the last attempt to make one failed for this reason.
     #[error("not connected to Redis: {0}")]
     NotConnected(ConnectionError),
+    /// The connection was lost (for this reason) before the reply came.
     #[error("the connection was lost before the reply: {0}")]
     ConnectionLost(ConnectionError),
     /// Redis refused the command; [`ServerError::kind`] says why.
     #[error("Redis answered with an error: {0}")]
     Server(ServerError),
+    /// The script found the lease id tombstoned (already compensated).
     #[error("Redis refused the lease id as already released")]
     Refused,
 }
@@ -99,22 +106,31 @@ pub enum Unavailable {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectionError {
+    /// The socket closed (or could not be opened).
     #[error("the connection closed")]
     Closed,
+    /// Connecting and the handshake took longer than `connect_timeout`.
     #[error("connecting and the handshake took longer than the connect timeout")]
     ConnectTimeout,
+    /// A request waited longer than `request_liveness` for its reply.
     #[error("a request waited longer than its liveness budget")]
     Stalled,
+    /// The server sent something that is not RESP, or too much of it.
     #[error(transparent)]
     Protocol(#[from] ProtocolError),
+    /// A reply named another lease than its request: replies cannot be trusted.
     #[error("a reply echoed a different lease id")]
     EchoMismatch,
+    /// A reply of a shape the request cannot have.
     #[error("a reply of an unexpected shape: {0}")]
     UnexpectedReply(String),
+    /// The server refused the login (`NOAUTH`, `WRONGPASS`), in its words.
     #[error("authentication failed: {0}")]
     Auth(String),
+    /// Another handshake step failed, in the server's words.
     #[error("the connection handshake failed: {0}")]
     Handshake(String),
+    /// The server refused a command in a way that makes this connection useless.
     #[error("Redis answered with an error that ends the connection: {0}")]
     Server(ServerError),
 }
@@ -123,14 +139,18 @@ pub enum ConnectionError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReleaseFailure {
+    /// Every attempt failed.
     #[error("every attempt failed")]
     AttemptsExhausted,
+    /// The lease expired before a release got through.
     #[error("the lease expired before a release got through")]
     Expired,
+    /// `max_retrying` releases were already waiting for a retry.
     #[error("too many releases already waiting for a retry")]
     Overloaded,
 }
 
+/// What the client tells its driver, through `poll_event`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A connection finished its handshake and carries requests.
@@ -145,11 +165,19 @@ pub enum Event {
     Renewed(RequestId, Renewal),
     /// A release (or, with `compensation`, a release we owed for an acquire whose
     /// caller never got the lease) is done.
-    Released { lease: LeaseId, compensation: bool },
+    Released {
+        /// The lease given back.
+        lease: LeaseId,
+        /// Whether no caller ever held it.
+        compensation: bool,
+    },
     /// A release gave up; its lease stays until its TTL.
     ReleaseAbandoned {
+        /// The lease that stays.
         lease: LeaseId,
+        /// Whether no caller ever held it.
         compensation: bool,
+        /// Why the release gave up.
         reason: ReleaseFailure,
     },
 }
@@ -166,7 +194,9 @@ pub enum Action {
 /// Bytes to write on a connection, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transmit {
+    /// The connection to write on.
     pub connection: ConnectionId,
+    /// What to write.
     pub data: Bytes,
 }
 
@@ -174,15 +204,23 @@ pub struct Transmit {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
+    /// Permits granted.
     pub granted: u64,
+    /// Trusted denials (`Exceeded`).
     pub denied: u64,
+    /// Acquires and renewals without a trustworthy answer.
     pub unavailable: u64,
+    /// Acquires let through unenforced (policy `Allow`).
     pub fail_open: u64,
     /// Compensating releases started (late grants, ambiguous acquires).
     pub compensations: u64,
+    /// Releases (and compensations) done.
     pub releases: u64,
+    /// Failed releases queued for another attempt.
     pub release_retries: u64,
+    /// Releases given up (their leases expire at TTL).
     pub releases_abandoned: u64,
+    /// Ready connections retired.
     pub connections_replaced: u64,
     /// Renewals that extended their lease.
     pub renewals: u64,

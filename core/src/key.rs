@@ -28,10 +28,17 @@ pub struct Key {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum KeyError {
+    /// The namespace or the subject is empty.
     #[error("the key's {0} is empty; give every key a non-empty namespace and subject")]
     Empty(&'static str),
+    /// A component is too long to be a reasonable Redis key.
     #[error("the key's {component} is {len} bytes; at most {MAX_COMPONENT_LEN} are accepted")]
-    TooLong { component: &'static str, len: usize },
+    TooLong {
+        /// `namespace` or `subject`.
+        component: &'static str,
+        /// Its length in bytes.
+        len: usize,
+    },
 }
 
 impl Key {
@@ -44,10 +51,12 @@ impl Key {
         Ok(Self { namespace, subject })
     }
 
+    /// What kind of thing is limited (`tenant`, `route`…).
     pub fn namespace(&self) -> &str {
         &self.namespace
     }
 
+    /// Which one of them (`acme`, `/upload`…).
     pub fn subject(&self) -> &str {
         &self.subject
     }
@@ -76,6 +85,7 @@ pub struct SubjectKeys {
 }
 
 impl SubjectKeys {
+    /// The Redis keys of `key` under `prefix`.
     pub fn new(prefix: &str, key: &Key) -> Self {
         let mut text = String::with_capacity(prefix.len() + key.namespace.len() + key.subject.len() + 12);
         text.push_str(prefix);

@@ -17,6 +17,7 @@ pub struct LeaseId {
 }
 
 impl LeaseId {
+    /// The id made of a client's instance bits and a counter.
     pub fn from_parts(instance: u128, counter: u64) -> Self {
         Self { instance, counter }
     }
@@ -56,12 +57,14 @@ pub struct LeaseIds {
 }
 
 impl LeaseIds {
+    /// Ids built on `entropy`: 16 random bytes, fresh for every client.
     pub fn new(entropy: [u8; 16]) -> Self {
         Self {
             instance: u128::from_be_bytes(entropy),
         }
     }
 
+    /// The `counter`-th id.
     pub fn id(&self, counter: u64) -> LeaseId {
         LeaseId::from_parts(self.instance, counter)
     }

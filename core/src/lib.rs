@@ -10,22 +10,26 @@
 //! Start with [`Client`]: its documentation is the contract between the core and
 //! any driver.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod client;
 pub mod config;
 pub mod event;
 #[cfg(any(test, feature = "model"))]
+#[allow(missing_docs)] // test support (feature `model`), not the library's API
 pub mod fuzzing;
 mod jitter;
 pub mod key;
 pub mod lease_id;
 #[cfg(any(test, feature = "model"))]
+#[allow(missing_docs)] // test support (feature `model`), not the library's API
 pub mod model;
 pub mod pipeline;
 pub mod resp;
 pub mod script;
 mod server_error;
 #[cfg(any(test, feature = "model"))]
+#[allow(missing_docs)] // test support (feature `model`), not the library's API
 pub mod testkit;
 
 pub use client::Client;

@@ -13,6 +13,8 @@ use bytes::{Bytes, BytesMut};
 
 use crate::resp::{Frame, ProtocolError, ReplyLimits, ReplyReader};
 
+/// One connection's request FIFO and reply reader: each reply meets the
+/// oldest pending request, so replies cannot be misattributed.
 #[derive(Debug)]
 pub struct Pipeline<T> {
     pending: VecDeque<(T, Instant)>,
@@ -21,6 +23,7 @@ pub struct Pipeline<T> {
 }
 
 impl<T> Pipeline<T> {
+    /// An empty pipeline whose replies must fit `limits`.
     pub fn new(limits: ReplyLimits) -> Self {
         Self {
             pending: VecDeque::new(),
@@ -40,6 +43,7 @@ impl<T> Pipeline<T> {
         (!self.outgoing.is_empty()).then(|| self.outgoing.split().freeze())
     }
 
+    /// Bytes read from the connection.
     pub fn receive(&mut self, data: &[u8]) {
         self.reader.push(data);
     }
@@ -60,6 +64,7 @@ impl<T> Pipeline<T> {
         self.pending.front().map(|(_, deadline)| *deadline)
     }
 
+    /// The requests still waiting for their reply, oldest first.
     pub fn pending(&self) -> impl Iterator<Item = &T> {
         self.pending.iter().map(|(entry, _)| entry)
     }

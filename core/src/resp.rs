@@ -44,12 +44,21 @@ impl Default for ReplyLimits {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProtocolError {
+    /// Bytes that are not RESP.
     #[error("malformed RESP reply: {0}")]
     Malformed(&'static str),
+    /// A frame larger than the reply limits allow.
     #[error("RESP frame declares {len} bytes or elements, over the limit of {limit}")]
-    TooLarge { len: u64, limit: usize },
+    TooLarge {
+        /// What the frame declares.
+        len: u64,
+        /// What the limits allow.
+        limit: usize,
+    },
+    /// Arrays nested deeper than the reply limits allow.
     #[error("RESP arrays nested deeper than {0}")]
     TooDeep(usize),
+    /// A reply with no request waiting for it: the stream is not ours.
     #[error("a reply arrived with no request pending on the connection")]
     Unsolicited,
 }
@@ -81,6 +90,7 @@ pub struct ReplyReader {
 }
 
 impl ReplyReader {
+    /// A reader that refuses frames beyond `limits`.
     pub fn new(limits: ReplyLimits) -> Self {
         Self {
             buf: BytesMut::new(),
@@ -88,6 +98,7 @@ impl ReplyReader {
         }
     }
 
+    /// Bytes as they arrive.
     pub fn push(&mut self, data: &[u8]) {
         self.buf.extend_from_slice(data);
     }

@@ -128,11 +128,14 @@ return {1, id}
 /// A script's text and its SHA1, the name `EVALSHA` knows it by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Script {
+    /// The Lua source.
     pub text: &'static str,
+    /// Its SHA1 in hex.
     pub sha: String,
 }
 
 impl Script {
+    /// `text` with its SHA1.
     pub fn new(text: &'static str) -> Self {
         Self {
             text,
@@ -144,13 +147,18 @@ impl Script {
 /// Which of our scripts a command runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScriptKind {
+    /// Takes one lease if the limit allows.
     Acquire,
+    /// Releases a lease no caller got and tombstones its id.
     Compensate,
+    /// Extends a live lease; never creates one.
     Renew,
+    /// Several acquires of one subject and limit in one call.
     AcquireMany,
 }
 
 impl ScriptKind {
+    /// Every script, in the order the handshake loads them.
     pub const ALL: [ScriptKind; 4] = [
         ScriptKind::Acquire,
         ScriptKind::Compensate,
@@ -162,9 +170,13 @@ impl ScriptKind {
 /// Our scripts, hashed once per client.
 #[derive(Debug, Clone)]
 pub struct Scripts {
+    /// [`ScriptKind::Acquire`].
     pub acquire: Script,
+    /// [`ScriptKind::Compensate`].
     pub compensate: Script,
+    /// [`ScriptKind::Renew`].
     pub renew: Script,
+    /// [`ScriptKind::AcquireMany`].
     pub acquire_many: Script,
 }
 
@@ -180,6 +192,7 @@ impl Default for Scripts {
 }
 
 impl Scripts {
+    /// The script of `kind`.
     pub fn get(&self, kind: ScriptKind) -> &Script {
         match kind {
             ScriptKind::Acquire => &self.acquire,
@@ -232,6 +245,7 @@ impl Scripts {
         encode_command(out, &command);
     }
 
+    /// Appends `SCRIPT LOAD` of the script of `kind` to `out`.
     pub fn encode_load(&self, out: &mut BytesMut, kind: ScriptKind) {
         encode_command(out, &[b"SCRIPT", b"LOAD", self.get(kind).text.as_bytes()]);
     }

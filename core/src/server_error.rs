@@ -77,6 +77,7 @@ pub struct ServerError {
 }
 
 impl ServerError {
+    /// The error reply `message` (without the leading `-`), classified.
     pub fn new(message: impl Into<String>) -> Self {
         let message = message.into();
         Self {
@@ -85,10 +86,12 @@ impl ServerError {
         }
     }
 
+    /// What kind of refusal it is: branch on this.
     pub fn kind(&self) -> ServerErrorKind {
         self.kind
     }
 
+    /// The message exactly as Redis wrote it.
     pub fn message(&self) -> &str {
         &self.message
     }

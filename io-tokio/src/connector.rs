@@ -9,8 +9,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 /// Opens byte streams to a Redis server.
 pub trait Connector: Send + Sync + 'static {
+    /// The byte stream a connection runs on.
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
 
+    /// Opens a stream to `endpoint`. The driver bounds the time it may take.
     fn connect(&self, endpoint: &Endpoint) -> impl Future<Output = io::Result<Self::Io>> + Send;
 }
 

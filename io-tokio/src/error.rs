@@ -15,7 +15,10 @@ pub enum Error {
     /// Redis gave no trustworthy answer in time, and the policy is `Deny`.
     /// Shed the request (e.g. HTTP 503); the limiter recovers on its own.
     #[error("the limiter is unavailable: {reason}")]
-    Unavailable { reason: Unavailable },
+    Unavailable {
+        /// Why there was no trustworthy answer.
+        reason: Unavailable,
+    },
     /// The limiter's driver task has stopped (its runtime shut down).
     #[error("the limiter's driver has stopped")]
     Stopped,
@@ -32,20 +35,47 @@ pub enum ConnectError {
     /// the cause's own, so an error chain prints it once.)
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// Nothing answered there (refused, no route, no such socket, TLS refused).
     #[error("could not reach Redis at {addr}: {reason}")]
-    Unreachable { addr: String, reason: String },
+    Unreachable {
+        /// Where we tried.
+        addr: String,
+        /// What the operating system (or TLS) said.
+        reason: String,
+    },
+    /// Connecting and the handshake took longer than the connect timeout.
     #[error("Redis at {addr} did not answer within the connect timeout of {after:?}")]
-    Timeout { addr: String, after: Duration },
+    Timeout {
+        /// Where we tried.
+        addr: String,
+        /// The connect timeout.
+        after: Duration,
+    },
     /// A missing or wrong password or user: fix the URL's credentials.
     #[error("Redis at {addr} refused to authenticate the connection: {reason}")]
-    Auth { addr: String, reason: String },
+    Auth {
+        /// The server.
+        addr: String,
+        /// Redis's own words (`NOAUTH …`, `WRONGPASS …`).
+        reason: String,
+    },
+    /// Another handshake step failed (`SELECT`, `SCRIPT LOAD`…).
     #[error("the connection handshake with Redis at {addr} failed: {reason}")]
-    Handshake { addr: String, reason: String },
+    Handshake {
+        /// The server.
+        addr: String,
+        /// What failed, in the server's words where it gave any.
+        reason: String,
+    },
     /// The TLS settings given to the builder cannot be used (bad PEM, a key
     /// that does not match its certificate). Failures of the handshake itself
     /// are `Unreachable`, with the reason rustls gave.
     #[error("invalid TLS settings: {reason}")]
-    Tls { reason: String },
+    Tls {
+        /// What is wrong with them.
+        reason: String,
+    },
+    /// The driver task stopped before the first connection (runtime shut down).
     #[error("the limiter's driver stopped before connecting")]
     Stopped,
 }
@@ -62,7 +92,10 @@ pub enum RenewError {
     /// No trustworthy answer; the lease keeps its previous expiry. Retry
     /// before it runs out.
     #[error("the renewal got no answer: {reason}")]
-    Unavailable { reason: Unavailable },
+    Unavailable {
+        /// Why there was no trustworthy answer.
+        reason: Unavailable,
+    },
     /// The limiter's driver has stopped.
     #[error("the limiter's driver has stopped")]
     Stopped,

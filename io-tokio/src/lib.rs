@@ -52,6 +52,9 @@
 //! `warn` for a retired connection, a failed reconnect, a release that gave up
 //! and a fail-open admission; `debug`/`trace` for connection and release detail.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+// docs.rs marks the items a feature (TLS) adds.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod connector;
 mod driver;
@@ -72,5 +75,10 @@ pub use inflight_core::{
 };
 pub use limiter::{Builder, Limiter};
 pub use permit::Permit;
+
+/// The crate README's code compiles as written.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 pub use telemetry::names as metric_names;

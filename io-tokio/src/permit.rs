@@ -38,6 +38,7 @@ impl Permit {
         self.lease.is_some()
     }
 
+    /// The lease's id in Redis; `None` for an unenforced (fail-open) permit.
     pub fn lease_id(&self) -> Option<LeaseId> {
         self.lease.as_ref().map(Lease::id)
     }

@@ -10,15 +10,25 @@ use metrics::{Label, Unit};
 
 /// The names under which the driver publishes metrics.
 pub mod names {
+    /// Counter: permits granted (enforced).
     pub const GRANTED: &str = "inflight_acquire_granted_total";
+    /// Counter: trusted denials (`Exceeded`).
     pub const DENIED: &str = "inflight_acquire_denied_total";
+    /// Counter: acquires and renewals without a trustworthy answer.
     pub const UNAVAILABLE: &str = "inflight_acquire_unavailable_total";
+    /// Counter: requests let through unenforced (policy `Allow`).
     pub const FAIL_OPEN: &str = "inflight_acquire_fail_open_total";
+    /// Counter: releases of leases no caller received.
     pub const COMPENSATED: &str = "inflight_compensations_total";
+    /// Counter: failed releases queued for another attempt.
     pub const RELEASE_RETRIED: &str = "inflight_release_retries_total";
+    /// Counter: releases given up (their slots return at TTL).
     pub const RELEASE_ABANDONED: &str = "inflight_releases_abandoned_total";
+    /// Counter: ready connections retired.
     pub const CONNECTION_REPLACED: &str = "inflight_connections_replaced_total";
+    /// Counter: renewals that extended their lease.
     pub const RENEWED: &str = "inflight_renewals_total";
+    /// Counter: renewals that found their lease gone.
     pub const LEASE_LOST: &str = "inflight_leases_lost_total";
     /// Histogram, labelled `outcome` = `granted`, `denied`, `unavailable` or `fail_open`.
     pub const ACQUIRE_SECONDS: &str = "inflight_acquire_seconds";

@@ -13,6 +13,11 @@ pub mod relay;
 pub mod resp_client;
 
 pub use hostile::{HostilePeer, Lie};
+
+/// The README's code compiles as written (imports included).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct MainReadme;
 pub use pki::TestPki;
 pub use redis_server::RedisServer;
 pub use relay::{Mode, Relay};

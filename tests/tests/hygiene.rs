@@ -250,3 +250,32 @@ async fn within<T, F: std::future::Future<Output = Option<T>>>(
     }
     None
 }
+
+/// The docs stand on their own: every relative link resolves inside the
+/// repository, and none points at files that are not shipped with it.
+#[test]
+fn docs_link_only_inside_the_repository() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        pages.push(entry.unwrap().path());
+    }
+    for page in pages.iter().filter(|p| p.extension().is_some_and(|e| e == "md")) {
+        let text = std::fs::read_to_string(page).unwrap();
+        assert!(
+            !text.contains("../shared"),
+            "{} refers outside the repository",
+            page.display()
+        );
+        for (at, _) in text.match_indices("](") {
+            let target: String = text[at + 2..].chars().take_while(|c| *c != ')').collect();
+            if target.starts_with('#') || target.starts_with("https://docs.rs/") {
+                continue;
+            }
+            assert!(!target.contains("://"), "{}: external link {target}", page.display());
+            let path = target.split('#').next().unwrap();
+            let resolved = page.parent().unwrap().join(path);
+            assert!(resolved.exists(), "{}: broken link {target}", page.display());
+        }
+    }
+}

@@ -61,6 +61,7 @@ mod encode;
 mod releases;
 mod replies;
 
+/// The sans-IO state machine: see the module documentation for its contract.
 pub struct Client {
     config: Config,
     scripts: Scripts,
@@ -249,10 +250,12 @@ impl Client {
         Ok(client)
     }
 
+    /// The settings this client was built with.
     pub fn config(&self) -> &Config {
         &self.config
     }
 
+    /// Running totals of outcomes, releases and connections.
     pub fn stats(&self) -> Stats {
         self.stats
     }
@@ -498,10 +501,12 @@ impl Client {
 
     // ---- outputs ----------------------------------------------------------
 
+    /// The next socket to open or close, if any. Drain first after every input.
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
 
+    /// The next bytes to write, if any; staged calls are written here, in one go.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.write_staged();
         let conn = self.connection.as_mut()?;
@@ -515,6 +520,7 @@ impl Client {
         })
     }
 
+    /// The next event for callers (outcomes, releases, connection news), if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
