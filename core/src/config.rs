@@ -110,6 +110,8 @@ pub struct InjectedBugs {
     pub skip_late_grant_compensation: bool,
     /// Replies are not checked against the lease id they echo.
     pub skip_echo_check: bool,
+    /// Requests carry no valid-until (as if the scripts did not check it).
+    pub skip_stale_check: bool,
 }
 
 impl Default for Config {

@@ -100,6 +100,10 @@ pub enum Unavailable {
     /// The script found the lease id tombstoned (already compensated).
     #[error("Redis refused the lease id as already released")]
     Refused,
+    /// The request reached Redis after its valid-until (held up by a stall,
+    /// a slow proxy or a paused server) and was refused: it took nothing.
+    #[error("the request reached Redis too late and was refused")]
+    Stale,
 }
 
 /// Why a connection was given up.

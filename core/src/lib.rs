@@ -27,6 +27,7 @@ pub mod model;
 pub mod pipeline;
 pub mod resp;
 pub mod script;
+mod server_clock;
 mod server_error;
 #[cfg(any(test, feature = "model"))]
 #[allow(missing_docs)] // test support (feature `model`), not the library's API

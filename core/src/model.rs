@@ -4,15 +4,15 @@
 //! milliseconds, and executes natively what our scripts do, so property tests,
 //! fuzzers and the simulator run the real `Client` against one agreed meaning
 //! of "the lease set". It implements only what the client sends: `PING`,
-//! `AUTH`, `SELECT`, `SCRIPT LOAD`, `EVALSHA`, `EVAL` (of our four scripts) and
-//! `ZREM`, plus `SCRIPT FLUSH` to exercise `NOSCRIPT`.
+//! `AUTH`, `SELECT`, `TIME`, `SCRIPT LOAD`, `EVALSHA`, `EVAL` (of our four
+//! scripts) and `ZREM`, plus `SCRIPT FLUSH` to exercise `NOSCRIPT`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use bytes::{Bytes, BytesMut};
 
 use crate::resp::{Frame, ReplyLimits, ReplyReader};
-use crate::script::{Scripts, ACQUIRE, ACQUIRE_MANY, COMPENSATE, RENEW};
+use crate::script::{Scripts, ACQUIRE, ACQUIRE_MANY, COMPENSATE, RENEW, STALE};
 
 /// What one acquire did, in execution order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +41,10 @@ pub struct RedisModel {
     pub batches: usize,
     /// `ZREM` calls executed.
     pub zrems: usize,
+    /// `TIME` calls executed.
+    pub times: usize,
+    /// Every renewal's status, in order.
+    pub renewals: Vec<i64>,
 }
 
 /// One client connection's state on the model server.
@@ -135,6 +139,13 @@ impl RedisModel {
                 }
             }
             ("SELECT", 2) => ok(),
+            ("TIME", 1) => {
+                self.times += 1;
+                Frame::Array(vec![
+                    Frame::BulkString(Bytes::from((self.now_ms / 1000).to_string())),
+                    Frame::BulkString(Bytes::from((self.now_ms % 1000 * 1000).to_string())),
+                ])
+            }
             ("SCRIPT", 2) if args[1].eq_ignore_ascii_case(b"FLUSH") => {
                 self.cached.clear();
                 ok()
@@ -190,13 +201,18 @@ impl RedisModel {
     /// `numkeys keys.. args..` for one of our scripts, identified by its SHA.
     fn run_script(&mut self, sha: &str, rest: &[Bytes]) -> Frame {
         self.expire();
-        if sha == self.scripts.acquire.sha && rest.len() == 6 && &rest[0][..] == b"2" {
+        if sha == self.scripts.acquire.sha && rest.len() == 7 && &rest[0][..] == b"2" {
             let (leases, tombstone) = (&rest[1], &rest[2]);
-            let (Some(ttl), Some(limit)) = (number(&rest[3]), number(&rest[4])) else {
+            let (Some(ttl), Some(limit), Some(valid_until)) = (number(&rest[3]), number(&rest[4]), number(&rest[6]))
+            else {
                 return error("ERR Error running script: bad arguments");
             };
             let id = rest[5].clone();
-            let status = self.acquire(leases, tombstone, ttl, limit, &id);
+            let status = if self.now_ms > valid_until {
+                STALE
+            } else {
+                self.acquire(leases, tombstone, ttl, limit, &id)
+            };
             self.acquires.push(AcquireRecord {
                 key: leases.clone(),
                 lease: id.clone(),
@@ -204,28 +220,39 @@ impl RedisModel {
             });
             Frame::Array(vec![Frame::Integer(status), Frame::BulkString(id)])
         } else if sha == self.scripts.compensate.sha && rest.len() == 5 && &rest[0][..] == b"2" {
-            let Some(ttl) = number(&rest[3]) else {
+            let Some(valid_until) = number(&rest[3]) else {
                 return error("ERR Error running script: bad arguments");
             };
             if let Some(set) = self.sets.get_mut(&rest[1]) {
                 set.remove(&rest[4]);
             }
-            self.strings.insert(rest[2].clone(), self.now_ms + ttl);
+            // The tombstone outlives the acquire's valid-until by 1 ms, as the
+            // script's `PX valid_until - now + 1`.
+            if self.now_ms <= valid_until {
+                self.strings.insert(rest[2].clone(), valid_until.saturating_add(1));
+            }
             Frame::BulkString(rest[4].clone())
         } else if sha == self.scripts.acquire_many.sha {
-            // numkeys, the lease set, N tombstones, ttl, limit, N ids.
+            // numkeys, the lease set, N tombstones, ttl, limit, valid-until, N ids.
             let batch = number(&rest[0]).map(|keys| keys.saturating_sub(1) as usize);
-            let Some(n) = batch.filter(|&n| n >= 1 && rest.len() == 2 * n + 4) else {
+            let Some(n) = batch.filter(|&n| n >= 1 && rest.len() == 2 * n + 5) else {
                 return error("ERR Error running script: bad arguments");
             };
-            let (leases, tombstones, ids) = (&rest[1], &rest[2..2 + n], &rest[4 + n..]);
-            let (Some(ttl), Some(limit)) = (number(&rest[2 + n]), number(&rest[3 + n])) else {
+            let (leases, tombstones, ids) = (&rest[1], &rest[2..2 + n], &rest[5 + n..]);
+            let (Some(ttl), Some(limit), Some(valid_until)) =
+                (number(&rest[2 + n]), number(&rest[3 + n]), number(&rest[4 + n]))
+            else {
                 return error("ERR Error running script: bad arguments");
             };
             self.batches += 1;
+            let stale = self.now_ms > valid_until;
             let mut reply = Vec::with_capacity(2 * n);
             for (tombstone, id) in tombstones.iter().zip(ids) {
-                let status = self.acquire(leases, tombstone, ttl, limit, id);
+                let status = if stale {
+                    STALE
+                } else {
+                    self.acquire(leases, tombstone, ttl, limit, id)
+                };
                 self.acquires.push(AcquireRecord {
                     key: leases.clone(),
                     lease: id.clone(),
@@ -234,11 +261,15 @@ impl RedisModel {
                 reply.extend([Frame::Integer(status), Frame::BulkString(id.clone())]);
             }
             Frame::Array(reply)
-        } else if sha == self.scripts.renew.sha && rest.len() == 4 && &rest[0][..] == b"1" {
-            let Some(ttl) = number(&rest[2]) else {
+        } else if sha == self.scripts.renew.sha && rest.len() == 5 && &rest[0][..] == b"1" {
+            let (Some(ttl), Some(valid_until)) = (number(&rest[2]), number(&rest[4])) else {
                 return error("ERR Error running script: bad arguments");
             };
             let id = rest[3].clone();
+            if self.now_ms > valid_until {
+                self.renewals.push(STALE);
+                return Frame::Array(vec![Frame::Integer(STALE), Frame::BulkString(id)]);
+            }
             let expiry = self.now_ms + ttl;
             let status = match self.sets.get_mut(&rest[1]).and_then(|set| set.get_mut(&id)) {
                 Some(live) => {
@@ -247,6 +278,7 @@ impl RedisModel {
                 }
                 None => 0,
             };
+            self.renewals.push(status);
             Frame::Array(vec![Frame::Integer(status), Frame::BulkString(id)])
         } else {
             error("ERR Error running script: unknown script or arguments")
@@ -299,6 +331,12 @@ impl RedisModel {
             .collect();
         all.sort();
         all
+    }
+
+    /// Keys alive now: lease sets and tombstones.
+    pub fn key_count(&mut self) -> usize {
+        self.expire();
+        self.sets.len() + self.strings.len()
     }
 
     pub fn flush_scripts(&mut self) {

@@ -65,9 +65,9 @@ pub enum ProtocolError {
 
 /// Appends one command (a RESP array of bulk strings) to `out`.
 pub fn encode_command(out: &mut BytesMut, args: &[&[u8]]) {
-    // Most commands have at most 8 arguments: a fixed array keeps those
+    // Most commands have at most 10 arguments: a fixed array keeps those
     // allocation-free. Batched acquires have more.
-    let mut fixed = [const { BorrowedFrame::Null }; 8];
+    let mut fixed = [const { BorrowedFrame::Null }; 10];
     let mut long = Vec::new();
     let frames: &mut [BorrowedFrame] = if args.len() <= fixed.len() {
         &mut fixed[..args.len()]

@@ -11,9 +11,12 @@ use crate::resp::encode_command;
 
 /// Acquire a lease.
 ///
-/// KEYS: lease set, this lease's tombstone. ARGV: ttl ms, limit, lease id.
-/// Returns `{status, lease id}`: 1 granted, 0 denied, -1 refused because the id
-/// was already compensated (its bytes reached Redis after its own release).
+/// KEYS: lease set, this lease's tombstone. ARGV: ttl ms, limit, lease id,
+/// valid-until (server ms). Returns `{status, lease id}`: 1 granted, 0 denied,
+/// -1 refused because the id was already compensated (its bytes reached Redis
+/// after its own release), -2 refused because it ran after its valid-until:
+/// bytes held back by a stall or a proxy must not take a slot after the client
+/// stopped accounting for them (see [`STALE`]).
 /// An id that already holds a live lease is granted again without a second slot.
 /// The key expires (1 ms) after its longest-lived lease, so idle subjects vanish:
 /// every lease is added here, and each addition extends the key's TTL to cover
@@ -22,12 +25,15 @@ use crate::resp::encode_command;
 pub const ACQUIRE: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local leases, tombstone = KEYS[1], KEYS[2]
-local ttl, limit, id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local ttl, limit, id, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if now > valid_until then
+  return {-2, id}
+end
 if redis.call('EXISTS', tombstone) == 1 then
   return {-1, id}
 end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 if redis.call('ZSCORE', leases, id) then
   return {1, id}
@@ -46,21 +52,28 @@ return {1, id}
 /// in turn, at one server instant. Redis's thread pays mostly per command, so
 /// a batch costs a fraction of as many single calls.
 ///
-/// KEYS: lease set, then each id's tombstone. ARGV: ttl ms, limit, then the
-/// ids, in the order of KEYS. Returns `{status, id, status, id, ...}`, one pair
-/// per id, with `ACQUIRE`'s statuses.
+/// KEYS: lease set, then each id's tombstone. ARGV: ttl ms, limit,
+/// valid-until (server ms), then the ids, in the order of KEYS. Returns
+/// `{status, id, status, id, ...}`, one pair per id, with `ACQUIRE`'s statuses.
 pub const ACQUIRE_MANY: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local leases = KEYS[1]
-local ttl, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local ttl, limit, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local reply, added = {}, {}
+if now > valid_until then
+  for i = 4, #ARGV do
+    reply[#reply + 1] = -2
+    reply[#reply + 1] = ARGV[i]
+  end
+  return reply
+end
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 local live = redis.call('ZCARD', leases)
-local reply, added = {}, {}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local id, status = ARGV[i], 1
-  if redis.call('EXISTS', KEYS[i - 1]) == 1 then
+  if redis.call('EXISTS', KEYS[i - 2]) == 1 then
     status = -1
   elseif redis.call('ZSCORE', leases, id) then
     status = 1
@@ -90,30 +103,47 @@ pub const MAX_BATCH: usize = 16;
 /// The most leases one `ZREM` gives back.
 pub const MAX_RELEASE_BATCH: usize = 64;
 
-/// Compensating release: drop the lease and leave a tombstone so that a delayed
-/// acquire of the same id takes no slot.
+/// Compensating release: drop the lease and, while the acquire it answers
+/// may still run, leave a tombstone so that it takes no slot when it does.
 ///
-/// KEYS: lease set, tombstone. ARGV: tombstone ttl ms, lease id. Returns the id.
+/// KEYS: lease set, tombstone. ARGV: the acquire's valid-until (server ms; 0
+/// when its reply was read, so it has run), lease id. Returns the id. The
+/// tombstone lives exactly until that acquire turns stale: after that the
+/// acquire script refuses it anyway, so no tombstone outlives its use.
 pub const COMPENSATE: &str = r#"
-redis.call('ZREM', KEYS[1], ARGV[2])
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
-return ARGV[2]
+if redis.replicate_commands then redis.replicate_commands() end
+local valid_until, id = tonumber(ARGV[1]), ARGV[2]
+redis.call('ZREM', KEYS[1], id)
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if now <= valid_until then
+  redis.call('SET', KEYS[2], '1', 'PX', valid_until - now + 1)
+end
+return id
 "#;
+
+/// The status the acquire and renew scripts answer when they run after the
+/// request's valid-until: nothing was done, so nothing needs undoing.
+pub const STALE: i64 = -2;
 
 /// Extend a lease its holder still has: a long request renews before the TTL
 /// runs out, so the TTL can stay short (a crashed replica's slots come back
 /// soon) while a request runs as long as it needs.
 ///
-/// KEYS: lease set. ARGV: ttl ms, lease id. Returns `{status, lease id}`:
-/// 1 extended to `now + ttl`, 0 the lease is gone (expired or released). It
+/// KEYS: lease set. ARGV: ttl ms, lease id, valid-until (server ms). Returns
+/// `{status, lease id}`: 1 extended to `now + ttl`, 0 the lease is gone
+/// (expired or released), -2 stale (ran after valid-until, changed nothing). It
 /// never creates a lease (`ZADD XX`), so a renewal whose bytes reach Redis late,
 /// after the lease was released, cannot bring it back.
 pub const RENEW: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local leases = KEYS[1]
-local ttl, id = tonumber(ARGV[1]), ARGV[2]
+local ttl, id, valid_until = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if now > valid_until then
+  return {-2, id}
+end
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 if not redis.call('ZSCORE', leases, id) then
   return {0, id}
@@ -211,8 +241,8 @@ impl Scripts {
             (b"EVALSHA", script.sha.as_bytes())
         };
         let numkeys = [b'0' + keys.len() as u8];
-        debug_assert!(keys.len() < 10 && 3 + keys.len() + args.len() <= 8);
-        let mut command: [&[u8]; 8] = [b""; 8];
+        debug_assert!(keys.len() < 10 && 3 + keys.len() + args.len() <= 10);
+        let mut command: [&[u8]; 10] = [b""; 10];
         command[..3].copy_from_slice(&[verb, body, &numkeys]);
         command[3..3 + keys.len()].copy_from_slice(keys);
         let used = 3 + keys.len();
@@ -221,7 +251,8 @@ impl Scripts {
     }
 
     /// `EVALSHA` of `ACQUIRE_MANY`: the lease set, one tombstone per id, the
-    /// TTL and limit, then the ids (in the tombstones' order).
+    /// TTL, limit and valid-until, then the ids (in the tombstones' order).
+    #[allow(clippy::too_many_arguments)] // the script's arguments, named
     pub fn encode_acquire_many(
         &self,
         out: &mut BytesMut,
@@ -229,6 +260,7 @@ impl Scripts {
         tombstones: &[&[u8]],
         ttl_ms: &[u8],
         limit: &[u8],
+        valid_until: &[u8],
         ids: &[&[u8]],
     ) {
         let numkeys = (1 + tombstones.len()).to_string();
@@ -240,7 +272,7 @@ impl Scripts {
             leases,
         ]);
         command.extend_from_slice(tombstones);
-        command.extend([ttl_ms, limit]);
+        command.extend([ttl_ms, limit, valid_until]);
         command.extend_from_slice(ids);
         encode_command(out, &command);
     }
@@ -303,10 +335,10 @@ mod tests {
     fn acquire_many_encodes_literally() {
         let scripts = Scripts::default();
         let mut out = BytesMut::new();
-        scripts.encode_acquire_many(&mut out, b"L", &[b"T1", b"T2"], b"1000", b"5", &[b"a", b"b"]);
+        scripts.encode_acquire_many(&mut out, b"L", &[b"T1", b"T2"], b"1000", b"5", b"99", &[b"a", b"b"]);
         let sha = &scripts.acquire_many.sha;
         let expected = format!(
-            "*10\r\n$7\r\nEVALSHA\r\n$40\r\n{sha}\r\n$1\r\n3\r\n$1\r\nL\r\n$2\r\nT1\r\n$2\r\nT2\r\n$4\r\n1000\r\n$1\r\n5\r\n$1\r\na\r\n$1\r\nb\r\n"
+            "*11\r\n$7\r\nEVALSHA\r\n$40\r\n{sha}\r\n$1\r\n3\r\n$1\r\nL\r\n$2\r\nT1\r\n$2\r\nT2\r\n$4\r\n1000\r\n$1\r\n5\r\n$2\r\n99\r\n$1\r\na\r\n$1\r\nb\r\n"
         );
         assert_eq!(out, expected.as_bytes());
     }

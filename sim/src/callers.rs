@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use inflight_core::InjectedBugs;
-use inflight_tokio::{Builder, Connector, Error, Key, Limiter, Permit, RenewError, UnavailablePolicy};
+use inflight_tokio::{Builder, Connector, Error, Key, Limiter, Permit, ReleasePolicy, RenewError, UnavailablePolicy};
 use tokio::time::Instant;
 
 use crate::ledger::Ledger;
@@ -16,6 +16,20 @@ use crate::scenario::Scenario;
 
 /// The caller latency budget every simulated limiter uses.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// How long a request may go unanswered before its connection is replaced,
+/// and after which Redis refuses it (its valid-until).
+pub const LIVENESS: Duration = Duration::from_millis(500);
+
+/// Backoff caps: after faults heal, a replica reconnects and retries what it
+/// owes within these.
+pub const RECONNECT_MAX_BACKOFF: Duration = Duration::from_millis(200);
+pub const RELEASE_MAX_BACKOFF: Duration = Duration::from_millis(250);
+
+/// S10: once every fault has healed, within this no lease exists in Redis that
+/// no caller holds (a request's liveness, a reconnect and a release retry at
+/// their longest backoff, and round trips).
+pub const S10_WINDOW: Duration = Duration::from_millis(500 + 200 + 250 + 150);
 
 /// The lease TTL of each replica's second limiter, whose callers hold for up
 /// to several TTLs and renew every third of it.
@@ -58,9 +72,14 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
     };
     let builder = Limiter::builder(&plan.url)
         .key_prefix("sim")
-        .lease_ttl(Duration::from_secs(600))
+        .lease_ttl(plan.scenario.lease_ttl)
         .timeout(ACQUIRE_TIMEOUT)
-        .request_liveness(Duration::from_millis(500))
+        .request_liveness(LIVENESS)
+        .reconnect_backoff(Duration::from_millis(10), RECONNECT_MAX_BACKOFF)
+        .release_policy(ReleasePolicy {
+            max_backoff: RELEASE_MAX_BACKOFF,
+            ..ReleasePolicy::default()
+        })
         .connect_timeout(Duration::from_millis(300))
         .max_in_flight(8)
         .on_unavailable(policy)
@@ -205,10 +224,11 @@ impl Caller {
         let (who, at) = (self.who.clone(), self.at);
         match outcome {
             Some(Ok(mut permit)) if permit.is_enforced() => {
+                let lease = permit.lease_id().map(|id| id.to_string());
                 {
                     let mut ledger = self.ledger.lock().unwrap();
                     ledger.counters.granted += 1;
-                    ledger.hold(at(), &who, key);
+                    ledger.hold(at(), &who, key, lease.clone());
                 }
                 if long {
                     self.hold_renewing(key, &mut permit).await;
@@ -216,7 +236,7 @@ impl Caller {
                     tokio::time::sleep(Duration::from_millis(self.rng.range(1, 300))).await;
                 }
                 // Counted out before the slot is given back.
-                self.ledger.lock().unwrap().unhold(at(), &who, key);
+                self.ledger.lock().unwrap().unhold(at(), &who, key, lease);
                 if self.rng.chance(1, 2) {
                     let _ = permit.release().await;
                 } else {

@@ -1,7 +1,7 @@
 //! The harness's own record of what happened, kept outside the code under
 //! test, and the invariants checked against it as the run goes.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
@@ -49,6 +49,9 @@ pub struct Ledger {
     pub violations: Vec<Violation>,
     recent: VecDeque<String>,
     trace: DefaultHasher,
+    /// Lease ids callers hold now (S10), and when each let-go one was let go.
+    holding: HashSet<String>,
+    let_go: HashMap<String, Duration>,
 }
 
 impl Ledger {
@@ -71,6 +74,8 @@ impl Ledger {
             violations: Vec::new(),
             recent: VecDeque::new(),
             trace: DefaultHasher::new(),
+            holding: HashSet::new(),
+            let_go: HashMap::new(),
         }
     }
 
@@ -90,7 +95,11 @@ impl Ledger {
     }
 
     /// A caller starts holding a permit for `key` (S1).
-    pub fn hold(&mut self, at: Duration, who: &str, key: &'static str) {
+    pub fn hold(&mut self, at: Duration, who: &str, key: &'static str, lease: Option<String>) {
+        if let Some(lease) = lease {
+            self.let_go.remove(&lease);
+            self.holding.insert(lease);
+        }
         let state = self.keys.get_mut(key).expect("known key");
         state.holders += 1;
         state.peak = state.peak.max(state.holders);
@@ -105,7 +114,11 @@ impl Ledger {
         }
     }
 
-    pub fn unhold(&mut self, at: Duration, who: &str, key: &'static str) {
+    pub fn unhold(&mut self, at: Duration, who: &str, key: &'static str, lease: Option<String>) {
+        if let Some(lease) = lease {
+            self.holding.remove(&lease);
+            self.let_go.insert(lease, at);
+        }
         let state = self.keys.get_mut(key).expect("known key");
         state.holders -= 1;
         self.note(at, format!("{who} lets go of {key}"));
@@ -144,6 +157,26 @@ impl Ledger {
             .collect();
         for detail in unbacked {
             self.violate(at, "S4 honest errors", detail);
+        }
+    }
+
+    /// S10 no ghost lease: every lease Redis holds (`live`, as key and id)
+    /// belongs to a caller that holds it, or that let it go within `grace`
+    /// (its release is on the wire).
+    pub fn check_no_ghosts(&mut self, at: Duration, live: &[(String, String)], grace: Duration) {
+        let ghosts: Vec<&(String, String)> = live
+            .iter()
+            .filter(|(_, id)| {
+                let let_go_long_ago = self.let_go.get(id).is_none_or(|gone| at.saturating_sub(*gone) > grace);
+                !self.holding.contains(id) && let_go_long_ago
+            })
+            .collect();
+        if !ghosts.is_empty() {
+            let sample: Vec<_> = ghosts.iter().take(3).collect();
+            let detail = format!("{} leases in Redis that no caller holds, e.g. {sample:?}", ghosts.len());
+            self.violate(at, "S10 no ghost lease", detail);
+        } else {
+            self.note(at, format!("S10: {} live leases, all held", live.len()));
         }
     }
 

@@ -38,15 +38,18 @@ pub use turmoil_harness::run_seed;
 pub enum Bug {
     NoLateGrantCompensation,
     NoEchoCheck,
+    /// Requests carry no valid-until: a script that runs late still acts.
+    NoStaleCheck,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 2] = [Bug::NoLateGrantCompensation, Bug::NoEchoCheck];
+    pub const ALL: [Bug; 3] = [Bug::NoLateGrantCompensation, Bug::NoEchoCheck, Bug::NoStaleCheck];
 
     pub fn name(self) -> &'static str {
         match self {
             Bug::NoLateGrantCompensation => "no-late-grant-compensation",
             Bug::NoEchoCheck => "no-echo-check",
+            Bug::NoStaleCheck => "no-stale-check",
         }
     }
 
@@ -58,6 +61,7 @@ impl Bug {
         InjectedBugs {
             skip_late_grant_compensation: bug == Some(Bug::NoLateGrantCompensation),
             skip_echo_check: bug == Some(Bug::NoEchoCheck),
+            skip_stale_check: bug == Some(Bug::NoStaleCheck),
         }
     }
 }
@@ -152,6 +156,28 @@ pub fn finish(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: 
         trace_hash: ledger.trace_hash(),
         recent_events: ledger.recent_events(),
     }
+}
+
+/// S10, once every fault has healed and [`callers::S10_WINDOW`] has passed.
+pub fn check_no_ghosts(server: &ServerState) {
+    let at = Duration::from_millis((server.elapsed_ms)());
+    let live: Vec<(String, String)> = {
+        let mut model = server.model.lock().unwrap();
+        model.now_ms = server::EPOCH_MS + (server.elapsed_ms)();
+        model
+            .all_live_leases()
+            .into_iter()
+            .map(|(k, id)| {
+                (
+                    String::from_utf8_lossy(&k).into_owned(),
+                    String::from_utf8_lossy(&id).into_owned(),
+                )
+            })
+            .collect()
+    };
+    // A release takes a round trip (at most 2 x 12 ms of jitter, plus ticks).
+    let grace = Duration::from_millis(100);
+    server.ledger.lock().unwrap().check_no_ghosts(at, &live, grace);
 }
 
 /// The first of seeds `0..limit` (spread over all scenarios) in which `bug`

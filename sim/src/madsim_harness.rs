@@ -13,12 +13,12 @@ use madsim::net::NetSim;
 use madsim::runtime::{Handle, Runtime};
 use madsim::time::TimeHandle;
 
-use crate::callers::{run_client, ClientPlan};
+use crate::callers::{run_client, ClientPlan, S10_WINDOW};
 use crate::ledger::Ledger;
 use crate::rng::Rng;
 use crate::scenario::Scenario;
 use crate::server::{serve_connection, ServerState, PORT};
-use crate::{finish, Bug, Report};
+use crate::{check_no_ghosts, finish, Bug, Report};
 
 const REDIS: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 
@@ -138,7 +138,12 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
             0 => {
                 // A link clogged both ways: a stall, or a partition if it lasts.
                 let client = &clients[chaos.range(0, clients.len() as u64) as usize];
-                let lasting = Duration::from_millis(chaos.range(20, 2000));
+                let lasting = if faults.long_stalls {
+                    let (shortest, longest) = faults.stall_ms();
+                    Duration::from_millis(chaos.range(shortest, longest))
+                } else {
+                    Duration::from_millis(chaos.range(20, 2000))
+                };
                 note(format!("clog client {} for {lasting:?}", client.id()));
                 net.clog_link(client.id(), redis.id());
                 net.clog_link(redis.id(), client.id());
@@ -159,6 +164,8 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
     net.update_config(|c| c.packet_loss_rate = 0.0);
     server.drop_replies.store(0, Ordering::SeqCst);
     ledger.lock().unwrap().note(elapsed(), "all faults healed");
+    madsim::time::sleep(S10_WINDOW).await;
+    check_no_ghosts(&server);
 
     let give_up = elapsed() + Duration::from_secs(120);
     while finished.load(Ordering::SeqCst) < clients.len() {

@@ -18,6 +18,9 @@ pub struct Scenario {
     /// Whether S1 (exactness) is checked: a server that loses its data
     /// cannot keep an exact limit, so the bounce scenario does not claim it.
     pub exact: bool,
+    /// The lease TTL of each replica's main limiter (its callers hold for
+    /// at most 300 ms; the renewing limiter has its own, shorter TTL).
+    pub lease_ttl: Duration,
 }
 
 /// Which faults the seed's schedule may inject, and how often.
@@ -35,6 +38,9 @@ pub struct Faults {
     pub jitter: bool,
     /// The server restarts and forgets everything.
     pub bounce: bool,
+    /// Stalls last 1.5–4 s (longer than the ghosts scenario's TTL and any
+    /// request's liveness) instead of up to 3 s.
+    pub long_stalls: bool,
 }
 
 impl Faults {
@@ -45,8 +51,22 @@ impl Faults {
         reply_loss: false,
         jitter: false,
         bounce: false,
+        long_stalls: false,
     };
+
+    /// How long a stall (a held link) lasts, in milliseconds.
+    pub fn stall_ms(&self) -> (u64, u64) {
+        if self.long_stalls {
+            (1_500, 4_000)
+        } else {
+            (20, 3_000)
+        }
+    }
 }
+
+/// The main limiter's TTL outside the ghosts scenario: far longer than any
+/// run, so only releases (never expiry) free a slot.
+const LONG_TTL: Duration = Duration::from_secs(600);
 
 const KEYS: &[(&str, u32)] = &[("k0", 2), ("k1", 5), ("k2", 10)];
 
@@ -60,6 +80,7 @@ pub const SCENARIOS: &[Scenario] = &[
         active: Duration::from_secs(4),
         faults: Faults::NONE,
         exact: true,
+        lease_ttl: LONG_TTL,
     },
     Scenario {
         name: "stalls",
@@ -74,6 +95,7 @@ pub const SCENARIOS: &[Scenario] = &[
             ..Faults::NONE
         },
         exact: true,
+        lease_ttl: LONG_TTL,
     },
     Scenario {
         name: "partitions",
@@ -88,6 +110,7 @@ pub const SCENARIOS: &[Scenario] = &[
             ..Faults::NONE
         },
         exact: true,
+        lease_ttl: LONG_TTL,
     },
     Scenario {
         name: "resets",
@@ -102,6 +125,7 @@ pub const SCENARIOS: &[Scenario] = &[
             ..Faults::NONE
         },
         exact: true,
+        lease_ttl: LONG_TTL,
     },
     Scenario {
         name: "reply-loss",
@@ -115,6 +139,7 @@ pub const SCENARIOS: &[Scenario] = &[
             ..Faults::NONE
         },
         exact: true,
+        lease_ttl: LONG_TTL,
     },
     Scenario {
         name: "mixed",
@@ -132,6 +157,7 @@ pub const SCENARIOS: &[Scenario] = &[
             ..Faults::NONE
         },
         exact: true,
+        lease_ttl: LONG_TTL,
     },
     Scenario {
         name: "bounce",
@@ -146,6 +172,24 @@ pub const SCENARIOS: &[Scenario] = &[
             ..Faults::NONE
         },
         exact: false,
+        lease_ttl: LONG_TTL,
+    },
+    Scenario {
+        name: "ghosts",
+        about: "a 2 s TTL under stalls and partitions of 1.5-4 s: held-back acquires must not come back as leases nobody holds (S10)",
+        clients: 3,
+        callers: 12,
+        keys: KEYS,
+        active: Duration::from_secs(8),
+        faults: Faults {
+            partitions: true,
+            stalls: true,
+            jitter: true,
+            long_stalls: true,
+            ..Faults::NONE
+        },
+        exact: true,
+        lease_ttl: Duration::from_secs(2),
     },
 ];
 

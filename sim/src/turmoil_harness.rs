@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use inflight_tokio::{tcp_endpoint, Connector, Endpoint};
 
-use crate::callers::{run_client, ClientPlan};
+use crate::callers::{run_client, ClientPlan, S10_WINDOW};
 use crate::ledger::Ledger;
 use crate::rng::Rng;
 use crate::scenario::Scenario;
 use crate::server::{serve_connection, ServerState, PORT};
-use crate::{finish, panic_message, Bug, Report};
+use crate::{check_no_ghosts, finish, panic_message, Bug, Report};
 
 /// One simulated tick.
 pub const TICK: Duration = Duration::from_millis(1);
@@ -113,6 +113,7 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
     let mut next_fault = Duration::from_millis(chaos.range(100, 600));
     let mut active: Vec<Option<(Duration, Active)>> = (0..scenario.clients).map(|_| None).collect();
     let mut healed = false;
+    let mut ghosts_checked = false;
     loop {
         let finished = match sim.step() {
             Ok(finished) => finished,
@@ -143,6 +144,10 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
                 };
                 ledger.lock().unwrap().note(now, what);
             }
+        }
+        if healed && !ghosts_checked && now >= scenario.active + S10_WINDOW {
+            ghosts_checked = true;
+            check_no_ghosts(server);
         }
         if now >= scenario.active && !healed {
             healed = true;
@@ -175,7 +180,8 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
                         Some(format!("partition {name} until {:.3}s", until.as_secs_f64()))
                     }
                     1 => {
-                        let until = now + Duration::from_millis(chaos.range(20, 3000));
+                        let (shortest, longest) = faults.stall_ms();
+                        let until = now + Duration::from_millis(chaos.range(shortest, longest));
                         sim.hold(name.as_str(), "redis");
                         active[client] = Some((until, Active::Hold(name.clone())));
                         Some(format!("hold {name} until {:.3}s", until.as_secs_f64()))

@@ -84,3 +84,9 @@ fn a_missing_echo_check_is_caught_within_200_seeds() {
     let caught = seeds_to_catch(Bug::NoEchoCheck, 200);
     assert!(caught.is_some(), "the simulator cannot see misattributed replies");
 }
+
+#[test]
+fn a_missing_stale_check_is_caught_within_200_seeds() {
+    let caught = seeds_to_catch(Bug::NoStaleCheck, 200);
+    assert!(caught.is_some(), "the simulator cannot see ghost leases");
+}

@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use inflight_core::model::{ModelConnection, RedisModel};
 use inflight_core::resp::{Frame, ReplyLimits, ReplyReader};
+use inflight_core::script::{ScriptKind, Scripts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -95,15 +96,18 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
-/// The number of items of a script call (`EVALSHA`/`EVAL`), if it is one.
-/// Our acquire has 8 (2 keys, 3 arguments), compensation 7, renewal 6.
-fn script_call_len(frame: &Frame) -> Option<usize> {
+/// Which of our scripts a command runs (`EVALSHA` or `EVAL`), if any.
+fn script_of(frame: &Frame, scripts: &Scripts) -> Option<ScriptKind> {
     let Frame::Array(items) = frame else { return None };
-    let verb = match items.first() {
-        Some(Frame::BulkString(verb)) => verb.to_ascii_uppercase(),
-        _ => return None,
+    let (Some(Frame::BulkString(verb)), Some(Frame::BulkString(body))) = (items.first(), items.get(1)) else {
+        return None;
     };
-    (verb == b"EVALSHA" || verb == b"EVAL").then_some(items.len())
+    let verb = verb.to_ascii_uppercase();
+    ScriptKind::ALL.into_iter().find(|kind| {
+        let script = scripts.get(*kind);
+        (verb == b"EVALSHA" && body.eq_ignore_ascii_case(script.sha.as_bytes()))
+            || (verb == b"EVAL" && body[..] == *script.text.as_bytes())
+    })
 }
 
 async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
@@ -115,6 +119,7 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
         max_array_len: 2 + inflight_core::script::MAX_RELEASE_BATCH,
         ..ReplyLimits::default()
     });
+    let scripts = Scripts::default();
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = match stream.read(&mut buf).await {
@@ -126,9 +131,9 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
         while let Ok(Some(frame)) = commands.next_frame() {
             let mut encoded = bytes::BytesMut::new();
             redis_protocol::resp2::encode::extend_encode(&mut encoded, &frame, false).expect("re-encode");
-            let lie = match script_call_len(&frame) {
-                Some(8) => shared.next.lock().unwrap().take(),
-                Some(6) => shared.next_renewal.lock().unwrap().take(),
+            let lie = match script_of(&frame, &scripts) {
+                Some(ScriptKind::Acquire) => shared.next.lock().unwrap().take(),
+                Some(ScriptKind::Renew) => shared.next_renewal.lock().unwrap().take(),
                 _ => None,
             };
             let mut model = shared.model.lock().unwrap();

@@ -14,7 +14,21 @@ use inflight_tests::{RedisServer, Rng};
 fn the_model_answers_every_command_exactly_as_redis_does() {
     let server = RedisServer::start();
     let mut redis = server.client();
-    let mut model = RedisModel::new(1_700_000_000_000);
+    // The model's clock stands still at the server's time when the test
+    // starts; deadlines are drawn an hour ahead (valid on both) or a minute
+    // behind (stale on both), so the seconds the test takes change nothing.
+    let server_ms = match redis.call(&[b"TIME"]).unwrap() {
+        inflight_core::resp::Frame::Array(parts) => match &parts[..] {
+            [inflight_core::resp::Frame::BulkString(s), inflight_core::resp::Frame::BulkString(us)] => {
+                let number = |b: &[u8]| std::str::from_utf8(b).unwrap().parse::<u64>().unwrap();
+                number(s) * 1000 + number(us) / 1000
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    let mut model = RedisModel::new(server_ms);
+    let (valid, stale) = ((server_ms + 3_600_000).to_string(), (server_ms - 60_000).to_string());
     let mut model_connection = ModelConnection::new();
     let scripts = Scripts::default();
     let subjects: Vec<SubjectKeys> = ["a", "b", "c|d"]
@@ -28,6 +42,8 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
         let id = lease.to_string();
         let tombstone = keys.tombstone(&lease);
         let mut command = BytesMut::new();
+        // One request in eight arrives after its valid-until.
+        let valid_until = if rng.below(8) == 0 { &stale } else { &valid };
         match rng.below(12) {
             // Acquire (sometimes by text), with a small limit so denials happen.
             0..=4 => {
@@ -38,7 +54,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                     ScriptKind::Acquire,
                     by_text,
                     &[keys.leases(), &tombstone],
-                    &[b"3600000", limit.as_bytes(), id.as_bytes()],
+                    &[b"3600000", limit.as_bytes(), id.as_bytes(), valid_until.as_bytes()],
                 );
             }
             5..=6 => encode_command(&mut command, &[b"ZREM", keys.leases(), id.as_bytes()]),
@@ -51,13 +67,17 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                 args.extend(more.iter().map(|m| m.as_bytes()));
                 encode_command(&mut command, &args);
             }
-            8 => scripts.encode_call(
-                &mut command,
-                ScriptKind::Compensate,
-                false,
-                &[keys.leases(), &tombstone],
-                &[b"3600000", id.as_bytes()],
-            ),
+            8 => {
+                // A tombstone until the acquire's valid-until, or none (0).
+                let until = if rng.below(2) == 0 { "0" } else { valid_until.as_str() };
+                scripts.encode_call(
+                    &mut command,
+                    ScriptKind::Compensate,
+                    false,
+                    &[keys.leases(), &tombstone],
+                    &[until.as_bytes(), id.as_bytes()],
+                )
+            }
             10 => {
                 // A batch of distinct ids (the client never repeats one).
                 let mut leases: Vec<LeaseId> = Vec::new();
@@ -78,6 +98,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                     &tombstones,
                     b"3600000",
                     limit.as_bytes(),
+                    valid_until.as_bytes(),
                     &ids,
                 );
             }
@@ -86,7 +107,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                 ScriptKind::Renew,
                 rng.below(4) == 0,
                 &[keys.leases()],
-                &[b"3600000", id.as_bytes()],
+                &[b"3600000", id.as_bytes(), valid_until.as_bytes()],
             ),
             _ => {
                 let kind = ScriptKind::ALL[rng.below(ScriptKind::ALL.len() as u64) as usize];

@@ -34,17 +34,42 @@ impl Leases {
         Self { client, scripts, keys }
     }
 
+    /// The server's clock, in milliseconds.
+    fn server_ms(&mut self) -> u64 {
+        match self.client.call(&[b"TIME"]).unwrap() {
+            Frame::Array(parts) => match &parts[..] {
+                [Frame::BulkString(s), Frame::BulkString(us)] => {
+                    let number = |b: &[u8]| std::str::from_utf8(b).unwrap().parse::<u64>().unwrap();
+                    number(s) * 1000 + number(us) / 1000
+                }
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A valid-until an hour from now: these tests' requests are never late.
+    fn fresh(&mut self) -> u64 {
+        self.server_ms() + 3_600_000
+    }
+
     fn acquire(&mut self, id: u64, limit: u32, ttl_ms: u64) -> (i64, Bytes) {
+        let valid_until = self.fresh();
+        self.acquire_until(id, limit, ttl_ms, valid_until)
+    }
+
+    fn acquire_until(&mut self, id: u64, limit: u32, ttl_ms: u64, valid_until: u64) -> (i64, Bytes) {
         let lease = lease(id);
         let tombstone = self.keys.tombstone(&lease);
         let mut out = BytesMut::new();
         let (ttl, limit, id) = (ttl_ms.to_string(), limit.to_string(), lease.to_string());
+        let valid_until = valid_until.to_string();
         self.scripts.encode_call(
             &mut out,
             ScriptKind::Acquire,
             false,
             &[self.keys.leases(), &tombstone],
-            &[ttl.as_bytes(), limit.as_bytes(), id.as_bytes()],
+            &[ttl.as_bytes(), limit.as_bytes(), id.as_bytes(), valid_until.as_bytes()],
         );
         match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
@@ -77,10 +102,17 @@ impl Leases {
         }
     }
 
-    fn compensate(&mut self, id: u64, tombstone_ttl_ms: u64) {
+    /// Compensates `id`, whose acquire stays valid `valid_for_ms` more (0: it
+    /// has run, no tombstone).
+    fn compensate(&mut self, id: u64, valid_for_ms: u64) {
         let lease = lease(id);
         let tombstone = self.keys.tombstone(&lease);
-        let (ttl, id_text) = (tombstone_ttl_ms.to_string(), lease.to_string());
+        let until = if valid_for_ms == 0 {
+            0
+        } else {
+            self.server_ms() + valid_for_ms
+        };
+        let (ttl, id_text) = (until.to_string(), lease.to_string());
         let mut out = BytesMut::new();
         self.scripts.encode_call(
             &mut out,
@@ -98,14 +130,20 @@ impl Leases {
     }
 
     fn renew(&mut self, id: u64, ttl_ms: u64) -> i64 {
+        let valid_until = self.fresh();
+        self.renew_until(id, ttl_ms, valid_until)
+    }
+
+    fn renew_until(&mut self, id: u64, ttl_ms: u64, valid_until: u64) -> i64 {
         let (ttl, id_text) = (ttl_ms.to_string(), lease(id).to_string());
+        let valid_until = valid_until.to_string();
         let mut out = BytesMut::new();
         self.scripts.encode_call(
             &mut out,
             ScriptKind::Renew,
             false,
             &[self.keys.leases()],
-            &[ttl.as_bytes(), id_text.as_bytes()],
+            &[ttl.as_bytes(), id_text.as_bytes(), valid_until.as_bytes()],
         );
         match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
@@ -284,7 +322,7 @@ fn injective_keys_keep_subjects_apart_and_share_one_hash_tag() {
             ScriptKind::Acquire,
             true,
             &[keys.leases(), &tombstone],
-            &[b"60000", b"1", id.as_bytes()],
+            &[b"60000", b"1", id.as_bytes(), b"99999999999999"],
         );
         let reply = client.call_raw(&out).unwrap();
         assert!(
@@ -306,10 +344,75 @@ fn evalsha_of_an_unloaded_script_answers_noscript() {
         ScriptKind::Acquire,
         false,
         &[keys.leases(), b"t"],
-        &[b"1", b"1", b"x"],
+        &[b"1", b"1", b"x", b"1"],
     );
     match client.call_raw(&out).unwrap() {
         Frame::Error(message) => assert!(message.starts_with("NOSCRIPT"), "{message}"),
         other => panic!("expected NOSCRIPT, got {other:?}"),
     }
+}
+
+#[test]
+fn a_request_that_runs_after_its_valid_until_is_refused_and_changes_nothing() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "stale");
+    let past = leases.server_ms() - 1;
+    let (status, echo) = leases.acquire_until(1, 5, LONG, past);
+    assert_eq!((status, &echo[..]), (-2, lease(1).to_string().as_bytes()));
+    assert_eq!(leases.live(), 0, "a stale acquire takes no slot");
+    // A renewal that runs late extends nothing, even a live lease.
+    assert!(leases.granted(2, 5, 2_000));
+    let before = leases.expiry(2);
+    assert_eq!(leases.renew_until(2, LONG, past), -2);
+    assert_eq!(leases.expiry(2), before);
+    // A batch refuses every member at once.
+    let ids: Vec<String> = [3, 4].iter().map(|n| lease(*n).to_string()).collect();
+    let tombstones: Vec<Vec<u8>> = [3, 4]
+        .iter()
+        .map(|n| leases.keys.tombstone(&lease(*n)).to_vec())
+        .collect();
+    let tombstones: Vec<&[u8]> = tombstones.iter().map(|t| &t[..]).collect();
+    let ids_bytes: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes()).collect();
+    let mut out = BytesMut::new();
+    let (ttl, past_text) = (LONG.to_string(), past.to_string());
+    leases.scripts.encode_acquire_many(
+        &mut out,
+        leases.keys.leases(),
+        &tombstones,
+        ttl.as_bytes(),
+        b"5",
+        past_text.as_bytes(),
+        &ids_bytes,
+    );
+    let reply = leases.client.call_raw(&out).unwrap();
+    let expected = Frame::Array(vec![
+        Frame::Integer(-2),
+        Frame::BulkString(Bytes::from(ids[0].clone())),
+        Frame::Integer(-2),
+        Frame::BulkString(Bytes::from(ids[1].clone())),
+    ]);
+    assert_eq!(reply, expected);
+    assert_eq!(leases.live(), 1, "only lease 2");
+}
+
+#[test]
+fn a_tombstone_lives_until_its_acquire_turns_stale_and_no_longer() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "tomb-life");
+    let tombstone = |leases: &Leases, id: u64| leases.keys.tombstone(&lease(id)).to_vec();
+    // The acquire's reply was read: no tombstone is written at all.
+    assert!(leases.granted(1, 5, LONG));
+    leases.compensate(1, 0);
+    let key = tombstone(&leases, 1);
+    assert_eq!(leases.client.call(&[b"EXISTS", &key]).unwrap(), Frame::Integer(0));
+    // An acquire that may still run for 300 ms: a tombstone for that long.
+    leases.compensate(2, 300);
+    let key = tombstone(&leases, 2);
+    match leases.client.call(&[b"PTTL", &key]).unwrap() {
+        Frame::Integer(ms) => assert!((1..=301).contains(&ms), "tombstone PTTL {ms}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(leases.acquire(2, 5, LONG).0, -1, "refused while it could still run");
+    std::thread::sleep(Duration::from_millis(350));
+    assert_eq!(leases.client.call(&[b"EXISTS", &key]).unwrap(), Frame::Integer(0));
 }

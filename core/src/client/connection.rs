@@ -1,6 +1,6 @@
 //! The connection lifecycle: open, retire, and what is written on it.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{backoff, AcquireOp, Client, Connection, Phase, ReleaseJob, Request, RequestId, Step};
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Unavailable};
@@ -20,6 +20,8 @@ impl Client {
             pipeline: Pipeline::new(self.config.reply_limits),
             acquires: 0,
             reloading: [false; 4],
+            clock: None,
+            resyncing: false,
         });
         self.actions.push_back(Action::Connect(id));
     }
@@ -98,10 +100,21 @@ impl Client {
         }
     }
 
-    /// Takes `op` for the ready connection; `poll_transmit` writes it.
+    /// Takes `op` for the ready connection; `poll_transmit` writes it. It is
+    /// valid for its liveness budget: its reply is due by then, and a script
+    /// that runs later refuses it.
     pub(super) fn send_acquire(&mut self, now: Instant, mut op: AcquireOp) {
         op.sent_at.get_or_insert(now);
+        let no_deadline = self.bug_skip_stale_check();
         let conn = self.connection.as_mut().expect("sent on the current connection");
+        let valid_until = now + self.config.request_liveness;
+        // Without a reading (never, on a ready connection) the request is
+        // written as already stale: refused, never over-admitted.
+        let (valid_until_ms, margin) = conn.clock.map_or((0, Duration::ZERO), |clock| {
+            (clock.server_ms(valid_until), clock.margin(valid_until))
+        });
+        op.valid_until_ms = if no_deadline { u64::MAX } else { valid_until_ms };
+        op.runnable_until = Some(valid_until + margin);
         conn.acquires += 1;
         self.staged.push((op, now));
     }
@@ -124,8 +137,26 @@ impl Client {
     /// at once gets the slot it just gave back), and one staged after it
     /// loses nothing by going first.
     pub(super) fn write_staged(&mut self) {
+        self.resync_clock();
         self.write_staged_releases();
         self.write_staged_acquires();
+    }
+
+    /// Reads the server's clock again when the last reading has aged, so that
+    /// drift never builds up; only while requests flow (an idle client needs
+    /// no clock), and one `TIME` at a time.
+    fn resync_clock(&mut self) {
+        let Some(latest) = self.staged.iter().map(|(_, at)| *at).max() else {
+            return;
+        };
+        let Some(conn) = self.connection.as_mut().filter(|c| c.phase == Phase::Ready) else {
+            return;
+        };
+        if conn.resyncing || !conn.clock.is_some_and(|clock| clock.stale(latest)) {
+            return;
+        }
+        conn.resyncing = true;
+        self.send(Request::Handshake(Step::Time), latest + self.config.request_liveness);
     }
 
     /// Writes the staged acquires: those of one subject and limit together,

@@ -27,23 +27,28 @@ impl Request {
                 encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()])
             }
             Request::Handshake(Step::Ping) => encode_command(out, &[b"PING"]),
+            Request::Handshake(Step::Time) => encode_command(out, &[b"TIME"]),
             Request::Handshake(Step::Load(kind)) => scripts.encode_load(out, *kind),
-            Request::Acquire(op) if op.renewal => scripts.encode_call(
-                out,
-                ScriptKind::Renew,
-                op.by_text,
-                &[op.keys.leases()],
-                &[ttl_ms, &op.lease_bytes],
-            ),
+            Request::Acquire(op) if op.renewal => {
+                let valid_until = op.valid_until_ms.to_string();
+                scripts.encode_call(
+                    out,
+                    ScriptKind::Renew,
+                    op.by_text,
+                    &[op.keys.leases()],
+                    &[ttl_ms, &op.lease_bytes, valid_until.as_bytes()],
+                )
+            }
             Request::Acquire(op) => {
                 let tombstone = op.keys.tombstone(&op.lease);
                 let limit = op.limit.to_string();
+                let valid_until = op.valid_until_ms.to_string();
                 scripts.encode_call(
                     out,
                     ScriptKind::Acquire,
                     op.by_text,
                     &[op.keys.leases(), &tombstone],
-                    &[ttl_ms, limit.as_bytes(), &op.lease_bytes],
+                    &[ttl_ms, limit.as_bytes(), &op.lease_bytes, valid_until.as_bytes()],
                 );
             }
             Request::AcquireMany(ops) => {
@@ -52,16 +57,27 @@ impl Request {
                 let tombstones: Vec<&[u8]> = tombstones.iter().map(|t| &t[..]).collect();
                 let ids: Vec<&[u8]> = ops.iter().map(|op| &op.lease_bytes[..]).collect();
                 let limit = ops[0].limit.to_string();
-                scripts.encode_acquire_many(out, leases, &tombstones, ttl_ms, limit.as_bytes(), &ids);
+                // One deadline for the batch: the earliest of its members'.
+                let valid_until = ops.iter().map(|op| op.valid_until_ms).min().unwrap_or(0).to_string();
+                scripts.encode_acquire_many(
+                    out,
+                    leases,
+                    &tombstones,
+                    ttl_ms,
+                    limit.as_bytes(),
+                    valid_until.as_bytes(),
+                    &ids,
+                );
             }
             Request::Release(job) if job.compensation => {
                 let tombstone = job.keys.tombstone(&job.lease);
+                let until = job.tombstone_until_ms.to_string();
                 scripts.encode_call(
                     out,
                     ScriptKind::Compensate,
                     job.by_text,
                     &[job.keys.leases(), &tombstone],
-                    &[ttl_ms, &job.lease_bytes],
+                    &[until.as_bytes(), &job.lease_bytes],
                 );
             }
             Request::Release(job) => encode_command(out, &[b"ZREM", job.keys.leases(), &job.lease_bytes]),

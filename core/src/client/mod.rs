@@ -54,6 +54,7 @@ use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{LeaseId, LeaseIds};
 use crate::pipeline::Pipeline;
 use crate::script::{ScriptKind, Scripts};
+use crate::server_clock::ServerClock;
 use crate::UnavailablePolicy;
 
 mod connection;
@@ -114,6 +115,11 @@ struct Connection {
     acquires: usize,
     /// A `SCRIPT LOAD` is on its way after a `NOSCRIPT`, per `ScriptKind`.
     reloading: [bool; 4],
+    /// The server's clock, read at the handshake (and refreshed while
+    /// requests flow): requests' valid-until are written in it.
+    clock: Option<ServerClock>,
+    /// A `TIME` to refresh `clock` is on its way.
+    resyncing: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +152,8 @@ enum Step {
     Auth,
     Select,
     Ping,
+    /// Reads the server's clock (see `server_clock`).
+    Time,
     Load(ScriptKind),
 }
 
@@ -157,9 +165,15 @@ struct AcquireOp {
     lease_bytes: Bytes,
     keys: SubjectKeys,
     limit: NonZeroU32,
-    /// When the acquire was first written: the lease cannot expire before
-    /// `sent_at + ttl`, and is gone by TTL soon after.
+    /// When the acquire was first written: the script runs no earlier, so
+    /// the lease lives at least until about `sent_at + ttl`.
     sent_at: Option<Instant>,
+    /// The last write's valid-until in the server's milliseconds: a script
+    /// run after it refuses (stale). 0 before any write.
+    valid_until_ms: u64,
+    /// Our instant by which the server has surely passed `valid_until_ms`:
+    /// from then on this acquire cannot take a slot any more.
+    runnable_until: Option<Instant>,
     /// Send `EVAL` with the script text (after `NOSCRIPT`).
     by_text: bool,
     /// Extends a lease its caller holds (`RENEW`) instead of taking one. A
@@ -192,6 +206,8 @@ impl ReleaseJob {
             lease: lease.id,
             keys: lease.keys,
             compensation,
+            // The acquire ran (its grant was read): nothing left to refuse.
+            tombstone_until_ms: 0,
             failures: 0,
             deadline: lease.expires_at,
             not_before: now,
@@ -206,9 +222,12 @@ struct ReleaseJob {
     /// `lease` as written to Redis, rendered once for every attempt.
     lease_bytes: Bytes,
     keys: SubjectKeys,
-    /// Releases a lease the caller never got: `COMPENSATE` with a tombstone
-    /// instead of a plain `ZREM`.
+    /// Releases a lease the caller never got: `COMPENSATE` instead of a
+    /// plain `ZREM`.
     compensation: bool,
+    /// For a compensation whose acquire may still run: that acquire's
+    /// valid-until, until which a tombstone must refuse it (0: none needed).
+    tombstone_until_ms: u64,
     /// Failed attempts so far.
     failures: u32,
     /// Retries stop here: the lease has expired by then anyway.
@@ -313,6 +332,8 @@ impl Client {
             keys,
             limit,
             sent_at: None,
+            valid_until_ms: 0,
+            runnable_until: None,
             by_text: false,
             renewal: false,
         };
@@ -333,6 +354,8 @@ impl Client {
             keys: lease.keys.clone(),
             limit: NonZeroU32::MIN,
             sent_at: None,
+            valid_until_ms: 0,
+            runnable_until: None,
             by_text: false,
             renewal: true,
         };
@@ -414,6 +437,7 @@ impl Client {
             steps.push(Step::Select);
         }
         steps.push(Step::Ping);
+        steps.push(Step::Time);
         steps.extend(ScriptKind::ALL.map(Step::Load));
         conn.phase = Phase::Handshaking {
             deadline,
@@ -621,7 +645,7 @@ impl Client {
     /// (A renewal creates nothing, so there is nothing to release.)
     fn ambiguous(&mut self, now: Instant, op: AcquireOp, error: ConnectionError) -> ConnectionError {
         self.fail(op.request, Unavailable::ConnectionLost(error.clone()));
-        self.compensate(now, op);
+        self.compensate(now, op, true);
         error
     }
 }

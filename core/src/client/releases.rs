@@ -6,21 +6,34 @@ use super::{backoff, AcquireOp, Client, Phase, ReleaseJob, Request};
 use crate::event::{Event, ReleaseFailure};
 
 impl Client {
-    /// Releases a lease the caller will never hold, with a tombstone. A
-    /// renewal creates no lease and extends one its holder still owns, so
-    /// there is never anything to compensate for it.
-    pub(super) fn compensate(&mut self, now: Instant, op: AcquireOp) {
+    /// Releases a lease the caller will never hold. A renewal creates no
+    /// lease and extends one its holder still owns, so there is never
+    /// anything to compensate for it.
+    ///
+    /// `may_still_run`: no reply was read for the acquire, so its bytes may
+    /// still reach Redis (held in a buffer, a stalled server, a proxy). Until
+    /// its valid-until a tombstone refuses it, and the release keeps trying
+    /// until any lease it could have made has expired: it runs no later than
+    /// `runnable_until`, and lives a TTL from there. An acquire whose reply
+    /// was read has run; its lease lives a TTL from that reply at most.
+    pub(super) fn compensate(&mut self, now: Instant, op: AcquireOp, may_still_run: bool) {
         if op.renewal {
             return;
         }
         self.stats.compensations += 1;
+        let ran_by = if may_still_run {
+            op.runnable_until.unwrap_or(now).max(now)
+        } else {
+            now
+        };
         let job = ReleaseJob {
             lease: op.lease,
             lease_bytes: op.lease_bytes,
             keys: op.keys,
             compensation: true,
+            tombstone_until_ms: if may_still_run { op.valid_until_ms } else { 0 },
             failures: 0,
-            deadline: op.sent_at.unwrap_or(now) + self.config.lease_ttl,
+            deadline: ran_by + self.config.lease_ttl,
             not_before: now,
             by_text: false,
         };

@@ -5,7 +5,8 @@ use std::time::Instant;
 use super::{AcquireOp, Client, Phase, ReleaseJob, Request, Step};
 use crate::event::{ConnectionError, Event, Lease, Outcome, Renewal, Unavailable};
 use crate::resp::Frame;
-use crate::script::ScriptKind;
+use crate::script::{ScriptKind, STALE};
+use crate::server_clock::{lease_expiry, ServerClock};
 use crate::server_error::{ServerError, ServerErrorKind};
 
 impl Client {
@@ -13,7 +14,7 @@ impl Client {
     /// has been dealt with by then.
     pub(super) fn on_reply(&mut self, now: Instant, request: Request, frame: Frame) -> Result<(), ConnectionError> {
         match request {
-            Request::Handshake(step) => self.on_handshake_reply(step, frame),
+            Request::Handshake(step) => self.on_handshake_reply(now, step, frame),
             Request::Acquire(op) => self.on_acquire_reply(now, op, frame),
             Request::AcquireMany(ops) => self.on_batch_reply(now, ops, frame),
             Request::Release(job) => self.on_release_reply(now, job, frame),
@@ -21,7 +22,7 @@ impl Client {
         }
     }
 
-    pub(super) fn on_handshake_reply(&mut self, step: Step, frame: Frame) -> Result<(), ConnectionError> {
+    pub(super) fn on_handshake_reply(&mut self, now: Instant, step: Step, frame: Frame) -> Result<(), ConnectionError> {
         let conn = self
             .connection
             .as_mut()
@@ -34,6 +35,19 @@ impl Client {
             (Step::Load(kind), Frame::Error(_)) if !handshaking => {
                 // A reload after NOSCRIPT failed; `EVAL` keeps working without it.
                 conn.reloading[*kind as usize] = false;
+                return Ok(());
+            }
+            (Step::Time, Frame::Array(items)) => match read_time(items) {
+                Some((seconds, micros)) => {
+                    conn.clock = Some(ServerClock::new(now, seconds, micros));
+                    conn.resyncing = false;
+                    true
+                }
+                None => false,
+            },
+            (Step::Time, Frame::Error(_)) if !handshaking => {
+                // A refresh failed: the last reading stays, with its margin.
+                conn.resyncing = false;
                 return Ok(());
             }
             _ => false,
@@ -93,10 +107,12 @@ impl Client {
             let renewal = match status {
                 1 => Renewal::Extended(Lease {
                     id: op.lease,
-                    expires_at: op.sent_at.unwrap_or(now) + self.config.lease_ttl,
+                    expires_at: lease_expiry(op.sent_at.unwrap_or(now), self.config.lease_ttl),
                     keys: op.keys,
                 }),
                 0 => Renewal::Lost,
+                // It ran too late and changed nothing: the lease keeps its expiry.
+                STALE => Renewal::Unavailable(Unavailable::Stale),
                 _ => {
                     let error = unexpected_status("renew", &op);
                     return Err(self.ambiguous(now, op, error));
@@ -110,13 +126,13 @@ impl Client {
             1 if waiting => {
                 let lease = Lease {
                     id: op.lease,
-                    expires_at: op.sent_at.unwrap_or(now) + self.config.lease_ttl,
+                    expires_at: lease_expiry(op.sent_at.unwrap_or(now), self.config.lease_ttl),
                     keys: op.keys,
                 };
                 self.finish(op.request, Outcome::Granted(lease));
             }
             1 if self.bug_skip_late_grant_compensation() => {}
-            1 => self.compensate(now, op),
+            1 => self.compensate(now, op, false),
             0 => {
                 if waiting {
                     self.finish(op.request, Outcome::Exceeded);
@@ -125,6 +141,9 @@ impl Client {
             // The id was tombstoned: no lease exists. We never reuse a
             // compensated id, so a trusted connection should not say this.
             -1 => self.fail(op.request, Unavailable::Refused),
+            // It ran after its valid-until and took nothing: a trusted
+            // non-grant, but no evidence about the limit (never `Exceeded`).
+            STALE => self.fail(op.request, Unavailable::Stale),
             _ => {
                 let error = unexpected_status("acquire", &op);
                 return Err(self.ambiguous(now, op, error));
@@ -214,7 +233,8 @@ impl Client {
             }
             ErrorClass::Unknown => {
                 self.fail(op.request, Unavailable::Server(ServerError::new(message.to_string())));
-                self.compensate(now, op);
+                // It was answered, so it will not run later: no tombstone.
+                self.compensate(now, op, false);
                 Ok(())
             }
         }
@@ -305,6 +325,13 @@ impl Client {
         false
     }
 
+    pub(super) fn bug_skip_stale_check(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.config.bugs.skip_stale_check;
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+
     pub(super) fn bug_skip_late_grant_compensation(&self) -> bool {
         #[cfg(feature = "fault-injection")]
         return self.config.bugs.skip_late_grant_compensation;
@@ -342,6 +369,18 @@ fn classify(message: &str) -> ErrorClass {
         | Kind::ExecAbort => ErrorClass::NotExecuted,
         Kind::ReadOnly | Kind::Moved | Kind::Ask | Kind::NoAuth | Kind::WrongPass => ErrorClass::NotExecutedRetire,
         Kind::Other => ErrorClass::Unknown,
+    }
+}
+
+/// `TIME`'s reply: seconds and microseconds, as bulk strings of digits.
+fn read_time(items: &[Frame]) -> Option<(u64, u64)> {
+    let number = |frame: &Frame| match frame {
+        Frame::BulkString(digits) => std::str::from_utf8(digits).ok()?.parse::<u64>().ok(),
+        _ => None,
+    };
+    match items {
+        [seconds, micros] => Some((number(seconds)?, number(micros)?)),
+        _ => None,
     }
 }
 

@@ -855,3 +855,124 @@ fn reconnect_backoff_is_jittered_from_the_entropy_and_replays_with_it() {
         }
     }
 }
+
+/// A short-TTL limiter, as in the fleets where ghost leases hurt most.
+fn short_ttl() -> Config {
+    Config {
+        lease_ttl: Duration::from_secs(1),
+        request_liveness: Duration::from_secs(2),
+        ..Config::default()
+    }
+}
+
+#[test]
+fn an_acquire_held_back_past_its_liveness_takes_no_slot_even_after_its_compensation_gave_up() {
+    let mut pair = Pair::connected(short_ttl(), start());
+    let a = pair.acquire("t", "s", 1);
+    pair.cut(); // the bytes sit in a stalled proxy
+    assert!(matches!(
+        pair.outcome(a),
+        Some(Outcome::Unavailable(Unavailable::ConnectionLost(_)))
+    ));
+    // Redis stays out of reach for longer than liveness plus a TTL: the
+    // compensation cannot get through and gives up.
+    for _ in 0..40 {
+        pair.advance(ms(100));
+        pair.refuse();
+    }
+    assert!(pair
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::ReleaseAbandoned { compensation: true, .. })));
+    // Then the held bytes run: too late, so the script refuses them.
+    pair.land_ghosts();
+    assert_eq!(
+        pair.server.acquires.last().map(|a| a.status),
+        Some(crate::script::STALE)
+    );
+    assert!(pair.server.all_live_leases().is_empty(), "a ghost lease nobody holds");
+}
+
+#[test]
+fn a_compensation_keeps_trying_while_its_acquire_may_still_run() {
+    let mut pair = Pair::connected(short_ttl(), start());
+    let a = pair.acquire("t", "s", 1);
+    pair.cut();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Unavailable(_))));
+    // Out of reach for longer than the TTL, but not past the acquire's
+    // valid-until: the compensation must still be there when Redis returns.
+    for _ in 0..15 {
+        pair.advance(ms(100));
+        pair.refuse();
+    }
+    assert!(
+        pair.client.outstanding_releases() > 0,
+        "the compensation gave up too early"
+    );
+    pair.land_ghosts(); // the held acquire runs (still valid): a lease exists
+    assert_eq!(pair.server.acquires.last().map(|a| a.status), Some(1));
+    pair.settle(); // Redis is back: the compensation removes it
+    assert!(pair.server.all_live_leases().is_empty());
+    assert_eq!(pair.client.stats().releases_abandoned, 0);
+}
+
+#[test]
+fn a_tombstone_lives_exactly_until_its_acquire_turns_stale() {
+    let mut pair = Pair::connected(short_ttl(), start());
+    pair.acquire("t", "s", 1);
+    pair.cut();
+    pair.settle(); // the compensation lands first, with its tombstone
+    pair.land_ghosts();
+    assert_eq!(pair.server.acquires.last().map(|a| a.status), Some(-1));
+    // Past the acquire's valid-until the tombstone is gone: nothing lingers.
+    pair.advance(Duration::from_secs(3));
+    assert_eq!(pair.server.key_count(), 0, "lease sets and tombstones left");
+}
+
+#[test]
+fn a_granted_lease_is_promised_no_longer_than_redis_keeps_it() {
+    let mut pair = Pair::connected(short_ttl(), start());
+    let sent = pair.now;
+    let a = pair.acquire("t", "s", 1);
+    pair.exchange();
+    let Some(Outcome::Granted(lease)) = pair.outcome(a) else {
+        panic!("{:?}", pair.outcome(a))
+    };
+    // Redis scores it from its own (rounded-down) clock when the script runs,
+    // no earlier than the send; we promise a little less than the TTL.
+    assert!(lease.expires_at() < sent + short_ttl().lease_ttl);
+    assert!(lease.expires_at() >= sent + short_ttl().lease_ttl - ms(5));
+}
+
+#[test]
+fn a_renewal_that_runs_too_late_changes_nothing_and_says_so() {
+    let mut pair = Pair::connected(short_ttl(), start());
+    pair.acquire("t", "s", 1);
+    pair.exchange();
+    let renewal = pair.renew(0);
+    pair.to_server(0); // written, not yet delivered
+    pair.advance(Duration::from_millis(2_100)); // past its liveness: retired
+    assert!(matches!(
+        renewed(&pair, renewal),
+        Some(Renewal::Unavailable(Unavailable::Timeout))
+    ));
+    pair.land_ghosts();
+    assert_eq!(pair.server.renewals.last(), Some(&crate::script::STALE));
+}
+
+#[test]
+fn the_server_clock_is_read_again_while_requests_flow() {
+    let mut pair = Pair::connected(short_ttl(), start());
+    let times = |pair: &Pair| pair.server.times;
+    let after_handshake = times(&pair);
+    assert_eq!(after_handshake, 1, "the handshake reads the clock once");
+    pair.advance(Duration::from_secs(11));
+    assert_eq!(times(&pair), 1, "an idle client reads nothing");
+    let a = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    assert_eq!(times(&pair), 2, "the first request after 10 s reads it again");
+    pair.acquire("t", "s", 5);
+    pair.exchange();
+    assert_eq!(times(&pair), 2);
+}
