@@ -132,6 +132,28 @@ impl RedisServer {
         false
     }
 
+    /// Freezes the server (`SIGSTOP`): connections stay open and the kernel
+    /// keeps accepting and buffering, but nothing runs until [`resume`].
+    ///
+    /// [`resume`]: RedisServer::resume
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server run again (`SIGCONT`); it works through whatever
+    /// was buffered meanwhile.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} failed");
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -30,6 +30,9 @@ pub enum Mode {
     DropOneReply,
     /// The next `{status, lease id}` reply echoes a different id, then `Forward`.
     CorruptOneEcho,
+    /// Requests are held (a stalled proxy), even past the client's hanging
+    /// up, and delivered to Redis when the mode changes.
+    HoldRequests,
 }
 
 pub struct Relay {
@@ -100,16 +103,50 @@ async fn relay(client: TcpStream, server: TcpStream, mode: Arc<watch::Sender<Mod
     let mut requests_mode = mode.subscribe();
     let upstream = async {
         let mut buf = vec![0u8; 16 * 1024];
+        let mut held: Vec<u8> = Vec::new();
+        let mut client_gone = false;
         loop {
-            let n = client_read.read(&mut buf).await?;
-            if n == 0 {
-                return Ok::<_, std::io::Error>(());
-            }
-            let current = *requests_mode.borrow_and_update();
-            match current {
-                Mode::Blackhole => continue,
-                Mode::Cut => return Ok(()),
-                _ => server_write.write_all(&buf[..n]).await?,
+            tokio::select! {
+                read = client_read.read(&mut buf), if !client_gone => {
+                    let n = read?;
+                    let current = *requests_mode.borrow_and_update();
+                    if n == 0 {
+                        if current != Mode::HoldRequests || held.is_empty() {
+                            return Ok::<_, std::io::Error>(());
+                        }
+                        // Hung up with bytes held: they still go, later.
+                        client_gone = true;
+                        continue;
+                    }
+                    match current {
+                        Mode::Blackhole => continue,
+                        Mode::Cut => return Ok(()),
+                        Mode::HoldRequests => held.extend_from_slice(&buf[..n]),
+                        _ => {
+                            server_write.write_all(&held).await?;
+                            held.clear();
+                            server_write.write_all(&buf[..n]).await?;
+                        }
+                    }
+                }
+                changed = requests_mode.changed() => {
+                    if changed.is_err() {
+                        return Ok(());
+                    }
+                    let current = *requests_mode.borrow_and_update();
+                    match current {
+                        Mode::Cut => return Ok(()),
+                        Mode::Blackhole => held.clear(),
+                        Mode::HoldRequests => {}
+                        _ => {
+                            server_write.write_all(&held).await?;
+                            held.clear();
+                        }
+                    }
+                    if client_gone {
+                        return Ok(());
+                    }
+                }
             }
         }
     };
@@ -135,7 +172,7 @@ async fn relay(client: TcpStream, server: TcpStream, mode: Arc<watch::Sender<Mod
                             Mode::Forward => held.push_back(encode(&frame)),
                             Mode::Blackhole => {}
                             Mode::Cut => return Ok(()),
-                            Mode::StallResponses => held.push_back(encode(&frame)),
+                            Mode::StallResponses | Mode::HoldRequests => held.push_back(encode(&frame)),
                             Mode::DropOneReply => {
                                 mode.send_replace(Mode::Forward);
                             }
@@ -189,6 +226,12 @@ async fn relay(client: TcpStream, server: TcpStream, mode: Arc<watch::Sender<Mod
                 return;
             }
         }
+    };
+    // The relay lives as long as requests flow: replies that cannot reach a
+    // client who hung up do not cut short requests it still holds.
+    let downstream = async {
+        let _ = downstream.await;
+        std::future::pending::<()>().await
     };
     tokio::select! {
         _ = upstream => {}
