@@ -5,6 +5,7 @@
 //! cargo run --release -p inflight-sim -- --scenario mixed --seed 17   # replay one run
 //! cargo run --release -p inflight-sim -- --list
 //! cargo run --release -p inflight-sim -- --seeds 200 --bug no-echo-check   # show it is caught
+//! cargo run --release -p inflight-sim -- --seeds 100 --hashes > before.txt   # trace hash per seed
 //! ```
 
 use std::collections::BTreeMap;
@@ -21,11 +22,13 @@ struct Args {
     one_seed: Option<u64>,
     scenario: Option<&'static Scenario>,
     bug: Option<Bug>,
+    /// Print every seed's trace hash (to show a refactoring changed nothing).
+    hashes: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: inflight-sim [--seeds N] [--first-seed N] [--seed N] [--scenario NAME] [--bug NAME] [--list]\n\
+        "usage: inflight-sim [--seeds N] [--first-seed N] [--seed N] [--scenario NAME] [--bug NAME] [--hashes] [--list]\n\
          bugs: {}",
         Bug::ALL.map(|b| b.name()).join(", ")
     );
@@ -39,6 +42,7 @@ fn parse() -> Args {
         one_seed: None,
         scenario: None,
         bug: None,
+        hashes: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -50,6 +54,7 @@ fn parse() -> Args {
             "--seed" => args.one_seed = Some(number(value())),
             "--scenario" => args.scenario = Some(scenario::find(&value()).unwrap_or_else(|| usage())),
             "--bug" => args.bug = Some(Bug::parse(&value()).unwrap_or_else(|| usage())),
+            "--hashes" => args.hashes = true,
             "--list" => {
                 for s in SCENARIOS {
                     println!("{:<12} {}", s.name, s.about);
@@ -122,7 +127,7 @@ fn main() -> ExitCode {
     let total = runs.len();
     for (done, (scenario, seed)) in runs.into_iter().enumerate() {
         let report = run_seed(scenario, seed, args.bug);
-        if total == 1 {
+        if total == 1 || args.hashes {
             println!("{} seed {}: trace hash {:016x}", scenario.name, seed, report.trace_hash);
         }
         let position = SCENARIOS.iter().position(|s| s.name == scenario.name).expect("listed");
