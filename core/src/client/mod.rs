@@ -38,7 +38,7 @@
 //!   with a *compensating* release that also leaves a tombstone: should the
 //!   acquire's bytes reach Redis after the release, the script refuses the id.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
@@ -56,7 +56,9 @@ use crate::pipeline::Pipeline;
 use crate::script::{ScriptKind, Scripts};
 use crate::server_clock::ServerClock;
 use crate::UnavailablePolicy;
+use callers::{Awaits, Callers};
 
+mod callers;
 mod connection;
 mod encode;
 mod releases;
@@ -89,21 +91,12 @@ pub struct Client {
     /// `poll_transmit`: those of one subject as one `ZREM`.
     staged_releases: Vec<(ReleaseJob, Instant)>,
     /// Callers still waiting for an outcome, with their deadline.
-    callers: HashMap<RequestId, Waiter>,
-    caller_deadlines: BTreeSet<(Instant, RequestId)>,
+    callers: Callers,
     /// Releases waiting for a ready connection or for their retry time.
     releases: Vec<ReleaseJob>,
     events: VecDeque<Event>,
     actions: VecDeque<Action>,
     stats: Stats,
-}
-
-/// A caller still waiting for its request's outcome.
-#[derive(Debug, Clone, Copy)]
-struct Waiter {
-    deadline: Instant,
-    /// Waits for `Event::Renewed` rather than `Event::Acquired`.
-    renewal: bool,
 }
 
 #[derive(Debug)]
@@ -258,8 +251,7 @@ impl Client {
             waiting: VecDeque::new(),
             staged: Vec::new(),
             staged_releases: Vec::new(),
-            callers: HashMap::new(),
-            caller_deadlines: BTreeSet::new(),
+            callers: Callers::default(),
             releases: Vec::new(),
             events: VecDeque::new(),
             actions: VecDeque::new(),
@@ -368,8 +360,8 @@ impl Client {
         let request = RequestId(self.next_request);
         self.next_request += 1;
         let deadline = now + self.config.acquire_timeout;
-        self.callers.insert(request, Waiter { deadline, renewal });
-        self.caller_deadlines.insert((deadline, request));
+        let awaits = if renewal { Awaits::Renewal } else { Awaits::Acquire };
+        self.callers.insert(request, deadline, awaits);
         request
     }
 
@@ -486,10 +478,7 @@ impl Client {
 
     /// Time has reached (or passed) what `poll_timeout` asked for.
     pub fn handle_timeout(&mut self, now: Instant) {
-        while let Some(&(deadline, request)) = self.caller_deadlines.first() {
-            if deadline > now {
-                break;
-            }
+        while let Some(request) = self.callers.overdue(now) {
             self.unsend(request);
             self.fail(request, Unavailable::Timeout);
         }
@@ -564,7 +553,7 @@ impl Client {
             }
         });
         [
-            self.caller_deadlines.first().map(|(d, _)| *d),
+            self.callers.next_deadline(),
             connection,
             self.reconnect_at,
         ]
@@ -578,11 +567,7 @@ impl Client {
 
     /// Forgets `request`'s caller; whether it was still waiting.
     fn stop_waiting(&mut self, request: RequestId) -> bool {
-        let Some(waiter) = self.callers.remove(&request) else {
-            return false;
-        };
-        self.caller_deadlines.remove(&(waiter.deadline, request));
-        true
+        self.callers.remove(request).is_some()
     }
 
     /// Delivers `outcome` if the caller still waits. Returns whether it did.
@@ -631,7 +616,7 @@ impl Client {
     /// No trustworthy answer for `request`: deny or fail open, by policy (a
     /// renewal is simply unavailable).
     fn fail(&mut self, request: RequestId, reason: Unavailable) {
-        if self.callers.get(&request).is_some_and(|waiter| waiter.renewal) {
+        if self.callers.awaits(request) == Some(Awaits::Renewal) {
             return self.finish_renewal(request, Renewal::Unavailable(reason));
         }
         let outcome = match self.config.unavailable_policy {

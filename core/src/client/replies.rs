@@ -121,7 +121,7 @@ impl Client {
             self.finish_renewal(op.request, renewal);
             return Ok(());
         }
-        let waiting = self.callers.contains_key(&op.request);
+        let waiting = self.callers.contains(op.request);
         match status {
             1 if waiting => {
                 let lease = Lease {
@@ -216,7 +216,7 @@ impl Client {
     ) -> Result<(), ConnectionError> {
         match classify(message) {
             ErrorClass::NoScript => {
-                if self.callers.contains_key(&op.request) {
+                if self.callers.contains(op.request) {
                     op.by_text = true;
                     self.reload(now, op.script());
                     self.send_acquire(now, op);

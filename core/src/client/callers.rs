@@ -1,0 +1,59 @@
+//! The callers still waiting for an outcome, each with its deadline.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
+
+use crate::event::RequestId;
+
+/// What a caller waits for: the event its outcome comes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Awaits {
+    /// `Event::Acquired`.
+    Acquire,
+    /// `Event::Renewed`.
+    Renewal,
+}
+
+/// Who still waits, and until when. The map and the deadline order are kept
+/// in step here and nowhere else.
+#[derive(Debug, Default)]
+pub(super) struct Callers {
+    waiting: HashMap<RequestId, (Instant, Awaits)>,
+    by_deadline: BTreeSet<(Instant, RequestId)>,
+}
+
+impl Callers {
+    /// `request`'s caller waits until `deadline`.
+    pub(super) fn insert(&mut self, request: RequestId, deadline: Instant, awaits: Awaits) {
+        self.waiting.insert(request, (deadline, awaits));
+        self.by_deadline.insert((deadline, request));
+    }
+
+    /// Forgets `request`'s caller; what it was waiting for, if it still was.
+    pub(super) fn remove(&mut self, request: RequestId) -> Option<Awaits> {
+        let (deadline, awaits) = self.waiting.remove(&request)?;
+        self.by_deadline.remove(&(deadline, request));
+        Some(awaits)
+    }
+
+    pub(super) fn contains(&self, request: RequestId) -> bool {
+        self.waiting.contains_key(&request)
+    }
+
+    pub(super) fn awaits(&self, request: RequestId) -> Option<Awaits> {
+        self.waiting.get(&request).map(|(_, awaits)| *awaits)
+    }
+
+    /// The caller whose deadline came first, if it has passed at `now`. It
+    /// stays until answered (and so removed).
+    pub(super) fn overdue(&self, now: Instant) -> Option<RequestId> {
+        self.by_deadline
+            .first()
+            .filter(|(deadline, _)| *deadline <= now)
+            .map(|(_, request)| *request)
+    }
+
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        self.by_deadline.first().map(|(deadline, _)| *deadline)
+    }
+}
