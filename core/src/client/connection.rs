@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{backoff, AcquireOp, Client, Connection, Phase, ReleaseJob, Request, RequestId, Step};
+use super::{AcquireOp, Client, Connection, Phase, ReleaseJob, Request, RequestId, Step};
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Unavailable};
 use crate::pipeline::Pipeline;
 use crate::script::{ScriptKind, MAX_BATCH, MAX_RELEASE_BATCH};
@@ -11,7 +11,7 @@ impl Client {
     pub(super) fn start_connect(&mut self, now: Instant) {
         let id = ConnectionId(self.next_connection);
         self.next_connection += 1;
-        self.reconnect_at = None;
+        self.reconnect.attempting();
         self.connection = Some(Connection {
             id,
             phase: Phase::Connecting {
@@ -34,14 +34,7 @@ impl Client {
         };
         self.actions.push_back(Action::Close(conn.id));
         if conn.phase != Phase::Ready {
-            self.connect_failures += 1;
-            self.last_connect_error = error.clone();
-            let backoff = self.jitter.spread(backoff(
-                self.config.reconnect_initial_backoff,
-                self.config.reconnect_max_backoff,
-                self.connect_failures,
-            ));
-            self.reconnect_at = Some(now + backoff);
+            self.reconnect.failed(now, error.clone());
             self.events.push_back(Event::ConnectFailed(conn.id, error.clone()));
             // Nothing was sent for them; the server is not there for now.
             for op in std::mem::take(&mut self.waiting) {

@@ -40,7 +40,7 @@
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 
@@ -49,7 +49,6 @@ use crate::event::{
     Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
     Unavailable,
 };
-use crate::jitter::Jitter;
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{LeaseId, LeaseIds};
 use crate::pipeline::Pipeline;
@@ -57,10 +56,12 @@ use crate::script::{ScriptKind, Scripts};
 use crate::server_clock::ServerClock;
 use crate::UnavailablePolicy;
 use callers::{Awaits, Callers};
+use reconnect::Reconnect;
 
 mod callers;
 mod connection;
 mod encode;
+mod reconnect;
 mod releases;
 mod replies;
 
@@ -74,13 +75,8 @@ pub struct Client {
     next_request: u64,
     next_connection: u64,
     connection: Option<Connection>,
-    /// While there is no connection: when to try again.
-    reconnect_at: Option<Instant>,
-    /// Failed attempts in a row, for the reconnect backoff.
-    connect_failures: u32,
-    /// Spreads reconnect delays so a fleet does not reconnect in lockstep.
-    jitter: Jitter,
-    last_connect_error: ConnectionError,
+    /// When to try again while there is no connection.
+    reconnect: Reconnect,
     /// Acquires that wait for the connection's handshake to finish.
     waiting: VecDeque<AcquireOp>,
     /// Acquires (and renewals) for the ready connection, with when they were
@@ -236,6 +232,7 @@ impl Client {
     pub fn new(config: Config, entropy: [u8; 16], now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
         let ttl_ms = Bytes::from(config.lease_ttl.as_millis().to_string());
+        let reconnect = Reconnect::new(config.reconnect_initial_backoff, config.reconnect_max_backoff, entropy);
         let mut client = Self {
             config,
             scripts: Scripts::default(),
@@ -244,10 +241,7 @@ impl Client {
             next_request: 1,
             next_connection: 1,
             connection: None,
-            reconnect_at: None,
-            connect_failures: 0,
-            jitter: Jitter::new(entropy),
-            last_connect_error: ConnectionError::Closed,
+            reconnect,
             waiting: VecDeque::new(),
             staged: Vec::new(),
             staged_releases: Vec::new(),
@@ -376,7 +370,10 @@ impl Client {
             Some(_) => self.waiting.push_back(op),
             // Backing off after failed connection attempts: say so at once
             // rather than make every caller wait out its timeout.
-            None => self.fail(op.request, Unavailable::NotConnected(self.last_connect_error.clone())),
+            None => self.fail(
+                op.request,
+                Unavailable::NotConnected(self.reconnect.last_error().clone()),
+            ),
         }
     }
 
@@ -497,7 +494,7 @@ impl Client {
                 self.drop_connection(now, error);
             }
         }
-        if self.connection.is_none() && self.reconnect_at.is_some_and(|at| at <= now) {
+        if self.connection.is_none() && self.reconnect.due(now) {
             self.start_connect(now);
         }
         let mut index = 0;
@@ -552,15 +549,11 @@ impl Client {
                 job.deadline
             }
         });
-        [
-            self.callers.next_deadline(),
-            connection,
-            self.reconnect_at,
-        ]
-        .into_iter()
-        .flatten()
-        .chain(releases)
-        .min()
+        [self.callers.next_deadline(), connection, self.reconnect.next_deadline()]
+            .into_iter()
+            .flatten()
+            .chain(releases)
+            .min()
     }
 
     // ---- outcomes ----------------------------------------------------------
@@ -633,12 +626,6 @@ impl Client {
         self.compensate(now, op, true);
         error
     }
-}
-
-/// `initial * 2^(failures-1)`, capped at `max`.
-fn backoff(initial: Duration, max: Duration, failures: u32) -> Duration {
-    let doublings = failures.saturating_sub(1).min(20);
-    initial.saturating_mul(1 << doublings).min(max)
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 
 use std::time::Instant;
 
-use super::{backoff, AcquireOp, Client, Phase, ReleaseJob, Request};
+use super::reconnect::backoff;
+use super::{AcquireOp, Client, Phase, ReleaseJob, Request};
 use crate::event::{Event, ReleaseFailure};
 
 impl Client {

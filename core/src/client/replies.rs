@@ -68,7 +68,7 @@ impl Client {
             *steps -= 1;
             if *steps == 0 {
                 conn.phase = Phase::Ready;
-                self.connect_failures = 0;
+                self.reconnect.succeeded();
                 self.events.push_back(Event::Connected(conn.id));
             }
         }
