@@ -48,7 +48,7 @@ impl Client {
         for (op, _) in std::mem::take(&mut self.staged).into_iter().rev() {
             self.waiting.push_front(op);
         }
-        for (job, _) in std::mem::take(&mut self.staged_releases) {
+        for (job, _) in self.releases.take_staged() {
             self.queue_release(job);
         }
         let pending: Vec<Request> = conn.pipeline.drain().collect();
@@ -82,14 +82,8 @@ impl Client {
         while let Some(op) = self.waiting.pop_front() {
             self.send_acquire(now, op);
         }
-        if self.releases.iter().any(|job| job.not_before <= now) {
-            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.releases)
-                .into_iter()
-                .partition(|job| job.not_before <= now);
-            self.releases = later;
-            for job in due {
-                self.send_release(now, job);
-            }
+        for job in self.releases.take_due(now) {
+            self.send_release(now, job);
         }
     }
 
@@ -171,7 +165,7 @@ impl Client {
     /// Writes the staged releases: those of one subject as one `ZREM` of up
     /// to `MAX_RELEASE_BATCH` ids.
     fn write_staged_releases(&mut self) {
-        let staged = std::mem::take(&mut self.staged_releases);
+        let staged = self.releases.take_staged();
         let same_subject = |a: &ReleaseJob, b: &ReleaseJob| a.keys.leases() == b.keys.leases();
         for (mut jobs, oldest) in batches(staged, MAX_RELEASE_BATCH, same_subject) {
             let request = match jobs.len() {

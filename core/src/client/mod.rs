@@ -57,6 +57,7 @@ use crate::server_clock::ServerClock;
 use crate::UnavailablePolicy;
 use callers::{Awaits, Callers};
 use reconnect::Reconnect;
+use releases::ReleaseQueue;
 
 mod callers;
 mod connection;
@@ -83,13 +84,11 @@ pub struct Client {
     /// taken, written at the next `poll_transmit`: those of one subject and
     /// limit go out as one `ACQUIRE_MANY` call.
     staged: Vec<(AcquireOp, Instant)>,
-    /// Ordinary releases for the ready connection, written at the next
-    /// `poll_transmit`: those of one subject as one `ZREM`.
-    staged_releases: Vec<(ReleaseJob, Instant)>,
     /// Callers still waiting for an outcome, with their deadline.
     callers: Callers,
-    /// Releases waiting for a ready connection or for their retry time.
-    releases: Vec<ReleaseJob>,
+    /// Releases staged for the next write, or waiting for a connection or
+    /// their retry time.
+    releases: ReleaseQueue,
     events: VecDeque<Event>,
     actions: VecDeque<Action>,
     stats: Stats,
@@ -232,6 +231,7 @@ impl Client {
     pub fn new(config: Config, entropy: [u8; 16], now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
         let ttl_ms = Bytes::from(config.lease_ttl.as_millis().to_string());
+        let releases = ReleaseQueue::new(config.release.max_retrying);
         let reconnect = Reconnect::new(config.reconnect_initial_backoff, config.reconnect_max_backoff, entropy);
         let mut client = Self {
             config,
@@ -244,9 +244,8 @@ impl Client {
             reconnect,
             waiting: VecDeque::new(),
             staged: Vec::new(),
-            staged_releases: Vec::new(),
             callers: Callers::default(),
-            releases: Vec::new(),
+            releases,
             events: VecDeque::new(),
             actions: VecDeque::new(),
             stats: Stats::default(),
@@ -287,7 +286,7 @@ impl Client {
                 })
                 .sum()
         });
-        self.releases.len() + self.staged_releases.len() + in_flight
+        self.releases.len() + in_flight
     }
 
     /// Acquires waiting for a connection or for their reply, abandoned ones
@@ -497,14 +496,8 @@ impl Client {
         if self.connection.is_none() && self.reconnect.due(now) {
             self.start_connect(now);
         }
-        let mut index = 0;
-        while index < self.releases.len() {
-            if self.releases[index].deadline <= now {
-                let job = self.releases.swap_remove(index);
-                self.abandon_release(job, ReleaseFailure::Expired);
-            } else {
-                index += 1;
-            }
+        for job in self.releases.take_expired(now) {
+            self.abandon_release(job, ReleaseFailure::Expired);
         }
         self.drive(now);
     }
@@ -542,18 +535,15 @@ impl Client {
             Phase::Connecting { deadline } | Phase::Handshaking { deadline, .. } => Some(deadline),
             Phase::Ready => c.pipeline.next_deadline(),
         });
-        let releases = self.releases.iter().map(|job| {
-            if ready {
-                job.not_before.min(job.deadline)
-            } else {
-                job.deadline
-            }
-        });
-        [self.callers.next_deadline(), connection, self.reconnect.next_deadline()]
-            .into_iter()
-            .flatten()
-            .chain(releases)
-            .min()
+        [
+            self.callers.next_deadline(),
+            connection,
+            self.reconnect.next_deadline(),
+            self.releases.next_deadline(ready),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     // ---- outcomes ----------------------------------------------------------

@@ -6,6 +6,90 @@ use super::reconnect::backoff;
 use super::{AcquireOp, Client, Phase, ReleaseJob, Request};
 use crate::event::{Event, ReleaseFailure};
 
+/// The releases not on the wire: staged for the next write (ordinary
+/// releases, so that those of one subject share a `ZREM`), or waiting for a
+/// ready connection or their retry time, at most `max_waiting` of those.
+#[derive(Debug)]
+pub(super) struct ReleaseQueue {
+    waiting: Vec<ReleaseJob>,
+    staged: Vec<(ReleaseJob, Instant)>,
+    max_waiting: usize,
+}
+
+impl ReleaseQueue {
+    pub(super) fn new(max_waiting: usize) -> Self {
+        Self {
+            waiting: Vec::new(),
+            staged: Vec::new(),
+            max_waiting,
+        }
+    }
+
+    /// Queues `job` to wait; gives it back when there is no room.
+    pub(super) fn wait(&mut self, job: ReleaseJob) -> Result<(), ReleaseJob> {
+        if self.waiting.len() >= self.max_waiting {
+            return Err(job);
+        }
+        self.waiting.push(job);
+        Ok(())
+    }
+
+    /// Stages `job` (at `now`) for the next write.
+    pub(super) fn stage(&mut self, job: ReleaseJob, now: Instant) {
+        self.staged.push((job, now));
+    }
+
+    pub(super) fn take_staged(&mut self) -> Vec<(ReleaseJob, Instant)> {
+        std::mem::take(&mut self.staged)
+    }
+
+    /// The waiting jobs whose retry time has come, in queue order.
+    pub(super) fn take_due(&mut self, now: Instant) -> Vec<ReleaseJob> {
+        if !self.waiting.iter().any(|job| job.not_before <= now) {
+            return Vec::new();
+        }
+        let (due, later) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|job| job.not_before <= now);
+        self.waiting = later;
+        due
+    }
+
+    /// The waiting jobs past their deadline: the lease is gone by then.
+    pub(super) fn take_expired(&mut self, now: Instant) -> Vec<ReleaseJob> {
+        let mut expired = Vec::new();
+        let mut index = 0;
+        while index < self.waiting.len() {
+            if self.waiting[index].deadline <= now {
+                expired.push(self.waiting.swap_remove(index));
+            } else {
+                index += 1;
+            }
+        }
+        expired
+    }
+
+    /// Jobs staged or waiting.
+    pub(super) fn len(&self) -> usize {
+        self.waiting.len() + self.staged.len()
+    }
+
+    /// When a waiting job next needs attention: its deadline, or (with a
+    /// ready connection to send it on) its retry time.
+    pub(super) fn next_deadline(&self, ready: bool) -> Option<Instant> {
+        self.waiting
+            .iter()
+            .map(|job| {
+                if ready {
+                    job.not_before.min(job.deadline)
+                } else {
+                    job.deadline
+                }
+            })
+            .min()
+    }
+}
+
 impl Client {
     /// Releases a lease the caller will never hold. A renewal creates no
     /// lease and extends one its holder still owns, so there is never
@@ -52,12 +136,12 @@ impl Client {
     /// Queues `job` for a ready connection or its retry time; whether there
     /// was room (else it is abandoned, and reported).
     pub(super) fn queue_release(&mut self, job: ReleaseJob) -> bool {
-        if self.releases.len() >= self.config.release.max_retrying {
-            self.abandon_release(job, ReleaseFailure::Overloaded);
-            false
-        } else {
-            self.releases.push(job);
-            true
+        match self.releases.wait(job) {
+            Ok(()) => true,
+            Err(job) => {
+                self.abandon_release(job, ReleaseFailure::Overloaded);
+                false
+            }
         }
     }
 
@@ -94,7 +178,7 @@ impl Client {
         if job.compensation {
             self.send(Request::Release(job), now + self.config.request_liveness);
         } else {
-            self.staged_releases.push((job, now));
+            self.releases.stage(job, now);
         }
     }
 }
