@@ -26,12 +26,13 @@ impl ReleaseQueue {
     }
 
     /// Queues `job` to wait; gives it back when there is no room.
-    pub(super) fn wait(&mut self, job: ReleaseJob) -> Result<(), ReleaseJob> {
+    #[must_use = "a job given back was not queued"]
+    pub(super) fn wait(&mut self, job: ReleaseJob) -> Option<ReleaseJob> {
         if self.waiting.len() >= self.max_waiting {
-            return Err(job);
+            return Some(job);
         }
         self.waiting.push(job);
-        Ok(())
+        None
     }
 
     /// Stages `job` (at `now`) for the next write.
@@ -137,8 +138,8 @@ impl Client {
     /// was room (else it is abandoned, and reported).
     pub(super) fn queue_release(&mut self, job: ReleaseJob) -> bool {
         match self.releases.wait(job) {
-            Ok(()) => true,
-            Err(job) => {
+            None => true,
+            Some(job) => {
                 self.abandon_release(job, ReleaseFailure::Overloaded);
                 false
             }
