@@ -2,7 +2,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{AcquireOp, Client, Connection, Phase, ReleaseJob, Request, RequestId, Step};
+use super::request::{AcquireOp, Op, ReleaseJob, Request, Step};
+use super::{Client, Connection, Phase, RequestId};
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Unavailable};
 use crate::pipeline::Pipeline;
 use crate::script::{ScriptKind, MAX_BATCH, MAX_RELEASE_BATCH};
@@ -38,7 +39,7 @@ impl Client {
             self.events.push_back(Event::ConnectFailed(conn.id, error.clone()));
             // Nothing was sent for them; the server is not there for now.
             for op in std::mem::take(&mut self.waiting) {
-                self.fail(op.request, Unavailable::NotConnected(error.clone()));
+                self.fail(op.call().request, Unavailable::NotConnected(error.clone()));
             }
             return;
         }
@@ -55,20 +56,23 @@ impl Client {
         for request in pending {
             match request {
                 Request::Acquire(op) => {
-                    self.ambiguous(now, op, error.clone());
+                    self.ambiguous(now, Op::Acquire(op), error.clone());
                 }
                 Request::AcquireMany(ops) => {
                     for op in ops {
-                        self.ambiguous(now, op, error.clone());
+                        self.ambiguous(now, Op::Acquire(op), error.clone());
                     }
                 }
-                Request::Release(job) => self.retry_release(now, job),
+                Request::Renew(op) => {
+                    self.ambiguous(now, Op::Renew(op), error.clone());
+                }
+                Request::Release(job) | Request::Compensate(job) => self.retry_release(now, job),
                 Request::ReleaseMany(jobs) => {
                     for job in jobs {
                         self.retry_release(now, job);
                     }
                 }
-                Request::Handshake(_) => {}
+                Request::Handshake(_) | Request::Reload(_) => {}
             }
         }
         self.start_connect(now);
@@ -90,8 +94,9 @@ impl Client {
     /// Takes `op` for the ready connection; `poll_transmit` writes it. It is
     /// valid for its liveness budget: its reply is due by then, and a script
     /// that runs later refuses it.
-    pub(super) fn send_acquire(&mut self, now: Instant, mut op: AcquireOp) {
-        op.sent_at.get_or_insert(now);
+    pub(super) fn send_acquire(&mut self, now: Instant, mut op: Op) {
+        let call = op.call_mut();
+        call.sent_at.get_or_insert(now);
         let no_deadline = self.bug_skip_stale_check();
         let conn = self.connection.as_mut().expect("sent on the current connection");
         let valid_until = now + self.config.request_liveness;
@@ -100,8 +105,9 @@ impl Client {
         let (valid_until_ms, margin) = conn.clock.map_or((0, Duration::ZERO), |clock| {
             (clock.server_ms(valid_until), clock.margin(valid_until))
         });
-        op.valid_until_ms = if no_deadline { u64::MAX } else { valid_until_ms };
-        op.runnable_until = Some(valid_until + margin);
+        let call = op.call_mut();
+        call.valid_until_ms = if no_deadline { u64::MAX } else { valid_until_ms };
+        call.runnable_until = Some(valid_until + margin);
         conn.acquires += 1;
         self.staged.push((op, now));
     }
@@ -109,8 +115,8 @@ impl Client {
     /// Forgets a request that has not been written yet (its caller is gone):
     /// nothing reached Redis, so nothing needs compensating.
     pub(super) fn unsend(&mut self, request: RequestId) {
-        self.waiting.retain(|op| op.request != request);
-        if let Some(at) = self.staged.iter().position(|(op, _)| op.request == request) {
+        self.waiting.retain(|op| op.call().request != request);
+        if let Some(at) = self.staged.iter().position(|(op, _)| op.call().request == request) {
             self.staged.remove(at);
             if let Some(conn) = self.connection.as_mut() {
                 conn.acquires -= 1;
@@ -153,10 +159,10 @@ impl Client {
         // A batch's reply has two items per acquire; it must fit the reply limits.
         let most = MAX_BATCH.min(self.config.reply_limits.max_array_len / 2).max(1);
         let staged = std::mem::take(&mut self.staged);
-        for (mut ops, oldest) in batches(staged, most, AcquireOp::batches_with) {
-            let request = match ops.len() {
-                1 => Request::Acquire(ops.pop().expect("one")),
-                _ => Request::AcquireMany(ops),
+        for (group, oldest) in acquire_groups(staged, most) {
+            let request = match group {
+                Group::Alone(op) => op.into_request(),
+                Group::Batch(ops) => Request::AcquireMany(ops),
             };
             self.send(request, oldest + self.config.request_liveness);
         }
@@ -185,7 +191,66 @@ impl Client {
         if std::mem::replace(&mut conn.reloading[kind as usize], true) {
             return;
         }
-        self.send(Request::Handshake(Step::Load(kind)), now + self.config.request_liveness);
+        self.send(Request::Reload(kind), now + self.config.request_liveness);
+    }
+}
+
+/// Staged acquires and renewals as they go on the wire: a plain acquire (no
+/// `EVAL` fallback) joins the first batch of its subject and limit with room
+/// (at most `most`); renewals and fallbacks go alone. Staging order is kept
+/// within a group; each group comes with when its oldest member was staged.
+fn acquire_groups(staged: Vec<(Op, Instant)>, most: usize) -> Vec<(Group, Instant)> {
+    let mut groups: Vec<(Group, Instant)> = Vec::new();
+    for (op, at) in staged {
+        let joins = match &op {
+            Op::Acquire(acquire) if !acquire.call.by_text => {
+                groups.iter().position(|(group, _)| group.takes(acquire, most))
+            }
+            _ => None,
+        };
+        match (joins, op) {
+            (Some(index), Op::Acquire(acquire)) => {
+                let (group, oldest) = &mut groups[index];
+                group.add(acquire);
+                *oldest = (*oldest).min(at);
+            }
+            (_, op) => groups.push((Group::Alone(op), at)),
+        }
+    }
+    groups
+}
+
+/// Acquires and renewals that go out in one request.
+enum Group {
+    Alone(Op),
+    /// Two or more plain acquires of one subject and limit.
+    Batch(Vec<AcquireOp>),
+}
+
+impl Group {
+    /// Whether `acquire` may join: a plain acquire of the same subject and
+    /// limit, while there is room.
+    fn takes(&self, acquire: &AcquireOp, most: usize) -> bool {
+        let fits = |first: &AcquireOp, len: usize| {
+            len < most && first.limit == acquire.limit && first.call.keys.leases() == acquire.call.keys.leases()
+        };
+        match self {
+            Group::Alone(Op::Acquire(first)) => !first.call.by_text && fits(first, 1),
+            Group::Alone(Op::Renew(_)) => false,
+            Group::Batch(ops) => fits(&ops[0], ops.len()),
+        }
+    }
+
+    fn add(&mut self, acquire: AcquireOp) {
+        match std::mem::replace(self, Group::Batch(Vec::new())) {
+            Group::Alone(Op::Acquire(first)) => *self = Group::Batch(vec![first, acquire]),
+            Group::Batch(mut ops) => {
+                ops.push(acquire);
+                *self = Group::Batch(ops);
+            }
+            // `takes` refuses renewals; keep things as they were.
+            alone @ Group::Alone(Op::Renew(_)) => *self = alone,
+        }
     }
 }
 

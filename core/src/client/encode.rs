@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 
-use super::{Client, Request, Step};
+use super::request::{ReleaseKind, Request, Step};
+use super::Client;
 use crate::config::Config;
 use crate::resp::encode_command;
 use crate::script::{ScriptKind, Scripts};
@@ -28,37 +29,44 @@ impl Request {
             }
             Request::Handshake(Step::Ping) => encode_command(out, &[b"PING"]),
             Request::Handshake(Step::Time) => encode_command(out, &[b"TIME"]),
-            Request::Handshake(Step::Load(kind)) => scripts.encode_load(out, *kind),
-            Request::Acquire(op) if op.renewal => {
-                let valid_until = op.valid_until_ms.to_string();
+            Request::Handshake(Step::Load(kind)) | Request::Reload(kind) => scripts.encode_load(out, *kind),
+            Request::Renew(op) => {
+                let call = &op.call;
+                let valid_until = call.valid_until_ms.to_string();
                 scripts.encode_call(
                     out,
                     ScriptKind::Renew,
-                    op.by_text,
-                    &[op.keys.leases()],
-                    &[ttl_ms, &op.lease_bytes, valid_until.as_bytes()],
+                    call.by_text,
+                    &[call.keys.leases()],
+                    &[ttl_ms, &call.lease_bytes, valid_until.as_bytes()],
                 )
             }
             Request::Acquire(op) => {
-                let tombstone = op.keys.tombstone(&op.lease);
+                let call = &op.call;
+                let tombstone = call.keys.tombstone(&call.lease);
                 let limit = op.limit.to_string();
-                let valid_until = op.valid_until_ms.to_string();
+                let valid_until = call.valid_until_ms.to_string();
                 scripts.encode_call(
                     out,
                     ScriptKind::Acquire,
-                    op.by_text,
-                    &[op.keys.leases(), &tombstone],
-                    &[ttl_ms, limit.as_bytes(), &op.lease_bytes, valid_until.as_bytes()],
+                    call.by_text,
+                    &[call.keys.leases(), &tombstone],
+                    &[ttl_ms, limit.as_bytes(), &call.lease_bytes, valid_until.as_bytes()],
                 );
             }
             Request::AcquireMany(ops) => {
-                let leases = ops[0].keys.leases();
-                let tombstones: Vec<_> = ops.iter().map(|op| op.keys.tombstone(&op.lease)).collect();
+                let leases = ops[0].call.keys.leases();
+                let tombstones: Vec<_> = ops.iter().map(|op| op.call.keys.tombstone(&op.call.lease)).collect();
                 let tombstones: Vec<&[u8]> = tombstones.iter().map(|t| &t[..]).collect();
-                let ids: Vec<&[u8]> = ops.iter().map(|op| &op.lease_bytes[..]).collect();
+                let ids: Vec<&[u8]> = ops.iter().map(|op| &op.call.lease_bytes[..]).collect();
                 let limit = ops[0].limit.to_string();
                 // One deadline for the batch: the earliest of its members'.
-                let valid_until = ops.iter().map(|op| op.valid_until_ms).min().unwrap_or(0).to_string();
+                let valid_until = ops
+                    .iter()
+                    .map(|op| op.call.valid_until_ms)
+                    .min()
+                    .unwrap_or(0)
+                    .to_string();
                 scripts.encode_acquire_many(
                     out,
                     leases,
@@ -69,9 +77,13 @@ impl Request {
                     &ids,
                 );
             }
-            Request::Release(job) if job.compensation => {
+            Request::Compensate(job) => {
                 let tombstone = job.keys.tombstone(&job.lease);
-                let until = job.tombstone_until_ms.to_string();
+                let until = match job.kind {
+                    ReleaseKind::Compensation { tombstone_until_ms } => tombstone_until_ms,
+                    ReleaseKind::Release => 0,
+                };
+                let until = until.to_string();
                 scripts.encode_call(
                     out,
                     ScriptKind::Compensate,

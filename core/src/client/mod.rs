@@ -58,6 +58,7 @@ use crate::UnavailablePolicy;
 use callers::{Awaits, Callers};
 use reconnect::Reconnect;
 use releases::ReleaseQueue;
+use request::{AcquireOp, Call, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Step};
 
 mod callers;
 mod connection;
@@ -65,6 +66,7 @@ mod encode;
 mod reconnect;
 mod releases;
 mod replies;
+mod request;
 
 /// The sans-IO state machine: see the module documentation for its contract.
 pub struct Client {
@@ -79,11 +81,11 @@ pub struct Client {
     /// When to try again while there is no connection.
     reconnect: Reconnect,
     /// Acquires that wait for the connection's handshake to finish.
-    waiting: VecDeque<AcquireOp>,
+    waiting: VecDeque<Op>,
     /// Acquires (and renewals) for the ready connection, with when they were
     /// taken, written at the next `poll_transmit`: those of one subject and
     /// limit go out as one `ACQUIRE_MANY` call.
-    staged: Vec<(AcquireOp, Instant)>,
+    staged: Vec<(Op, Instant)>,
     /// Callers still waiting for an outcome, with their deadline.
     callers: Callers,
     /// Releases staged for the next write, or waiting for a connection or
@@ -122,107 +124,6 @@ enum Phase {
         steps: usize,
     },
     Ready,
-}
-
-#[derive(Debug)]
-enum Request {
-    Handshake(Step),
-    Acquire(AcquireOp),
-    /// Two or more acquires of one subject and limit, in one script call.
-    AcquireMany(Vec<AcquireOp>),
-    Release(ReleaseJob),
-    /// Two or more ordinary releases of one subject, in one `ZREM`.
-    ReleaseMany(Vec<ReleaseJob>),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
-    Auth,
-    Select,
-    Ping,
-    /// Reads the server's clock (see `server_clock`).
-    Time,
-    Load(ScriptKind),
-}
-
-#[derive(Debug)]
-struct AcquireOp {
-    request: RequestId,
-    lease: LeaseId,
-    /// `lease` as written to Redis and echoed back, rendered once.
-    lease_bytes: Bytes,
-    keys: SubjectKeys,
-    limit: NonZeroU32,
-    /// When the acquire was first written: the script runs no earlier, so
-    /// the lease lives at least until about `sent_at + ttl`.
-    sent_at: Option<Instant>,
-    /// The last write's valid-until in the server's milliseconds: a script
-    /// run after it refuses (stale). 0 before any write.
-    valid_until_ms: u64,
-    /// Our instant by which the server has surely passed `valid_until_ms`:
-    /// from then on this acquire cannot take a slot any more.
-    runnable_until: Option<Instant>,
-    /// Send `EVAL` with the script text (after `NOSCRIPT`).
-    by_text: bool,
-    /// Extends a lease its caller holds (`RENEW`) instead of taking one. A
-    /// renewal never creates a lease, so it is never compensated.
-    renewal: bool,
-}
-
-impl AcquireOp {
-    /// Whether the two may share one `ACQUIRE_MANY`: plain acquires (no
-    /// renewal, no `EVAL` fallback) of one subject under one limit.
-    fn batches_with(&self, other: &AcquireOp) -> bool {
-        let plain = |op: &AcquireOp| !op.renewal && !op.by_text;
-        plain(self) && plain(other) && self.limit == other.limit && self.keys.leases() == other.keys.leases()
-    }
-
-    fn script(&self) -> ScriptKind {
-        if self.renewal {
-            ScriptKind::Renew
-        } else {
-            ScriptKind::Acquire
-        }
-    }
-}
-
-impl ReleaseJob {
-    /// The first attempt at giving `lease` back, due at once.
-    fn of(lease: Lease, compensation: bool, now: Instant) -> Self {
-        Self {
-            lease_bytes: Bytes::from(lease.id.to_bytes()),
-            lease: lease.id,
-            keys: lease.keys,
-            compensation,
-            // The acquire ran (its grant was read): nothing left to refuse.
-            tombstone_until_ms: 0,
-            failures: 0,
-            deadline: lease.expires_at,
-            not_before: now,
-            by_text: false,
-        }
-    }
-}
-
-#[derive(Debug)]
-struct ReleaseJob {
-    lease: LeaseId,
-    /// `lease` as written to Redis, rendered once for every attempt.
-    lease_bytes: Bytes,
-    keys: SubjectKeys,
-    /// Releases a lease the caller never got: `COMPENSATE` instead of a
-    /// plain `ZREM`.
-    compensation: bool,
-    /// For a compensation whose acquire may still run: that acquire's
-    /// valid-until, until which a tombstone must refuse it (0: none needed).
-    tombstone_until_ms: u64,
-    /// Failed attempts so far.
-    failures: u32,
-    /// Retries stop here: the lease has expired by then anyway.
-    deadline: Instant,
-    /// Next attempt not before.
-    not_before: Instant,
-    by_text: bool,
 }
 
 impl Client {
@@ -280,7 +181,7 @@ impl Client {
             c.pipeline
                 .pending()
                 .map(|r| match r {
-                    Request::Release(_) => 1,
+                    Request::Release(_) | Request::Compensate(_) => 1,
                     Request::ReleaseMany(jobs) => jobs.len(),
                     _ => 0,
                 })
@@ -308,21 +209,9 @@ impl Client {
     /// [`SubjectKeys::new`] with this client's `key_prefix`), so a driver can
     /// do that work on the caller's thread instead of its own.
     pub fn acquire_keys(&mut self, now: Instant, keys: SubjectKeys, limit: NonZeroU32) -> RequestId {
-        let request = self.register(now, false);
-        let lease = self.lease_ids.id(request.0);
-        let op = AcquireOp {
-            request,
-            lease,
-            lease_bytes: Bytes::from(lease.to_bytes()),
-            keys,
-            limit,
-            sent_at: None,
-            valid_until_ms: 0,
-            runnable_until: None,
-            by_text: false,
-            renewal: false,
-        };
-        self.submit_acquire(now, op);
+        let request = self.register(now, Awaits::Acquire);
+        let call = Call::new(request, self.lease_ids.id(request.0), keys);
+        self.submit(now, Op::Acquire(AcquireOp { call, limit }));
         request
     }
 
@@ -331,38 +220,26 @@ impl Client {
     /// abandoned first. Renewals share the acquires' FIFO, timeout and
     /// in-flight cap.
     pub fn renew(&mut self, now: Instant, lease: &Lease) -> RequestId {
-        let request = self.register(now, true);
-        let op = AcquireOp {
-            request,
-            lease: lease.id,
-            lease_bytes: Bytes::from(lease.id.to_bytes()),
-            keys: lease.keys.clone(),
-            limit: NonZeroU32::MIN,
-            sent_at: None,
-            valid_until_ms: 0,
-            runnable_until: None,
-            by_text: false,
-            renewal: true,
-        };
-        self.submit_acquire(now, op);
+        let request = self.register(now, Awaits::Renewal);
+        let call = Call::new(request, lease.id, lease.keys.clone());
+        self.submit(now, Op::Renew(RenewOp { call }));
         request
     }
 
     /// A new request whose caller waits at most the acquire timeout.
-    fn register(&mut self, now: Instant, renewal: bool) -> RequestId {
+    fn register(&mut self, now: Instant, awaits: Awaits) -> RequestId {
         let request = RequestId(self.next_request);
         self.next_request += 1;
         let deadline = now + self.config.acquire_timeout;
-        let awaits = if renewal { Awaits::Renewal } else { Awaits::Acquire };
         self.callers.insert(request, deadline, awaits);
         request
     }
 
     /// Writes `op` (or has it wait for the handshake), unless the in-flight
     /// cap or a backing-off connection fails it at once.
-    fn submit_acquire(&mut self, now: Instant, op: AcquireOp) {
+    fn submit(&mut self, now: Instant, op: Op) {
         if self.in_flight_acquires() >= self.config.max_in_flight {
-            return self.fail(op.request, Unavailable::Overloaded);
+            return self.fail(op.call().request, Unavailable::Overloaded);
         }
         match self.connection.as_ref().map(|c| c.phase) {
             Some(Phase::Ready) => self.send_acquire(now, op),
@@ -370,7 +247,7 @@ impl Client {
             // Backing off after failed connection attempts: say so at once
             // rather than make every caller wait out its timeout.
             None => self.fail(
-                op.request,
+                op.call().request,
                 Unavailable::NotConnected(self.reconnect.last_error().clone()),
             ),
         }
@@ -404,7 +281,7 @@ impl Client {
 
     /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
     pub fn release(&mut self, now: Instant, lease: Lease) {
-        self.submit_release(now, ReleaseJob::of(lease, false, now));
+        self.submit_release(now, ReleaseJob::of(lease, ReleaseKind::Release, now));
     }
 
     // ---- inputs -----------------------------------------------------------
@@ -452,7 +329,7 @@ impl Client {
                 }
             };
             match &reply.0 {
-                Request::Acquire(_) => conn.acquires -= 1,
+                Request::Acquire(_) | Request::Renew(_) => conn.acquires -= 1,
                 Request::AcquireMany(ops) => conn.acquires -= ops.len(),
                 _ => {}
             }
@@ -575,7 +452,8 @@ impl Client {
             Outcome::Granted(lease) => {
                 self.stats.granted -= 1;
                 self.stats.compensations += 1;
-                self.submit_release(now, ReleaseJob::of(lease, true, now));
+                let compensation = ReleaseKind::Compensation { tombstone_until_ms: 0 };
+                self.submit_release(now, ReleaseJob::of(lease, compensation, now));
             }
             Outcome::Exceeded => self.stats.denied -= 1,
             Outcome::Unavailable(_) => self.stats.unavailable -= 1,
@@ -609,11 +487,13 @@ impl Client {
         self.finish(request, outcome);
     }
 
-    /// The acquire's fate is unknown: tell the caller, release what may exist.
-    /// (A renewal creates nothing, so there is nothing to release.)
-    fn ambiguous(&mut self, now: Instant, op: AcquireOp, error: ConnectionError) -> ConnectionError {
-        self.fail(op.request, Unavailable::ConnectionLost(error.clone()));
-        self.compensate(now, op, true);
+    /// The request's fate is unknown: tell the caller, and release what an
+    /// acquire may have created (a renewal creates nothing).
+    fn ambiguous(&mut self, now: Instant, op: Op, error: ConnectionError) -> ConnectionError {
+        self.fail(op.call().request, Unavailable::ConnectionLost(error.clone()));
+        if let Op::Acquire(op) = op {
+            self.compensate(now, op, true);
+        }
         error
     }
 }

@@ -3,7 +3,8 @@
 use std::time::Instant;
 
 use super::reconnect::backoff;
-use super::{AcquireOp, Client, Phase, ReleaseJob, Request};
+use super::request::{AcquireOp, ReleaseJob, ReleaseKind};
+use super::{Client, Phase};
 use crate::event::{Event, ReleaseFailure};
 
 /// The releases not on the wire: staged for the next write (ordinary
@@ -92,9 +93,8 @@ impl ReleaseQueue {
 }
 
 impl Client {
-    /// Releases a lease the caller will never hold. A renewal creates no
-    /// lease and extends one its holder still owns, so there is never
-    /// anything to compensate for it.
+    /// Releases a lease the caller will never hold. Only an acquire can be
+    /// compensated: a renewal creates no lease.
     ///
     /// `may_still_run`: no reply was read for the acquire, so its bytes may
     /// still reach Redis (held in a buffer, a stalled server, a proxy). Until
@@ -103,21 +103,20 @@ impl Client {
     /// `runnable_until`, and lives a TTL from there. An acquire whose reply
     /// was read has run; its lease lives a TTL from that reply at most.
     pub(super) fn compensate(&mut self, now: Instant, op: AcquireOp, may_still_run: bool) {
-        if op.renewal {
-            return;
-        }
         self.stats.compensations += 1;
+        let call = op.call;
         let ran_by = if may_still_run {
-            op.runnable_until.unwrap_or(now).max(now)
+            call.runnable_until.unwrap_or(now).max(now)
         } else {
             now
         };
         let job = ReleaseJob {
-            lease: op.lease,
-            lease_bytes: op.lease_bytes,
-            keys: op.keys,
-            compensation: true,
-            tombstone_until_ms: if may_still_run { op.valid_until_ms } else { 0 },
+            lease: call.lease,
+            lease_bytes: call.lease_bytes,
+            keys: call.keys,
+            kind: ReleaseKind::Compensation {
+                tombstone_until_ms: if may_still_run { call.valid_until_ms } else { 0 },
+            },
             failures: 0,
             deadline: ran_by + self.config.lease_ttl,
             not_before: now,
@@ -168,7 +167,7 @@ impl Client {
         self.stats.releases_abandoned += 1;
         self.events.push_back(Event::ReleaseAbandoned {
             lease: job.lease,
-            compensation: job.compensation,
+            compensation: job.is_compensation(),
             reason,
         });
     }
@@ -176,8 +175,8 @@ impl Client {
     /// Ordinary releases are staged so that `poll_transmit` can write those of
     /// one subject as one `ZREM`; compensations (a script each) go at once.
     pub(super) fn send_release(&mut self, now: Instant, job: ReleaseJob) {
-        if job.compensation {
-            self.send(Request::Release(job), now + self.config.request_liveness);
+        if job.is_compensation() {
+            self.send(job.into_request(), now + self.config.request_liveness);
         } else {
             self.releases.stage(job, now);
         }

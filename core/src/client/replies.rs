@@ -2,7 +2,8 @@
 
 use std::time::Instant;
 
-use super::{AcquireOp, Client, Phase, ReleaseJob, Request, Step};
+use super::request::{AcquireOp, Op, ReleaseJob, RenewOp, Request, Step};
+use super::{Client, Phase};
 use crate::event::{ConnectionError, Event, Lease, Outcome, Renewal, Unavailable};
 use crate::resp::Frame;
 use crate::script::{ScriptKind, STALE};
@@ -15,9 +16,13 @@ impl Client {
     pub(super) fn on_reply(&mut self, now: Instant, request: Request, frame: Frame) -> Result<(), ConnectionError> {
         match request {
             Request::Handshake(step) => self.on_handshake_reply(now, step, frame),
-            Request::Acquire(op) => self.on_acquire_reply(now, op, frame),
+            // A reload answers as the handshake's load does (on a ready
+            // connection, where a failed load is not fatal).
+            Request::Reload(kind) => self.on_handshake_reply(now, Step::Load(kind), frame),
+            Request::Acquire(op) => self.on_call_reply(now, Op::Acquire(op), frame),
+            Request::Renew(op) => self.on_call_reply(now, Op::Renew(op), frame),
             Request::AcquireMany(ops) => self.on_batch_reply(now, ops, frame),
-            Request::Release(job) => self.on_release_reply(now, job, frame),
+            Request::Release(job) | Request::Compensate(job) => self.on_release_reply(now, job, frame),
             Request::ReleaseMany(jobs) => self.on_release_many_reply(now, jobs, frame),
         }
     }
@@ -75,80 +80,88 @@ impl Client {
         Ok(())
     }
 
-    pub(super) fn on_acquire_reply(
-        &mut self,
-        now: Instant,
-        op: AcquireOp,
-        frame: Frame,
-    ) -> Result<(), ConnectionError> {
+    /// The reply to one acquire or renewal: `{status, own id}`, checked for
+    /// shape and echo before the status is believed.
+    fn on_call_reply(&mut self, now: Instant, op: Op, frame: Frame) -> Result<(), ConnectionError> {
+        let what = match op {
+            Op::Acquire(_) => "acquire",
+            Op::Renew(_) => "renew",
+        };
         let (status, echo) = match frame {
             Frame::Array(items) => match <[Frame; 2]>::try_from(items) {
                 Ok([Frame::Integer(status), Frame::BulkString(echo)]) => (status, echo),
-                Ok(items) => return Err(self.ambiguous(now, op, unexpected("acquire", &Frame::Array(items.into())))),
-                Err(items) => return Err(self.ambiguous(now, op, unexpected("acquire", &Frame::Array(items)))),
+                Ok(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items.into())))),
+                Err(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items)))),
             },
-            Frame::Error(message) => return self.on_acquire_error(now, op, &message),
-            other => return Err(self.ambiguous(now, op, unexpected("acquire", &other))),
+            Frame::Error(message) => return self.on_call_error(now, op, &message),
+            other => return Err(self.ambiguous(now, op, unexpected(what, &other))),
         };
-        if echo != op.lease_bytes && !self.bug_skip_echo_check() {
+        if echo != op.call().lease_bytes && !self.bug_skip_echo_check() {
             return Err(self.ambiguous(now, op, ConnectionError::EchoMismatch));
         }
-        self.on_acquire_status(now, op, status)
+        match op {
+            Op::Acquire(op) => self.on_acquire_status(now, op, status),
+            Op::Renew(op) => self.on_renew_status(now, op, status),
+        }
     }
 
-    /// What a trusted `{status, own id}` means for `op` (an acquire's shape and
+    /// What a trusted `{status, own id}` means for an acquire (its shape and
     /// echo are checked by the caller, once).
     fn on_acquire_status(&mut self, now: Instant, op: AcquireOp, status: i64) -> Result<(), ConnectionError> {
-        let unexpected_status = |what: &str, op: &AcquireOp| {
-            let frame = Frame::Array(vec![Frame::Integer(status), Frame::BulkString(op.lease_bytes.clone())]);
-            unexpected(what, &frame)
-        };
-        if op.renewal {
-            let renewal = match status {
-                1 => Renewal::Extended(Lease {
-                    id: op.lease,
-                    expires_at: lease_expiry(op.sent_at.unwrap_or(now), self.config.lease_ttl),
-                    keys: op.keys,
-                }),
-                0 => Renewal::Lost,
-                // It ran too late and changed nothing: the lease keeps its expiry.
-                STALE => Renewal::Unavailable(Unavailable::Stale),
-                _ => {
-                    let error = unexpected_status("renew", &op);
-                    return Err(self.ambiguous(now, op, error));
-                }
-            };
-            self.finish_renewal(op.request, renewal);
-            return Ok(());
-        }
-        let waiting = self.callers.contains(op.request);
+        let request = op.call.request;
+        let waiting = self.callers.contains(request);
         match status {
             1 if waiting => {
+                let call = op.call;
                 let lease = Lease {
-                    id: op.lease,
-                    expires_at: lease_expiry(op.sent_at.unwrap_or(now), self.config.lease_ttl),
-                    keys: op.keys,
+                    id: call.lease,
+                    expires_at: lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl),
+                    keys: call.keys,
                 };
-                self.finish(op.request, Outcome::Granted(lease));
+                self.finish(request, Outcome::Granted(lease));
             }
             1 if self.bug_skip_late_grant_compensation() => {}
             1 => self.compensate(now, op, false),
             0 => {
                 if waiting {
-                    self.finish(op.request, Outcome::Exceeded);
+                    self.finish(request, Outcome::Exceeded);
                 }
             }
             // The id was tombstoned: no lease exists. We never reuse a
             // compensated id, so a trusted connection should not say this.
-            -1 => self.fail(op.request, Unavailable::Refused),
+            -1 => self.fail(request, Unavailable::Refused),
             // It ran after its valid-until and took nothing: a trusted
             // non-grant, but no evidence about the limit (never `Exceeded`).
-            STALE => self.fail(op.request, Unavailable::Stale),
+            STALE => self.fail(request, Unavailable::Stale),
             _ => {
-                let error = unexpected_status("acquire", &op);
-                return Err(self.ambiguous(now, op, error));
+                let error = unexpected_status("acquire", status, &op.call.lease_bytes);
+                return Err(self.ambiguous(now, Op::Acquire(op), error));
             }
         }
+        Ok(())
+    }
+
+    /// What a trusted `{status, own id}` means for a renewal.
+    fn on_renew_status(&mut self, now: Instant, op: RenewOp, status: i64) -> Result<(), ConnectionError> {
+        let request = op.call.request;
+        let renewal = match status {
+            1 => {
+                let call = op.call;
+                Renewal::Extended(Lease {
+                    id: call.lease,
+                    expires_at: lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl),
+                    keys: call.keys,
+                })
+            }
+            0 => Renewal::Lost,
+            // It ran too late and changed nothing: the lease keeps its expiry.
+            STALE => Renewal::Unavailable(Unavailable::Stale),
+            _ => {
+                let error = unexpected_status("renew", status, &op.call.lease_bytes);
+                return Err(self.ambiguous(now, Op::Renew(op), error));
+            }
+        };
+        self.finish_renewal(request, renewal);
         Ok(())
     }
 
@@ -168,7 +181,7 @@ impl Client {
                 }
                 let mut result = Ok(());
                 for op in ops {
-                    let outcome = self.on_acquire_error(now, op, &message);
+                    let outcome = self.on_call_error(now, Op::Acquire(op), &message);
                     result = result.and(outcome);
                 }
                 return result;
@@ -186,7 +199,7 @@ impl Client {
         let echoed = items
             .chunks_exact(2)
             .zip(&ops)
-            .all(|(pair, op)| matches!(&pair[1], Frame::BulkString(echo) if *echo == op.lease_bytes));
+            .all(|(pair, op)| matches!(&pair[1], Frame::BulkString(echo) if *echo == op.call.lease_bytes));
         if !echoed && !self.bug_skip_echo_check() {
             return Err(self.all_ambiguous(now, ops, ConnectionError::EchoMismatch));
         }
@@ -203,38 +216,38 @@ impl Client {
 
     fn all_ambiguous(&mut self, now: Instant, ops: Vec<AcquireOp>, error: ConnectionError) -> ConnectionError {
         for op in ops {
-            self.ambiguous(now, op, error.clone());
+            self.ambiguous(now, Op::Acquire(op), error.clone());
         }
         error
     }
 
-    pub(super) fn on_acquire_error(
-        &mut self,
-        now: Instant,
-        mut op: AcquireOp,
-        message: &str,
-    ) -> Result<(), ConnectionError> {
+    /// An error reply to an acquire or a renewal.
+    fn on_call_error(&mut self, now: Instant, mut op: Op, message: &str) -> Result<(), ConnectionError> {
+        let request = op.call().request;
+        let refused = || Unavailable::Server(ServerError::new(message.to_string()));
         match classify(message) {
             ErrorClass::NoScript => {
-                if self.callers.contains(op.request) {
-                    op.by_text = true;
+                if self.callers.contains(request) {
+                    op.call_mut().by_text = true;
                     self.reload(now, op.script());
                     self.send_acquire(now, op);
                 }
                 Ok(())
             }
             ErrorClass::NotExecuted => {
-                self.fail(op.request, Unavailable::Server(ServerError::new(message.to_string())));
+                self.fail(request, refused());
                 Ok(())
             }
             ErrorClass::NotExecutedRetire => {
-                self.fail(op.request, Unavailable::Server(ServerError::new(message.to_string())));
+                self.fail(request, refused());
                 Err(ConnectionError::Server(ServerError::new(message.to_string())))
             }
             ErrorClass::Unknown => {
-                self.fail(op.request, Unavailable::Server(ServerError::new(message.to_string())));
+                self.fail(request, refused());
                 // It was answered, so it will not run later: no tombstone.
-                self.compensate(now, op, false);
+                if let Op::Acquire(op) = op {
+                    self.compensate(now, op, false);
+                }
                 Ok(())
             }
         }
@@ -247,8 +260,8 @@ impl Client {
         frame: Frame,
     ) -> Result<(), ConnectionError> {
         let done = match &frame {
-            Frame::Integer(_) => !job.compensation,
-            Frame::BulkString(echo) if job.compensation => {
+            Frame::Integer(_) => !job.is_compensation(),
+            Frame::BulkString(echo) if job.is_compensation() => {
                 if *echo != job.lease_bytes {
                     self.retry_release(now, job);
                     return Err(ConnectionError::EchoMismatch);
@@ -258,7 +271,7 @@ impl Client {
             Frame::Error(message) => {
                 let message = message.to_string();
                 return match classify(&message) {
-                    ErrorClass::NoScript if job.compensation => {
+                    ErrorClass::NoScript if job.is_compensation() => {
                         job.by_text = true;
                         self.reload(now, ScriptKind::Compensate);
                         self.send_release(now, job);
@@ -283,7 +296,7 @@ impl Client {
         self.stats.releases += 1;
         self.events.push_back(Event::Released {
             lease: job.lease,
-            compensation: job.compensation,
+            compensation: job.is_compensation(),
         });
         Ok(())
     }
@@ -396,6 +409,12 @@ fn describe(frame: &Frame) -> String {
     let mut text = format!("{frame:?}");
     text.truncate(120);
     text
+}
+
+/// A `{status, id}` reply whose status the script never gives.
+fn unexpected_status(what: &str, status: i64, lease_bytes: &bytes::Bytes) -> ConnectionError {
+    let frame = Frame::Array(vec![Frame::Integer(status), Frame::BulkString(lease_bytes.clone())]);
+    unexpected(what, &frame)
 }
 
 fn unexpected(what: &str, frame: &Frame) -> ConnectionError {

@@ -1,0 +1,191 @@
+//! What the client puts on a connection: one type per kind of request, over
+//! shared records, so that the rules that differ by kind are kept by the
+//! types (a renewal is not an acquire, so it can never be compensated).
+
+use std::num::NonZeroU32;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::event::{Lease, RequestId};
+use crate::key::SubjectKeys;
+use crate::lease_id::LeaseId;
+use crate::script::ScriptKind;
+
+/// One request in a connection's FIFO, with what its reply means.
+#[derive(Debug)]
+pub(super) enum Request {
+    /// A step of opening the connection.
+    Handshake(Step),
+    /// `SCRIPT LOAD` again, after a `NOSCRIPT` on a ready connection.
+    Reload(ScriptKind),
+    Acquire(AcquireOp),
+    /// Two or more acquires of one subject and limit, in one script call.
+    AcquireMany(Vec<AcquireOp>),
+    Renew(RenewOp),
+    /// An ordinary release: a plain `ZREM`.
+    Release(ReleaseJob),
+    /// Two or more ordinary releases of one subject, in one `ZREM`.
+    ReleaseMany(Vec<ReleaseJob>),
+    /// A release of a lease no caller got: the `COMPENSATE` script.
+    Compensate(ReleaseJob),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Step {
+    Auth,
+    Select,
+    Ping,
+    /// Reads the server's clock (see `server_clock`).
+    Time,
+    Load(ScriptKind),
+}
+
+/// What an acquire and a renewal share: the caller's request, the lease it
+/// names and how it was written.
+#[derive(Debug)]
+pub(super) struct Call {
+    pub(super) request: RequestId,
+    pub(super) lease: LeaseId,
+    /// `lease` as written to Redis and echoed back, rendered once.
+    pub(super) lease_bytes: Bytes,
+    pub(super) keys: SubjectKeys,
+    /// When it was first written: the script runs no earlier, so a lease it
+    /// grants or extends lives at least until about `sent_at + ttl`.
+    pub(super) sent_at: Option<Instant>,
+    /// The last write's valid-until in the server's milliseconds: a script
+    /// run after it refuses (stale). 0 before any write.
+    pub(super) valid_until_ms: u64,
+    /// Our instant by which the server has surely passed `valid_until_ms`:
+    /// from then on the request cannot act any more.
+    pub(super) runnable_until: Option<Instant>,
+    /// Send `EVAL` with the script text (after `NOSCRIPT`).
+    pub(super) by_text: bool,
+}
+
+impl Call {
+    pub(super) fn new(request: RequestId, lease: LeaseId, keys: SubjectKeys) -> Self {
+        Self {
+            request,
+            lease,
+            lease_bytes: Bytes::from(lease.to_bytes()),
+            keys,
+            sent_at: None,
+            valid_until_ms: 0,
+            runnable_until: None,
+            by_text: false,
+        }
+    }
+}
+
+/// Takes a lease under `limit`.
+#[derive(Debug)]
+pub(super) struct AcquireOp {
+    pub(super) call: Call,
+    pub(super) limit: NonZeroU32,
+}
+
+/// Extends a lease its caller holds (`RENEW`). It never creates a lease, so
+/// there is never anything to compensate for it.
+#[derive(Debug)]
+pub(super) struct RenewOp {
+    pub(super) call: Call,
+}
+
+/// An acquire or a renewal on its way to a connection: waiting for the
+/// handshake, or staged for the next write.
+#[derive(Debug)]
+pub(super) enum Op {
+    Acquire(AcquireOp),
+    Renew(RenewOp),
+}
+
+impl Op {
+    pub(super) fn call(&self) -> &Call {
+        match self {
+            Op::Acquire(op) => &op.call,
+            Op::Renew(op) => &op.call,
+        }
+    }
+
+    pub(super) fn call_mut(&mut self) -> &mut Call {
+        match self {
+            Op::Acquire(op) => &mut op.call,
+            Op::Renew(op) => &mut op.call,
+        }
+    }
+
+    /// The script it runs.
+    pub(super) fn script(&self) -> ScriptKind {
+        match self {
+            Op::Acquire(_) => ScriptKind::Acquire,
+            Op::Renew(_) => ScriptKind::Renew,
+        }
+    }
+
+    /// The request that writes it alone.
+    pub(super) fn into_request(self) -> Request {
+        match self {
+            Op::Acquire(op) => Request::Acquire(op),
+            Op::Renew(op) => Request::Renew(op),
+        }
+    }
+}
+
+/// Which release a job makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReleaseKind {
+    /// The holder gives its lease back: a plain `ZREM`.
+    Release,
+    /// A lease no caller received: `COMPENSATE`, with a tombstone until
+    /// `tombstone_until_ms` (the acquire's valid-until while it may still
+    /// run; 0 when its reply was read).
+    Compensation { tombstone_until_ms: u64 },
+}
+
+/// One lease to give back, across its attempts.
+#[derive(Debug)]
+pub(super) struct ReleaseJob {
+    pub(super) lease: LeaseId,
+    /// `lease` as written to Redis, rendered once for every attempt.
+    pub(super) lease_bytes: Bytes,
+    pub(super) keys: SubjectKeys,
+    pub(super) kind: ReleaseKind,
+    /// Failed attempts so far.
+    pub(super) failures: u32,
+    /// Retries stop here: the lease has expired by then anyway.
+    pub(super) deadline: Instant,
+    /// Next attempt not before.
+    pub(super) not_before: Instant,
+    pub(super) by_text: bool,
+}
+
+impl ReleaseJob {
+    /// The first attempt at giving `lease` back, due at once. A
+    /// compensation for a grant that was read: the acquire ran, so nothing
+    /// is left to refuse.
+    pub(super) fn of(lease: Lease, kind: ReleaseKind, now: Instant) -> Self {
+        Self {
+            lease_bytes: Bytes::from(lease.id.to_bytes()),
+            lease: lease.id,
+            keys: lease.keys,
+            kind,
+            failures: 0,
+            deadline: lease.expires_at,
+            not_before: now,
+            by_text: false,
+        }
+    }
+
+    pub(super) fn is_compensation(&self) -> bool {
+        matches!(self.kind, ReleaseKind::Compensation { .. })
+    }
+
+    /// The request for one attempt.
+    pub(super) fn into_request(self) -> Request {
+        match self.kind {
+            ReleaseKind::Release => Request::Release(self),
+            ReleaseKind::Compensation { .. } => Request::Compensate(self),
+        }
+    }
+}
