@@ -1,275 +1,139 @@
-//! The connection lifecycle: open, retire, and what is written on it.
+//! One connection generation: its phase, its request FIFO, what is staged
+//! for its next write, and what it knows about the server. The `Client`
+//! holds one today; the type is the unit a cluster client holds per node.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::request::{AcquireOp, Op, ReleaseJob, Request, Step};
-use super::{Client, Connection, Phase, RequestId};
-use crate::event::{Action, ConnectionError, ConnectionId, Event, Unavailable};
+use super::request::{Op, Request};
+use crate::event::{ConnectionError, ConnectionId, RequestId};
 use crate::pipeline::Pipeline;
-use crate::script::{ScriptKind, MAX_BATCH, MAX_RELEASE_BATCH};
+use crate::resp::ReplyLimits;
+use crate::script::ScriptKind;
+use crate::server_clock::ServerClock;
 
-impl Client {
-    pub(super) fn start_connect(&mut self, now: Instant) {
-        let id = ConnectionId(self.next_connection);
-        self.next_connection += 1;
-        self.reconnect.attempting();
-        self.connection = Some(Connection {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// The driver is opening the socket.
+    Connecting {
+        deadline: Instant,
+    },
+    /// AUTH, SELECT, PING, TIME and SCRIPT LOADs are out; `steps` replies to go.
+    Handshaking {
+        deadline: Instant,
+        steps: usize,
+    },
+    Ready,
+}
+
+#[derive(Debug)]
+pub(super) struct Connection {
+    id: ConnectionId,
+    pub(super) phase: Phase,
+    pub(super) pipeline: Pipeline<Request>,
+    /// Acquires and renewals for the next write, with when each was staged:
+    /// those of one subject and limit go out as one `ACQUIRE_MANY`.
+    staged: Vec<(Op, Instant)>,
+    /// Acquires and renewals staged or pending in `pipeline`, for the
+    /// in-flight cap. Kept by `stage`, `unstage` and `answered` only.
+    in_flight: usize,
+    /// A `SCRIPT LOAD` is on its way after a `NOSCRIPT`, per `ScriptKind`.
+    reloading: [bool; 4],
+    /// The server's clock, read at the handshake (and refreshed while
+    /// requests flow): requests' valid-until are written in it.
+    pub(super) clock: Option<ServerClock>,
+    /// A `TIME` to refresh `clock` is on its way.
+    pub(super) resyncing: bool,
+}
+
+impl Connection {
+    /// A connection being opened, due to be ready by `deadline`.
+    pub(super) fn new(id: ConnectionId, deadline: Instant, limits: ReplyLimits) -> Self {
+        Self {
             id,
-            phase: Phase::Connecting {
-                deadline: now + self.config.connect_timeout,
-            },
-            pipeline: Pipeline::new(self.config.reply_limits),
-            acquires: 0,
+            phase: Phase::Connecting { deadline },
+            pipeline: Pipeline::new(limits),
+            staged: Vec::new(),
+            in_flight: 0,
             reloading: [false; 4],
             clock: None,
             resyncing: false,
-        });
-        self.actions.push_back(Action::Connect(id));
-    }
-
-    /// Gives up the current connection: a failed attempt backs off before the
-    /// next; a ready connection that is retired is replaced at once.
-    pub(super) fn drop_connection(&mut self, now: Instant, error: ConnectionError) {
-        let Some(mut conn) = self.connection.take() else {
-            return;
-        };
-        self.actions.push_back(Action::Close(conn.id));
-        if conn.phase != Phase::Ready {
-            self.reconnect.failed(now, error.clone());
-            self.events.push_back(Event::ConnectFailed(conn.id, error.clone()));
-            // Nothing was sent for them; the server is not there for now.
-            for op in std::mem::take(&mut self.waiting) {
-                self.fail(op.call().request, Unavailable::NotConnected(error.clone()));
-            }
-            return;
-        }
-        self.stats.connections_replaced += 1;
-        self.events.push_back(Event::Retired(conn.id, error.clone()));
-        // Never written: they wait for the next connection like any other.
-        for (op, _) in std::mem::take(&mut self.staged).into_iter().rev() {
-            self.waiting.push_front(op);
-        }
-        for (job, _) in self.releases.take_staged() {
-            self.queue_release(job);
-        }
-        let pending: Vec<Request> = conn.pipeline.drain().collect();
-        for request in pending {
-            match request {
-                Request::Acquire(op) => {
-                    self.ambiguous(now, Op::Acquire(op), error.clone());
-                }
-                Request::AcquireMany(ops) => {
-                    for op in ops {
-                        self.ambiguous(now, Op::Acquire(op), error.clone());
-                    }
-                }
-                Request::Renew(op) => {
-                    self.ambiguous(now, Op::Renew(op), error.clone());
-                }
-                Request::Release(job) | Request::Compensate(job) => self.retry_release(now, job),
-                Request::ReleaseMany(jobs) => {
-                    for job in jobs {
-                        self.retry_release(now, job);
-                    }
-                }
-                Request::Handshake(_) | Request::Reload(_) => {}
-            }
-        }
-        self.start_connect(now);
-    }
-
-    /// Sends what can be sent on a ready connection.
-    pub(super) fn drive(&mut self, now: Instant) {
-        if !self.connection.as_ref().is_some_and(|c| c.phase == Phase::Ready) {
-            return;
-        }
-        while let Some(op) = self.waiting.pop_front() {
-            self.send_acquire(now, op);
-        }
-        for job in self.releases.take_due(now) {
-            self.send_release(now, job);
         }
     }
 
-    /// Takes `op` for the ready connection; `poll_transmit` writes it. It is
-    /// valid for its liveness budget: its reply is due by then, and a script
-    /// that runs later refuses it.
-    pub(super) fn send_acquire(&mut self, now: Instant, mut op: Op) {
-        let call = op.call_mut();
-        call.sent_at.get_or_insert(now);
-        let no_deadline = self.bug_skip_stale_check();
-        let conn = self.connection.as_mut().expect("sent on the current connection");
-        let valid_until = now + self.config.request_liveness;
-        // Without a reading (never, on a ready connection) the request is
-        // written as already stale: refused, never over-admitted.
-        let (valid_until_ms, margin) = conn.clock.map_or((0, Duration::ZERO), |clock| {
-            (clock.server_ms(valid_until), clock.margin(valid_until))
-        });
-        let call = op.call_mut();
-        call.valid_until_ms = if no_deadline { u64::MAX } else { valid_until_ms };
-        call.runnable_until = Some(valid_until + margin);
-        conn.acquires += 1;
+    pub(super) fn id(&self) -> ConnectionId {
+        self.id
+    }
+
+    pub(super) fn is_ready(&self) -> bool {
+        self.phase == Phase::Ready
+    }
+
+    /// Acquires and renewals staged or awaiting their reply here.
+    pub(super) fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Takes `op` for the next write.
+    pub(super) fn stage(&mut self, op: Op, now: Instant) {
+        self.in_flight += 1;
         self.staged.push((op, now));
     }
 
-    /// Forgets a request that has not been written yet (its caller is gone):
-    /// nothing reached Redis, so nothing needs compensating.
-    pub(super) fn unsend(&mut self, request: RequestId) {
-        self.waiting.retain(|op| op.call().request != request);
-        if let Some(at) = self.staged.iter().position(|(op, _)| op.call().request == request) {
-            self.staged.remove(at);
-            if let Some(conn) = self.connection.as_mut() {
-                conn.acquires -= 1;
-            }
-        }
-    }
-
-    /// Writes what was staged since the last call, releases first: a release
-    /// only frees a slot, so one staged before an acquire of its subject must
-    /// reach Redis before it (a caller that drops a permit and acquires again
-    /// at once gets the slot it just gave back), and one staged after it
-    /// loses nothing by going first.
-    pub(super) fn write_staged(&mut self) {
-        self.resync_clock();
-        self.write_staged_releases();
-        self.write_staged_acquires();
-    }
-
-    /// Reads the server's clock again when the last reading has aged, so that
-    /// drift never builds up; only while requests flow (an idle client needs
-    /// no clock), and one `TIME` at a time.
-    fn resync_clock(&mut self) {
-        let Some(latest) = self.staged.iter().map(|(_, at)| *at).max() else {
-            return;
+    /// Drops `request` if it is staged and not yet written; whether it was.
+    pub(super) fn unstage(&mut self, request: RequestId) -> bool {
+        let Some(at) = self.staged.iter().position(|(op, _)| op.call().request == request) else {
+            return false;
         };
-        let Some(conn) = self.connection.as_mut().filter(|c| c.phase == Phase::Ready) else {
-            return;
-        };
-        if conn.resyncing || !conn.clock.is_some_and(|clock| clock.stale(latest)) {
-            return;
-        }
-        conn.resyncing = true;
-        self.send(Request::Handshake(Step::Time), latest + self.config.request_liveness);
+        self.staged.remove(at);
+        self.in_flight -= 1;
+        true
     }
 
-    /// Writes the staged acquires: those of one subject and limit together,
-    /// as one `ACQUIRE_MANY` of up to `MAX_BATCH`; renewals, `EVAL` fallbacks
-    /// and lone acquires one by one. Order within a subject is kept.
-    fn write_staged_acquires(&mut self) {
-        // A batch's reply has two items per acquire; it must fit the reply limits.
-        let most = MAX_BATCH.min(self.config.reply_limits.max_array_len / 2).max(1);
-        let staged = std::mem::take(&mut self.staged);
-        for (group, oldest) in acquire_groups(staged, most) {
-            let request = match group {
-                Group::Alone(op) => op.into_request(),
-                Group::Batch(ops) => Request::AcquireMany(ops),
-            };
-            self.send(request, oldest + self.config.request_liveness);
+    /// Everything staged since the last write, in staging order.
+    pub(super) fn take_staged(&mut self) -> Vec<(Op, Instant)> {
+        std::mem::take(&mut self.staged)
+    }
+
+    /// When the most recent staged request was staged.
+    pub(super) fn latest_staged(&self) -> Option<Instant> {
+        self.staged.iter().map(|(_, at)| *at).max()
+    }
+
+    /// `request`'s reply was read: it no longer counts as in flight.
+    pub(super) fn answered(&mut self, request: &Request) {
+        match request {
+            Request::Acquire(_) | Request::Renew(_) => self.in_flight -= 1,
+            Request::AcquireMany(ops) => self.in_flight -= ops.len(),
+            _ => {}
         }
     }
 
-    /// Writes the staged releases: those of one subject as one `ZREM` of up
-    /// to `MAX_RELEASE_BATCH` ids.
-    fn write_staged_releases(&mut self) {
-        let staged = self.releases.take_staged();
-        let same_subject = |a: &ReleaseJob, b: &ReleaseJob| a.keys.leases() == b.keys.leases();
-        for (mut jobs, oldest) in batches(staged, MAX_RELEASE_BATCH, same_subject) {
-            let request = match jobs.len() {
-                1 => Request::Release(jobs.pop().expect("one")),
-                _ => Request::ReleaseMany(jobs),
-            };
-            self.send(request, oldest + self.config.request_liveness);
+    /// Marks a reload of `kind` as on its way; false if one already is.
+    pub(super) fn start_reload(&mut self, kind: ScriptKind) -> bool {
+        !std::mem::replace(&mut self.reloading[kind as usize], true)
+    }
+
+    /// A load of `kind` was answered.
+    pub(super) fn reloaded(&mut self, kind: ScriptKind) {
+        self.reloading[kind as usize] = false;
+    }
+
+    /// When this connection next needs attention: its connect deadline, or
+    /// the oldest request's liveness.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Connecting { deadline } | Phase::Handshaking { deadline, .. } => Some(deadline),
+            Phase::Ready => self.pipeline.next_deadline(),
         }
     }
 
-    /// Queues a `SCRIPT LOAD` on the ready connection, once per script at a time.
-    pub(super) fn reload(&mut self, now: Instant, kind: ScriptKind) {
-        let conn = self
-            .connection
-            .as_mut()
-            .expect("replies come from the current connection");
-        if std::mem::replace(&mut conn.reloading[kind as usize], true) {
-            return;
-        }
-        self.send(Request::Reload(kind), now + self.config.request_liveness);
-    }
-}
-
-/// Staged acquires and renewals as they go on the wire: a plain acquire (no
-/// `EVAL` fallback) joins the first batch of its subject and limit with room
-/// (at most `most`); renewals and fallbacks go alone. Staging order is kept
-/// within a group; each group comes with when its oldest member was staged.
-fn acquire_groups(staged: Vec<(Op, Instant)>, most: usize) -> Vec<(Group, Instant)> {
-    let mut groups: Vec<(Group, Instant)> = Vec::new();
-    for (op, at) in staged {
-        let joins = match &op {
-            Op::Acquire(acquire) if !acquire.call.by_text => {
-                groups.iter().position(|(group, _)| group.takes(acquire, most))
-            }
-            _ => None,
-        };
-        match (joins, op) {
-            (Some(index), Op::Acquire(acquire)) => {
-                let (group, oldest) = &mut groups[index];
-                group.add(acquire);
-                *oldest = (*oldest).min(at);
-            }
-            (_, op) => groups.push((Group::Alone(op), at)),
+    /// Why this connection must go at `now`, if it must.
+    pub(super) fn overdue(&self, now: Instant) -> Option<ConnectionError> {
+        let due = self.next_deadline().is_some_and(|deadline| deadline <= now);
+        match self.phase {
+            _ if !due => None,
+            Phase::Connecting { .. } | Phase::Handshaking { .. } => Some(ConnectionError::ConnectTimeout),
+            Phase::Ready => Some(ConnectionError::Stalled),
         }
     }
-    groups
-}
-
-/// Acquires and renewals that go out in one request.
-enum Group {
-    Alone(Op),
-    /// Two or more plain acquires of one subject and limit.
-    Batch(Vec<AcquireOp>),
-}
-
-impl Group {
-    /// Whether `acquire` may join: a plain acquire of the same subject and
-    /// limit, while there is room.
-    fn takes(&self, acquire: &AcquireOp, most: usize) -> bool {
-        let fits = |first: &AcquireOp, len: usize| {
-            len < most && first.limit == acquire.limit && first.call.keys.leases() == acquire.call.keys.leases()
-        };
-        match self {
-            Group::Alone(Op::Acquire(first)) => !first.call.by_text && fits(first, 1),
-            Group::Alone(Op::Renew(_)) => false,
-            Group::Batch(ops) => fits(&ops[0], ops.len()),
-        }
-    }
-
-    fn add(&mut self, acquire: AcquireOp) {
-        match std::mem::replace(self, Group::Batch(Vec::new())) {
-            Group::Alone(Op::Acquire(first)) => *self = Group::Batch(vec![first, acquire]),
-            Group::Batch(mut ops) => {
-                ops.push(acquire);
-                *self = Group::Batch(ops);
-            }
-            // `takes` refuses renewals; keep things as they were.
-            alone @ Group::Alone(Op::Renew(_)) => *self = alone,
-        }
-    }
-}
-
-/// `staged` in groups of at most `most` whose first member is `together` with
-/// every other, each with when its oldest member was staged. Staging order is
-/// kept within a group.
-fn batches<T>(staged: Vec<(T, Instant)>, most: usize, together: impl Fn(&T, &T) -> bool) -> Vec<(Vec<T>, Instant)> {
-    let mut groups: Vec<(Vec<T>, Instant)> = Vec::new();
-    for (item, at) in staged {
-        match groups
-            .iter_mut()
-            .find(|(group, _)| group.len() < most && together(&group[0], &item))
-        {
-            Some((group, oldest)) => {
-                group.push(item);
-                *oldest = (*oldest).min(at);
-            }
-            None => groups.push((vec![item], at)),
-        }
-    }
-    groups
 }

@@ -46,16 +46,14 @@ use bytes::Bytes;
 
 use crate::config::{Config, ConfigError};
 use crate::event::{
-    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
+    Action, ConnectionError, ConnectionId, Event, Lease, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
     Unavailable,
 };
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{LeaseId, LeaseIds};
-use crate::pipeline::Pipeline;
 use crate::script::{ScriptKind, Scripts};
-use crate::server_clock::ServerClock;
-use crate::UnavailablePolicy;
 use callers::{Awaits, Callers};
+use connection::{Connection, Phase};
 use reconnect::Reconnect;
 use releases::ReleaseQueue;
 use request::{AcquireOp, Call, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Step};
@@ -63,6 +61,8 @@ use request::{AcquireOp, Call, Op, ReleaseJob, ReleaseKind, RenewOp, Request, St
 mod callers;
 mod connection;
 mod encode;
+mod lifecycle;
+mod outcomes;
 mod reconnect;
 mod releases;
 mod replies;
@@ -82,10 +82,6 @@ pub struct Client {
     reconnect: Reconnect,
     /// Acquires that wait for the connection's handshake to finish.
     waiting: VecDeque<Op>,
-    /// Acquires (and renewals) for the ready connection, with when they were
-    /// taken, written at the next `poll_transmit`: those of one subject and
-    /// limit go out as one `ACQUIRE_MANY` call.
-    staged: Vec<(Op, Instant)>,
     /// Callers still waiting for an outcome, with their deadline.
     callers: Callers,
     /// Releases staged for the next write, or waiting for a connection or
@@ -94,36 +90,6 @@ pub struct Client {
     events: VecDeque<Event>,
     actions: VecDeque<Action>,
     stats: Stats,
-}
-
-#[derive(Debug)]
-struct Connection {
-    id: ConnectionId,
-    phase: Phase,
-    pipeline: Pipeline<Request>,
-    /// Acquires staged for or pending in `pipeline`, for the in-flight cap.
-    acquires: usize,
-    /// A `SCRIPT LOAD` is on its way after a `NOSCRIPT`, per `ScriptKind`.
-    reloading: [bool; 4],
-    /// The server's clock, read at the handshake (and refreshed while
-    /// requests flow): requests' valid-until are written in it.
-    clock: Option<ServerClock>,
-    /// A `TIME` to refresh `clock` is on its way.
-    resyncing: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// The driver is opening the socket.
-    Connecting {
-        deadline: Instant,
-    },
-    /// AUTH, SELECT, PING and SCRIPT LOADs are out; `steps` replies to go.
-    Handshaking {
-        deadline: Instant,
-        steps: usize,
-    },
-    Ready,
 }
 
 impl Client {
@@ -144,7 +110,6 @@ impl Client {
             connection: None,
             reconnect,
             waiting: VecDeque::new(),
-            staged: Vec::new(),
             callers: Callers::default(),
             releases,
             events: VecDeque::new(),
@@ -172,7 +137,7 @@ impl Client {
 
     /// The current connection and whether it is ready.
     pub fn connection(&self) -> Option<(ConnectionId, bool)> {
-        self.connection.as_ref().map(|c| (c.id, c.phase == Phase::Ready))
+        self.connection.as_ref().map(|c| (c.id(), c.is_ready()))
     }
 
     /// Releases (and compensations) not yet done or given up.
@@ -193,7 +158,7 @@ impl Client {
     /// Acquires waiting for a connection or for their reply, abandoned ones
     /// included (their reply may still call for a compensation).
     pub fn in_flight_acquires(&self) -> usize {
-        self.waiting.len() + self.connection.as_ref().map_or(0, |c| c.acquires)
+        self.waiting.len() + self.connection.as_ref().map_or(0, Connection::in_flight)
     }
 
     // ---- calls from users -------------------------------------------------
@@ -288,7 +253,7 @@ impl Client {
 
     /// The socket for `connection` is open.
     pub fn handle_connected(&mut self, _now: Instant, connection: ConnectionId) {
-        let Some(conn) = self.connection.as_mut().filter(|c| c.id == connection) else {
+        let Some(conn) = self.connection.as_mut().filter(|c| c.id() == connection) else {
             return;
         };
         let Phase::Connecting { deadline } = conn.phase else {
@@ -315,11 +280,11 @@ impl Client {
 
     /// Bytes arrived on `connection`.
     pub fn handle_input(&mut self, now: Instant, connection: ConnectionId, data: &[u8]) {
-        let Some(conn) = self.connection.as_mut().filter(|c| c.id == connection) else {
+        let Some(conn) = self.connection.as_mut().filter(|c| c.id() == connection) else {
             return; // A retired generation: nothing it says is trusted.
         };
         conn.pipeline.receive(data);
-        while let Some(conn) = self.connection.as_mut().filter(|c| c.id == connection) {
+        while let Some(conn) = self.connection.as_mut().filter(|c| c.id() == connection) {
             let reply = match conn.pipeline.next_reply() {
                 Ok(Some(reply)) => reply,
                 Ok(None) => break,
@@ -328,11 +293,7 @@ impl Client {
                     break;
                 }
             };
-            match &reply.0 {
-                Request::Acquire(_) | Request::Renew(_) => conn.acquires -= 1,
-                Request::AcquireMany(ops) => conn.acquires -= ops.len(),
-                _ => {}
-            }
+            conn.answered(&reply.0);
             if let Err(error) = self.on_reply(now, reply.0, reply.1) {
                 self.drop_connection(now, error);
                 break;
@@ -343,7 +304,7 @@ impl Client {
 
     /// `connection` closed, or could not be opened.
     pub fn handle_closed(&mut self, now: Instant, connection: ConnectionId) {
-        if self.connection.as_ref().is_some_and(|c| c.id == connection) {
+        if self.connection.as_ref().is_some_and(|c| c.id() == connection) {
             self.drop_connection(now, ConnectionError::Closed);
             self.drive(now);
         }
@@ -355,20 +316,8 @@ impl Client {
             self.unsend(request);
             self.fail(request, Unavailable::Timeout);
         }
-        if let Some(conn) = &self.connection {
-            let overdue = match conn.phase {
-                Phase::Connecting { deadline } | Phase::Handshaking { deadline, .. } => {
-                    (deadline <= now).then_some(ConnectionError::ConnectTimeout)
-                }
-                Phase::Ready => conn
-                    .pipeline
-                    .next_deadline()
-                    .filter(|d| *d <= now)
-                    .map(|_| ConnectionError::Stalled),
-            };
-            if let Some(error) = overdue {
-                self.drop_connection(now, error);
-            }
+        if let Some(error) = self.connection.as_ref().and_then(|conn| conn.overdue(now)) {
+            self.drop_connection(now, error);
         }
         if self.connection.is_none() && self.reconnect.due(now) {
             self.start_connect(now);
@@ -395,7 +344,7 @@ impl Client {
         }
         let data = conn.pipeline.take_outgoing()?;
         Some(Transmit {
-            connection: conn.id,
+            connection: conn.id(),
             data,
         })
     }
@@ -407,94 +356,16 @@ impl Client {
 
     /// The next instant at which `handle_timeout` has work to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let ready = self.connection.as_ref().is_some_and(|c| c.phase == Phase::Ready);
-        let connection = self.connection.as_ref().and_then(|c| match c.phase {
-            Phase::Connecting { deadline } | Phase::Handshaking { deadline, .. } => Some(deadline),
-            Phase::Ready => c.pipeline.next_deadline(),
-        });
+        let ready = self.connection.as_ref().is_some_and(Connection::is_ready);
         [
             self.callers.next_deadline(),
-            connection,
+            self.connection.as_ref().and_then(Connection::next_deadline),
             self.reconnect.next_deadline(),
             self.releases.next_deadline(ready),
         ]
         .into_iter()
         .flatten()
         .min()
-    }
-
-    // ---- outcomes ----------------------------------------------------------
-
-    /// Forgets `request`'s caller; whether it was still waiting.
-    fn stop_waiting(&mut self, request: RequestId) -> bool {
-        self.callers.remove(request).is_some()
-    }
-
-    /// Delivers `outcome` if the caller still waits. Returns whether it did.
-    fn finish(&mut self, request: RequestId, outcome: Outcome) -> bool {
-        if !self.stop_waiting(request) {
-            return false;
-        }
-        match &outcome {
-            Outcome::Granted(_) => self.stats.granted += 1,
-            Outcome::Exceeded => self.stats.denied += 1,
-            Outcome::Unavailable(_) => self.stats.unavailable += 1,
-            Outcome::FailOpen(_) => self.stats.fail_open += 1,
-        }
-        self.events.push_back(Event::Acquired(request, outcome));
-        true
-    }
-
-    /// Takes back an outcome whose caller left before seeing it: it is no
-    /// longer counted, and the lease of a grant is compensated.
-    fn withdraw(&mut self, now: Instant, outcome: Outcome) {
-        match outcome {
-            Outcome::Granted(lease) => {
-                self.stats.granted -= 1;
-                self.stats.compensations += 1;
-                let compensation = ReleaseKind::Compensation { tombstone_until_ms: 0 };
-                self.submit_release(now, ReleaseJob::of(lease, compensation, now));
-            }
-            Outcome::Exceeded => self.stats.denied -= 1,
-            Outcome::Unavailable(_) => self.stats.unavailable -= 1,
-            Outcome::FailOpen(_) => self.stats.fail_open -= 1,
-        }
-    }
-
-    /// Delivers a renewal's outcome if its caller still waits.
-    fn finish_renewal(&mut self, request: RequestId, renewal: Renewal) {
-        if !self.stop_waiting(request) {
-            return;
-        }
-        match &renewal {
-            Renewal::Extended(_) => self.stats.renewals += 1,
-            Renewal::Lost => self.stats.leases_lost += 1,
-            Renewal::Unavailable(_) => self.stats.unavailable += 1,
-        }
-        self.events.push_back(Event::Renewed(request, renewal));
-    }
-
-    /// No trustworthy answer for `request`: deny or fail open, by policy (a
-    /// renewal is simply unavailable).
-    fn fail(&mut self, request: RequestId, reason: Unavailable) {
-        if self.callers.awaits(request) == Some(Awaits::Renewal) {
-            return self.finish_renewal(request, Renewal::Unavailable(reason));
-        }
-        let outcome = match self.config.unavailable_policy {
-            UnavailablePolicy::Deny => Outcome::Unavailable(reason),
-            UnavailablePolicy::Allow => Outcome::FailOpen(reason),
-        };
-        self.finish(request, outcome);
-    }
-
-    /// The request's fate is unknown: tell the caller, and release what an
-    /// acquire may have created (a renewal creates nothing).
-    fn ambiguous(&mut self, now: Instant, op: Op, error: ConnectionError) -> ConnectionError {
-        self.fail(op.call().request, Unavailable::ConnectionLost(error.clone()));
-        if let Op::Acquire(op) = op {
-            self.compensate(now, op, true);
-        }
-        error
     }
 }
 

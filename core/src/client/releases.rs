@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use super::reconnect::backoff;
 use super::request::{AcquireOp, ReleaseJob, ReleaseKind};
-use super::{Client, Phase};
+use super::Client;
 use crate::event::{Event, ReleaseFailure};
 
 /// The releases not on the wire: staged for the next write (ordinary
@@ -126,7 +126,7 @@ impl Client {
     }
 
     pub(super) fn submit_release(&mut self, now: Instant, job: ReleaseJob) {
-        if self.connection.as_ref().is_some_and(|c| c.phase == Phase::Ready) {
+        if self.connection.as_ref().is_some_and(|c| c.is_ready()) {
             self.send_release(now, job);
         } else {
             self.queue_release(job);

@@ -39,7 +39,7 @@ impl Client {
             (Step::Load(kind), Frame::BulkString(sha)) => &sha[..] == self.scripts.get(*kind).sha.as_bytes(),
             (Step::Load(kind), Frame::Error(_)) if !handshaking => {
                 // A reload after NOSCRIPT failed; `EVAL` keeps working without it.
-                conn.reloading[*kind as usize] = false;
+                conn.reloaded(*kind);
                 return Ok(());
             }
             (Step::Time, Frame::Array(items)) => match read_time(items) {
@@ -67,14 +67,14 @@ impl Client {
             });
         }
         if let Step::Load(kind) = step {
-            conn.reloading[kind as usize] = false;
+            conn.reloaded(kind);
         }
         if let Phase::Handshaking { steps, .. } = &mut conn.phase {
             *steps -= 1;
             if *steps == 0 {
                 conn.phase = Phase::Ready;
                 self.reconnect.succeeded();
-                self.events.push_back(Event::Connected(conn.id));
+                self.events.push_back(Event::Connected(conn.id()));
             }
         }
         Ok(())

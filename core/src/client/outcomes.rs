@@ -1,0 +1,84 @@
+//! How requests end for their callers: outcomes delivered (and counted),
+//! withdrawn, failed by policy, or left ambiguous.
+
+use std::time::Instant;
+
+use super::callers::Awaits;
+use super::request::{Op, ReleaseJob, ReleaseKind};
+use super::Client;
+use crate::event::{ConnectionError, Event, Outcome, Renewal, RequestId, Unavailable};
+use crate::UnavailablePolicy;
+
+impl Client {
+    /// Forgets `request`'s caller; whether it was still waiting.
+    pub(super) fn stop_waiting(&mut self, request: RequestId) -> bool {
+        self.callers.remove(request).is_some()
+    }
+
+    /// Delivers `outcome` if the caller still waits. Returns whether it did.
+    pub(super) fn finish(&mut self, request: RequestId, outcome: Outcome) -> bool {
+        if !self.stop_waiting(request) {
+            return false;
+        }
+        match &outcome {
+            Outcome::Granted(_) => self.stats.granted += 1,
+            Outcome::Exceeded => self.stats.denied += 1,
+            Outcome::Unavailable(_) => self.stats.unavailable += 1,
+            Outcome::FailOpen(_) => self.stats.fail_open += 1,
+        }
+        self.events.push_back(Event::Acquired(request, outcome));
+        true
+    }
+
+    /// Takes back an outcome whose caller left before seeing it: it is no
+    /// longer counted, and the lease of a grant is compensated.
+    pub(super) fn withdraw(&mut self, now: Instant, outcome: Outcome) {
+        match outcome {
+            Outcome::Granted(lease) => {
+                self.stats.granted -= 1;
+                self.stats.compensations += 1;
+                let compensation = ReleaseKind::Compensation { tombstone_until_ms: 0 };
+                self.submit_release(now, ReleaseJob::of(lease, compensation, now));
+            }
+            Outcome::Exceeded => self.stats.denied -= 1,
+            Outcome::Unavailable(_) => self.stats.unavailable -= 1,
+            Outcome::FailOpen(_) => self.stats.fail_open -= 1,
+        }
+    }
+
+    /// Delivers a renewal's outcome if its caller still waits.
+    pub(super) fn finish_renewal(&mut self, request: RequestId, renewal: Renewal) {
+        if !self.stop_waiting(request) {
+            return;
+        }
+        match &renewal {
+            Renewal::Extended(_) => self.stats.renewals += 1,
+            Renewal::Lost => self.stats.leases_lost += 1,
+            Renewal::Unavailable(_) => self.stats.unavailable += 1,
+        }
+        self.events.push_back(Event::Renewed(request, renewal));
+    }
+
+    /// No trustworthy answer for `request`: deny or fail open, by policy (a
+    /// renewal is simply unavailable).
+    pub(super) fn fail(&mut self, request: RequestId, reason: Unavailable) {
+        if self.callers.awaits(request) == Some(Awaits::Renewal) {
+            return self.finish_renewal(request, Renewal::Unavailable(reason));
+        }
+        let outcome = match self.config.unavailable_policy {
+            UnavailablePolicy::Deny => Outcome::Unavailable(reason),
+            UnavailablePolicy::Allow => Outcome::FailOpen(reason),
+        };
+        self.finish(request, outcome);
+    }
+
+    /// The request's fate is unknown: tell the caller, and release what an
+    /// acquire may have created (a renewal creates nothing).
+    pub(super) fn ambiguous(&mut self, now: Instant, op: Op, error: ConnectionError) -> ConnectionError {
+        self.fail(op.call().request, Unavailable::ConnectionLost(error.clone()));
+        if let Op::Acquire(op) = op {
+            self.compensate(now, op, true);
+        }
+        error
+    }
+}
