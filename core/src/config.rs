@@ -97,21 +97,6 @@ pub struct Config {
     pub database: u32,
     /// Bounds on the replies accepted from the server.
     pub reply_limits: ReplyLimits,
-    /// Deliberate bugs for the simulator's self-test.
-    #[cfg(feature = "fault-injection")]
-    pub bugs: InjectedBugs,
-}
-
-/// Bugs the simulator must catch: if it cannot see these, it proves nothing.
-#[cfg(feature = "fault-injection")]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct InjectedBugs {
-    /// A grant that arrives after its caller left is not released.
-    pub skip_late_grant_compensation: bool,
-    /// Replies are not checked against the lease id they echo.
-    pub skip_echo_check: bool,
-    /// Requests carry no valid-until (as if the scripts did not check it).
-    pub skip_stale_check: bool,
 }
 
 impl Default for Config {
@@ -130,8 +115,6 @@ impl Default for Config {
             credentials: None,
             database: 0,
             reply_limits: ReplyLimits::default(),
-            #[cfg(feature = "fault-injection")]
-            bugs: InjectedBugs::default(),
         }
     }
 }

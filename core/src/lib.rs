@@ -15,6 +15,8 @@
 pub mod client;
 pub mod config;
 pub mod event;
+#[cfg(feature = "fault-injection")]
+mod fault;
 #[cfg(any(test, feature = "model"))]
 #[allow(missing_docs)] // test support (feature `model`), not the library's API
 pub mod fuzzing;
@@ -34,13 +36,14 @@ mod server_error;
 pub mod testkit;
 
 pub use client::Client;
-#[cfg(feature = "fault-injection")]
-pub use config::InjectedBugs;
 pub use config::{Config, ConfigError, Credentials, Endpoint, ReleasePolicy, ServerAddress, UnavailablePolicy};
 pub use event::{
     Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
     Unavailable,
 };
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub use fault::InjectedBugs;
 pub use key::{Key, KeyError};
 pub use lease_id::LeaseId;
 pub use resp::{ProtocolError, ReplyLimits};

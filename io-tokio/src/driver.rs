@@ -11,8 +11,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use inflight_core::key::SubjectKeys;
 use inflight_core::{
-    Action, Client, Config, ConnectionError, ConnectionId, Endpoint, Event, Lease, LeaseId, Outcome, Renewal,
-    RequestId, ServerAddress, Stats,
+    Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Lease, LeaseId, Outcome, Renewal, RequestId,
+    ServerAddress, Stats,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadHalf};
 use tokio::sync::{mpsc, oneshot};
@@ -109,12 +109,12 @@ struct Connection {
 /// one and std's is not, so read tokio's; under madsim both are simulated and
 /// tokio's `Instant` is std's.
 #[cfg(not(madsim))]
-fn now() -> Instant {
+pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
 #[cfg(madsim)]
-fn now() -> Instant {
+pub(crate) fn now() -> Instant {
     tokio::time::Instant::now()
 }
 
@@ -133,14 +133,12 @@ impl<C: Connector> Driver<C> {
     /// Starts the driver task. The receiver resolves once the first connection
     /// is ready, or with the reason it could not be made.
     pub(crate) fn spawn(
-        config: Config,
-        entropy: [u8; 16],
+        client: Client,
         address: ServerAddress,
         connector: C,
         lazy: bool,
         metric_labels: Vec<metrics::Label>,
     ) -> Result<Spawned, ConnectError> {
-        let client = Client::new(config, entropy, now())?;
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (io_tx, io_rx) = mpsc::unbounded_channel();
         let (startup, started) = oneshot::channel();

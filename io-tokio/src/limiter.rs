@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use inflight_core::key::SubjectKeys;
-use inflight_core::{Config, Endpoint, Key, ReleasePolicy, ServerAddress, Stats, UnavailablePolicy};
+use inflight_core::{Client, Config, Endpoint, Key, ReleasePolicy, ServerAddress, Stats, UnavailablePolicy};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::connector::{Connector, TcpConnector};
@@ -43,6 +43,8 @@ impl Limiter {
             liveness: None,
             entropy: None,
             metrics_namespace: None,
+            #[cfg(feature = "fault-injection")]
+            bugs: Default::default(),
             #[cfg(all(feature = "tls", not(madsim)))]
             tls: Default::default(),
         }
@@ -180,6 +182,8 @@ pub struct Builder {
     metrics_namespace: Option<String>,
     #[cfg(all(feature = "tls", not(madsim)))]
     tls: crate::tls::TlsOptions,
+    #[cfg(feature = "fault-injection")]
+    bugs: inflight_core::InjectedBugs,
 }
 
 impl std::fmt::Debug for Builder {
@@ -301,8 +305,9 @@ impl Builder {
 
     /// Switches on deliberate bugs: for the simulator's self-test only.
     #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
     pub fn inject_bugs(mut self, bugs: inflight_core::InjectedBugs) -> Self {
-        self.config.bugs = bugs;
+        self.bugs = bugs;
         self
     }
 
@@ -384,14 +389,11 @@ impl Builder {
         let key_prefix = config.key_prefix.clone();
         telemetry::describe();
         let metric_labels = telemetry::labels(self.metrics_namespace.as_deref());
-        let spawned = Driver::spawn(
-            config,
-            entropy,
-            address,
-            connector,
-            start == Start::Lazy,
-            metric_labels.clone(),
-        )?;
+        #[allow(unused_mut)] // deliberate bugs are set only in simulator builds
+        let mut client = Client::new(config, entropy, crate::driver::now())?;
+        #[cfg(feature = "fault-injection")]
+        client.inject_bugs(self.bugs);
+        let spawned = Driver::spawn(client, address, connector, start == Start::Lazy, metric_labels.clone())?;
         if start == Start::WhenReady {
             spawned.started.await.unwrap_or(Err(ConnectError::Stopped))?;
         }

@@ -89,6 +89,9 @@ pub struct Client {
     releases: ReleaseQueue,
     events: VecDeque<Event>,
     actions: VecDeque<Action>,
+    /// Deliberate bugs, for the simulator's self-test only.
+    #[cfg(feature = "fault-injection")]
+    bugs: crate::InjectedBugs,
     stats: Stats,
 }
 
@@ -114,10 +117,19 @@ impl Client {
             releases,
             events: VecDeque::new(),
             actions: VecDeque::new(),
+            #[cfg(feature = "fault-injection")]
+            bugs: crate::InjectedBugs::default(),
             stats: Stats::default(),
         };
         client.start_connect(now);
         Ok(client)
+    }
+
+    /// Switches on deliberate bugs: for the simulator's self-test only.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn inject_bugs(&mut self, bugs: crate::InjectedBugs) {
+        self.bugs = bugs;
     }
 
     /// The settings this client was built with.

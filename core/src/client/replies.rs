@@ -333,21 +333,21 @@ impl Client {
 
     pub(super) fn bug_skip_echo_check(&self) -> bool {
         #[cfg(feature = "fault-injection")]
-        return self.config.bugs.skip_echo_check;
+        return self.bugs.skip_echo_check;
         #[cfg(not(feature = "fault-injection"))]
         false
     }
 
     pub(super) fn bug_skip_stale_check(&self) -> bool {
         #[cfg(feature = "fault-injection")]
-        return self.config.bugs.skip_stale_check;
+        return self.bugs.skip_stale_check;
         #[cfg(not(feature = "fault-injection"))]
         false
     }
 
     pub(super) fn bug_skip_late_grant_compensation(&self) -> bool {
         #[cfg(feature = "fault-injection")]
-        return self.config.bugs.skip_late_grant_compensation;
+        return self.bugs.skip_late_grant_compensation;
         #[cfg(not(feature = "fault-injection"))]
         false
     }

@@ -1,0 +1,13 @@
+//! Deliberate bugs for the simulator's self-test (feature `fault-injection`):
+//! test support, not part of the library's API.
+
+/// Bugs the simulator must catch: if it cannot see these, it proves nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InjectedBugs {
+    /// A grant that arrives after its caller left is not released.
+    pub skip_late_grant_compensation: bool,
+    /// Replies are not checked against the lease id they echo.
+    pub skip_echo_check: bool,
+    /// Requests carry no valid-until (as if the scripts did not check it).
+    pub skip_stale_check: bool,
+}
