@@ -158,9 +158,6 @@ pub enum ConfigError {
         /// What is wrong, and what is supported.
         reason: String,
     },
-    /// A `rediss://` URL given to a driver built without TLS.
-    #[error("rediss:// needs TLS, which this build lacks: enable the `tls` feature of inflight-tokio")]
-    TlsNotEnabled,
 }
 
 impl Config {

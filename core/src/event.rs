@@ -17,12 +17,26 @@ use crate::server_error::ServerError;
 
 /// Names one acquire from `Client::acquire` to its outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RequestId(pub u64);
+pub struct RequestId(pub(crate) u64);
+
+impl RequestId {
+    /// The number, for logs: requests are numbered from 1 per client.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
 
 /// One connection generation. Never reused: once retired, nothing it carries is
 /// trusted again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnectionId(pub u64);
+pub struct ConnectionId(pub(crate) u64);
+
+impl ConnectionId {
+    /// The number, for logs: generations are numbered from 1 per client.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
 
 /// A granted lease. Give it back with `Client::release`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -17,7 +17,8 @@ pub struct LeaseId {
 }
 
 impl LeaseId {
-    /// The id made of a client's instance bits and a counter.
+    /// The id made of a client's instance bits and a counter (for tests).
+    #[doc(hidden)]
     pub fn from_parts(instance: u128, counter: u64) -> Self {
         Self { instance, counter }
     }
@@ -52,6 +53,7 @@ impl fmt::Display for LeaseId {
 /// client uses its request number as the counter, so request `n` always holds
 /// lease `instance-n`, across retries of the same request.
 #[derive(Clone, Copy, Debug)]
+#[doc(hidden)]
 pub struct LeaseIds {
     instance: u128,
 }

@@ -19,20 +19,29 @@ pub mod event;
 mod fault;
 #[cfg(any(test, feature = "model"))]
 #[allow(missing_docs)] // test support (feature `model`), not the library's API
+#[doc(hidden)]
 pub mod fuzzing;
 mod jitter;
 pub mod key;
 pub mod lease_id;
 #[cfg(any(test, feature = "model"))]
 #[allow(missing_docs)] // test support (feature `model`), not the library's API
+#[doc(hidden)]
 pub mod model;
+// The wire internals stay reachable for the test harness, the simulator and
+// the fuzzers (which speak RESP with the core's own codec), but are not the
+// library's API: a driver needs none of them.
+#[doc(hidden)]
 pub mod pipeline;
+#[doc(hidden)]
 pub mod resp;
+#[doc(hidden)]
 pub mod script;
 mod server_clock;
 mod server_error;
 #[cfg(any(test, feature = "model"))]
 #[allow(missing_docs)] // test support (feature `model`), not the library's API
+#[doc(hidden)]
 pub mod testkit;
 
 pub use client::Client;

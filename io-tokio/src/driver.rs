@@ -386,7 +386,7 @@ impl<C: Connector> Driver<C> {
                     Renewal::Extended(lease) => Ok(lease),
                     Renewal::Lost => {
                         tracing::warn!(
-                            request = request.0,
+                            request = request.get(),
                             "inflight: renewal found the lease gone; the slot is no longer held"
                         );
                         Err(RenewError::Lost)
@@ -412,7 +412,7 @@ impl<C: Connector> Driver<C> {
                 }
             }
             Event::Connected(id) => {
-                tracing::debug!(connection = id.0, "inflight: connection ready");
+                tracing::debug!(connection = id.get(), "inflight: connection ready");
                 if let Some(startup) = self.startup.take() {
                     let _ = startup.send(Ok(()));
                 }
@@ -423,11 +423,11 @@ impl<C: Connector> Driver<C> {
                     let _ = startup.send(Err(self.startup_error(addr, error)));
                     self.failed_start = true;
                 } else {
-                    tracing::warn!(connection = id.0, %error, %addr, "inflight: connecting to Redis failed; retrying with backoff");
+                    tracing::warn!(connection = id.get(), %error, %addr, "inflight: connecting to Redis failed; retrying with backoff");
                 }
             }
             Event::Retired(id, error) => {
-                tracing::warn!(connection = id.0, %error, "inflight: connection retired; opening a fresh one");
+                tracing::warn!(connection = id.get(), %error, "inflight: connection retired; opening a fresh one");
             }
         }
     }

@@ -75,6 +75,9 @@ pub enum ConnectError {
         /// What is wrong with them.
         reason: String,
     },
+    /// A `rediss://` URL, and this build has no TLS: enable the `tls` feature.
+    #[error("rediss:// needs TLS, which this build lacks: enable the `tls` feature of inflight-tokio")]
+    TlsNotEnabled,
     /// The driver task stopped before the first connection (runtime shut down).
     #[error("the limiter's driver stopped before connecting")]
     Stopped,

@@ -71,7 +71,7 @@ pub use connector::{tcp_endpoint, Connector, TcpConnector};
 pub use error::{ConnectError, Error, ReleaseError, RenewError};
 pub use inflight_core::{
     ConfigError, ConnectionError, Endpoint, Key, KeyError, LeaseId, ProtocolError, ReleaseFailure, ReleasePolicy,
-    ServerError, ServerErrorKind, Unavailable, UnavailablePolicy,
+    ServerError, ServerErrorKind, Stats, Unavailable, UnavailablePolicy,
 };
 pub use limiter::{Builder, Limiter};
 pub use permit::Permit;

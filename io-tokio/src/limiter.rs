@@ -359,7 +359,7 @@ impl Builder {
                 return self.start_with(connector, start).await;
             }
             #[cfg(not(all(feature = "tls", not(madsim))))]
-            return Err(inflight_core::ConfigError::TlsNotEnabled.into());
+            return Err(ConnectError::TlsNotEnabled);
         }
         self.start_with(TcpConnector, start).await
     }

@@ -1,42 +1,7 @@
 //! The `Client`: one state machine that owns every request, every reply and
-//! every compensation decision.
-//!
-//! # Contract
-//!
-//! The client never reads a clock, never sleeps and never touches a socket.
-//! A driver feeds it inputs, each stamped with the current time, and drains
-//! its outputs:
-//!
-//! | kind | methods |
-//! | --- | --- |
-//! | inputs (`handle_*`) | `handle_connected`, `handle_input`, `handle_closed`, `handle_timeout` |
-//! | calls from users | `acquire`, `renew`, `abandon`, `release` |
-//! | outputs (`poll_*`) | `poll_action`, `poll_transmit`, `poll_event`, `poll_timeout` |
-//! | getters | `stats`, `outstanding_releases`, `connection` |
-//!
-//! After any input or call, the driver drains `poll_action` (open/close
-//! sockets), then `poll_transmit` (write bytes), then `poll_event` (wake
-//! callers), and finally sleeps until `poll_timeout`, when it calls
-//! `handle_timeout`. If handling an event leads it to call in (a release, say),
-//! it drains again before sleeping: calls are written at the next
-//! `poll_transmit` (so that those of one wake-up share commands), and
-//! `poll_timeout` does not wait for them. Doing exactly this keeps a driver
-//! correct.
-//!
-//! # Words
-//!
-//! - **Generation**: one connection, named by a [`ConnectionId`] that is never
-//!   reused. It is *retired* as soon as its replies can no longer be trusted: a
-//!   reply we cannot parse, a reply with nothing pending, a reply of the wrong
-//!   shape or echoing another lease id, a request older than its liveness
-//!   budget, or the socket closing. Retiring closes it and opens a fresh one.
-//! - **Abandoned**: the caller went away (`abandon`) or its acquire timeout
-//!   passed. The request keeps its slot in its connection's FIFO, so replies
-//!   stay aligned; if its reply turns out to be a grant, the lease is released.
-//! - **Ambiguous**: an acquire on a retired generation whose reply we will never
-//!   read. The server may or may not have created the lease, so it is released
-//!   with a *compensating* release that also leaves a tombstone: should the
-//!   acquire's bytes reach Redis after the release, the script refuses the id.
+//! every compensation decision. The contract is on [`Client`]; the parts it
+//! orchestrates (callers, connection, release queue, reconnect backoff,
+//! request kinds) each live in a file of their own.
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
@@ -68,7 +33,117 @@ mod releases;
 mod replies;
 mod request;
 
-/// The sans-IO state machine: see the module documentation for its contract.
+/// The sans-IO state machine of `inflight`: it owns every request, every
+/// reply and every compensation decision; a driver only moves bytes and time.
+///
+/// # Contract
+///
+/// The client never reads a clock, never sleeps and never touches a socket.
+/// A driver feeds it inputs, each stamped with the current time, and drains
+/// its outputs:
+///
+/// | kind | methods |
+/// | --- | --- |
+/// | inputs (`handle_*`) | [`handle_connected`](Client::handle_connected), [`handle_input`](Client::handle_input), [`handle_closed`](Client::handle_closed), [`handle_timeout`](Client::handle_timeout) |
+/// | calls from users | [`acquire`](Client::acquire) (or [`acquire_keys`](Client::acquire_keys) with the key already encoded), [`renew`](Client::renew), [`abandon`](Client::abandon), [`release`](Client::release) |
+/// | outputs (`poll_*`) | [`poll_action`](Client::poll_action), [`poll_transmit`](Client::poll_transmit), [`poll_event`](Client::poll_event), [`poll_timeout`](Client::poll_timeout) |
+/// | getters | [`config`](Client::config), [`stats`](Client::stats), [`connection`](Client::connection), [`outstanding_releases`](Client::outstanding_releases), [`in_flight_acquires`](Client::in_flight_acquires), [`lease_id`](Client::lease_id) |
+///
+/// After any input or call, the driver drains `poll_action` (open/close
+/// sockets), then `poll_transmit` (write bytes), then `poll_event` (wake
+/// callers), and finally sleeps until `poll_timeout`, when it calls
+/// `handle_timeout`. If handling an event leads it to call in (a release, say),
+/// it drains again before sleeping: calls are written at the next
+/// `poll_transmit` (so that those of one wake-up share commands), and
+/// `poll_timeout` does not wait for them. Doing exactly this keeps a driver
+/// correct.
+///
+/// Time: every `now` must come from one monotonic clock and never go
+/// backwards. A `now` earlier than the last one panics nowhere; deadlines just
+/// fire late, as if time had stood still. Entropy: 16 random bytes per client,
+/// fresh from the OS (lease ids and reconnect jitter are drawn from it).
+///
+/// # Words
+///
+/// - **Generation**: one connection, named by a [`ConnectionId`] that is never
+///   reused. It is *retired* as soon as its replies can no longer be trusted: a
+///   reply we cannot parse, a reply with nothing pending, a reply of the wrong
+///   shape or echoing another lease id, a request older than its liveness
+///   budget, or the socket closing. Retiring closes it and opens a fresh one.
+/// - **Abandoned**: the caller went away (`abandon`) or its acquire timeout
+///   passed. The request keeps its slot in its connection's FIFO, so replies
+///   stay aligned; if its reply turns out to be a grant, the lease is released.
+/// - **Ambiguous**: an acquire on a retired generation whose reply we will never
+///   read. The server may or may not have created the lease, so it is released
+///   with a *compensating* release that also leaves a tombstone, until the
+///   acquire's valid-until: should its bytes reach Redis first, the script
+///   refuses the id, and after its valid-until it refuses it as stale.
+///
+/// # A driver
+///
+/// A whole driver over blocking std TCP, for one acquire (error handling
+/// shortened; `inflight-tokio` is the real one):
+///
+/// ```no_run
+/// use std::io::{ErrorKind, Read, Write};
+/// use std::net::TcpStream;
+/// use std::num::NonZeroU32;
+/// use std::time::{Duration, Instant};
+///
+/// use inflight_core::{Action, Client, Config, ConnectionId, Event, Key, Outcome};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let entropy = [7; 16]; // in production: 16 bytes from the OS
+/// let mut client = Client::new(Config::default(), entropy, Instant::now())?;
+/// let request = client.acquire(Instant::now(), &Key::new("tenant", "acme")?, NonZeroU32::new(10).unwrap());
+/// let mut socket: Option<(ConnectionId, TcpStream)> = None;
+/// loop {
+///     while let Some(action) = client.poll_action() {
+///         match action {
+///             Action::Connect(id) => match TcpStream::connect("127.0.0.1:6379") {
+///                 Ok(stream) => {
+///                     socket = Some((id, stream));
+///                     client.handle_connected(Instant::now(), id);
+///                 }
+///                 Err(_) => client.handle_closed(Instant::now(), id),
+///             },
+///             Action::Close(_) => socket = None,
+///         }
+///     }
+///     while let Some(transmit) = client.poll_transmit() {
+///         if let Some((_, stream)) = socket.as_mut().filter(|(id, _)| *id == transmit.connection) {
+///             stream.write_all(&transmit.data)?;
+///         }
+///     }
+///     while let Some(event) = client.poll_event() {
+///         if let Event::Acquired(answered, outcome) = event {
+///             if answered == request {
+///                 println!("{}", matches!(outcome, Outcome::Granted(_)));
+///                 return Ok(());
+///             }
+///         }
+///     }
+///     // Read until the next deadline, then tell the client the time.
+///     let wait = client
+///         .poll_timeout()
+///         .map_or(Duration::from_secs(1), |at| at.saturating_duration_since(Instant::now()));
+///     if let Some((id, stream)) = socket.as_mut() {
+///         let id = *id;
+///         stream.set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
+///         let mut buf = [0u8; 16 * 1024];
+///         match stream.read(&mut buf) {
+///             Ok(0) => client.handle_closed(Instant::now(), id),
+///             Ok(n) => client.handle_input(Instant::now(), id, &buf[..n]),
+///             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+///             Err(_) => client.handle_closed(Instant::now(), id),
+///         }
+///     } else {
+///         std::thread::sleep(wait);
+///     }
+///     client.handle_timeout(Instant::now());
+/// }
+/// # }
+/// ```
 pub struct Client {
     config: Config,
     scripts: Scripts,
