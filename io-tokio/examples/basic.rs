@@ -56,7 +56,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         }
     }
     println!("served {served}, shed {shed} (limit 5 per tenant across the fleet)");
-    limiter.close().await;
+    limiter.drain().await;
     println!("all releases done");
     Ok(())
 }

@@ -59,7 +59,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     for stream in streams {
         stream.await?;
     }
-    limiter.close().await;
+    limiter.drain().await;
     Ok(())
 }
 

@@ -4,50 +4,23 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use inflight_core::key::SubjectKeys;
 use inflight_core::{
-    Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Lease, LeaseId, Outcome, Renewal, RequestId,
-    ServerAddress, Stats,
+    Action, Client, ConnectionError, ConnectionId, Event, Lease, LeaseId, Outcome, Renewal, RequestId, ServerAddress,
+    Stats,
 };
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::clock::{now, timer_at};
 use crate::connector::Connector;
 use crate::error::{ConnectError, Error, ReleaseError, RenewError};
-use crate::permit::Permit;
+use crate::mailbox::{Command, HeldLease};
+use crate::socket::{read_from, run_connection, IoEvent, Reader};
 use crate::telemetry;
-
-/// What limiter handles and permits ask of the driver.
-#[derive(Debug)]
-pub(crate) enum Command {
-    Acquire {
-        ticket: u64,
-        keys: SubjectKeys,
-        limit: NonZeroU32,
-        reply: oneshot::Sender<Result<Permit, Error>>,
-    },
-    Renew {
-        ticket: u64,
-        lease: Lease,
-        reply: oneshot::Sender<Result<Lease, RenewError>>,
-    },
-    Abandon {
-        ticket: u64,
-    },
-    Release {
-        lease: Lease,
-        done: Option<oneshot::Sender<Result<(), ReleaseError>>>,
-    },
-    Flush {
-        done: oneshot::Sender<()>,
-    },
-}
 
 /// A started driver: where to send commands, when it is connected, its counters.
 pub(crate) struct Spawned {
@@ -56,21 +29,11 @@ pub(crate) struct Spawned {
     pub stats: tokio::sync::watch::Receiver<Stats>,
 }
 
-/// What connection tasks report. A connected task hands the driver its
-/// stream's read half: the driver reads replies itself, one hop fewer per
-/// reply than relaying them through the task.
-enum IoEvent<R> {
-    Connected(ConnectionId, R),
-    Closed(ConnectionId, Option<String>),
-}
-
-type Reader<C> = ReadHalf<<C as Connector>::Io>;
-
 type Startup = oneshot::Sender<Result<(), ConnectError>>;
 
 /// Where a request's outcome goes.
 enum Caller {
-    Acquire(oneshot::Sender<Result<Permit, Error>>),
+    Acquire(oneshot::Sender<Result<Option<HeldLease>, Error>>),
     Renew(oneshot::Sender<Result<Lease, RenewError>>),
 }
 
@@ -89,7 +52,7 @@ pub(crate) struct Driver<C: Connector> {
     tickets: HashMap<u64, RequestId>,
     callers: HashMap<RequestId, (u64, Caller)>,
     release_waiters: HashMap<LeaseId, oneshot::Sender<Result<(), ReleaseError>>>,
-    flush_waiters: Vec<oneshot::Sender<()>>,
+    drain_waiters: Vec<oneshot::Sender<()>>,
     startup: Option<Startup>,
     last_io_error: Option<String>,
     /// The first connection failed: `connect` returned an error, nobody holds
@@ -103,30 +66,6 @@ pub(crate) struct Driver<C: Connector> {
 struct Connection {
     outgoing: mpsc::UnboundedSender<Bytes>,
     task: JoinHandle<()>,
-}
-
-/// The clock the core is fed. Under turmoil, tokio's clock is the simulated
-/// one and std's is not, so read tokio's; under madsim both are simulated and
-/// tokio's `Instant` is std's.
-#[cfg(not(madsim))]
-pub(crate) fn now() -> Instant {
-    tokio::time::Instant::now().into_std()
-}
-
-#[cfg(madsim)]
-pub(crate) fn now() -> Instant {
-    tokio::time::Instant::now()
-}
-
-/// When the driver's timer fires: the core's deadline, or never.
-#[cfg(not(madsim))]
-fn timer_at(deadline: Option<Instant>) -> tokio::time::Instant {
-    deadline.map_or_else(far_future, tokio::time::Instant::from_std)
-}
-
-#[cfg(madsim)]
-fn timer_at(deadline: Option<Instant>) -> tokio::time::Instant {
-    deadline.unwrap_or_else(far_future)
 }
 
 impl<C: Connector> Driver<C> {
@@ -155,7 +94,7 @@ impl<C: Connector> Driver<C> {
             tickets: HashMap::new(),
             callers: HashMap::new(),
             release_waiters: HashMap::new(),
-            flush_waiters: Vec::new(),
+            drain_waiters: Vec::new(),
             // A lazy start reports nothing: failed attempts are retried.
             startup: (!lazy).then_some(startup),
             last_io_error: None,
@@ -258,7 +197,7 @@ impl<C: Connector> Driver<C> {
                 }
                 self.client.release(now, lease);
             }
-            Command::Flush { done } => self.flush_waiters.push(done),
+            Command::Drain { done } => self.drain_waiters.push(done),
         }
     }
 
@@ -331,8 +270,8 @@ impl<C: Connector> Driver<C> {
                 break;
             }
         }
-        if !self.flush_waiters.is_empty() && self.idle() {
-            for done in self.flush_waiters.drain(..) {
+        if !self.drain_waiters.is_empty() && self.idle() {
+            for done in self.drain_waiters.drain(..) {
                 let _ = done.send(());
             }
         }
@@ -341,65 +280,11 @@ impl<C: Connector> Driver<C> {
 
     fn on_event(&mut self, event: Event) {
         match event {
-            Event::Acquired(request, outcome) => {
-                let Some((ticket, reply)) = self.callers.remove(&request) else {
-                    // Unreachable: a caller's entry goes only with its outcome
-                    // or its `abandon`, after which the core sends nothing for
-                    // it. Should that ever break, the lease is still not leaked.
-                    tracing::error!(?request, "inflight: an outcome for a request with no caller");
-                    if let Outcome::Granted(lease) = outcome {
-                        self.client.release(now(), lease);
-                    }
-                    return;
-                };
-                self.tickets.remove(&ticket);
-                let Caller::Acquire(reply) = reply else {
-                    unreachable!("the core answers an acquire with Acquired")
-                };
-                let result = match outcome {
-                    Outcome::Granted(lease) => match self.commands.upgrade() {
-                        Some(commands) => Ok(Permit::enforced(lease, commands)),
-                        None => {
-                            self.client.release(now(), lease);
-                            Err(Error::Stopped)
-                        }
-                    },
-                    Outcome::Exceeded => Err(Error::Exceeded),
-                    Outcome::Unavailable(reason) => Err(Error::Unavailable { reason }),
-                    Outcome::FailOpen(reason) => {
-                        tracing::warn!(%reason, "inflight: Redis unavailable; letting the request through unenforced");
-                        Ok(Permit::unenforced())
-                    }
-                };
-                // If the caller dropped its future just now, the permit inside
-                // comes back here and its drop queues the release.
-                let _ = reply.send(result);
-            }
-            Event::Renewed(request, renewal) => {
-                let Some((ticket, Caller::Renew(reply))) = self.callers.remove(&request) else {
-                    // Unreachable, as for acquires; a renewal owes nothing.
-                    tracing::error!(?request, "inflight: a renewal outcome with no caller");
-                    return;
-                };
-                self.tickets.remove(&ticket);
-                let result = match renewal {
-                    Renewal::Extended(lease) => Ok(lease),
-                    Renewal::Lost => {
-                        tracing::warn!(
-                            request = request.get(),
-                            "inflight: renewal found the lease gone; the slot is no longer held"
-                        );
-                        Err(RenewError::Lost)
-                    }
-                    Renewal::Unavailable(reason) => Err(RenewError::Unavailable { reason }),
-                };
-                let _ = reply.send(result);
-            }
+            Event::Acquired(request, outcome) => self.on_acquired(request, outcome),
+            Event::Renewed(request, renewal) => self.on_renewed(request, renewal),
             Event::Released { lease, compensation } => {
                 tracing::trace!(%lease, compensation, "inflight: lease released");
-                if let Some(done) = self.release_waiters.remove(&lease) {
-                    let _ = done.send(Ok(()));
-                }
+                self.release_done(lease, Ok(()));
             }
             Event::ReleaseAbandoned {
                 lease,
@@ -407,9 +292,7 @@ impl<C: Connector> Driver<C> {
                 reason,
             } => {
                 tracing::warn!(%lease, compensation, %reason, "inflight: release gave up; the lease expires at its TTL");
-                if let Some(done) = self.release_waiters.remove(&lease) {
-                    let _ = done.send(Err(ReleaseError::Abandoned(reason)));
-                }
+                self.release_done(lease, Err(ReleaseError::Abandoned(reason)));
             }
             Event::Connected(id) => {
                 tracing::debug!(connection = id.get(), "inflight: connection ready");
@@ -417,18 +300,84 @@ impl<C: Connector> Driver<C> {
                     let _ = startup.send(Ok(()));
                 }
             }
-            Event::ConnectFailed(id, error) => {
-                let addr = self.address.endpoint.to_string();
-                if let Some(startup) = self.startup.take() {
-                    let _ = startup.send(Err(self.startup_error(addr, error)));
-                    self.failed_start = true;
-                } else {
-                    tracing::warn!(connection = id.get(), %error, %addr, "inflight: connecting to Redis failed; retrying with backoff");
-                }
-            }
+            Event::ConnectFailed(id, error) => self.on_connect_failed(id, error),
             Event::Retired(id, error) => {
                 tracing::warn!(connection = id.get(), %error, "inflight: connection retired; opening a fresh one");
             }
+        }
+    }
+
+    /// Hands an acquire's outcome to its caller.
+    fn on_acquired(&mut self, request: RequestId, outcome: Outcome) {
+        let Some((ticket, Caller::Acquire(reply))) = self.callers.remove(&request) else {
+            // Unreachable: a caller's entry goes only with its outcome or its
+            // `abandon`, after which the core sends nothing for it. Should
+            // that ever break, the lease is still not leaked.
+            tracing::error!(?request, "inflight: an outcome for a request with no caller");
+            if let Outcome::Granted(lease) = outcome {
+                self.client.release(now(), lease);
+            }
+            return;
+        };
+        self.tickets.remove(&ticket);
+        let result = match outcome {
+            Outcome::Granted(lease) => match self.commands.upgrade() {
+                Some(commands) => Ok(Some(HeldLease::new(lease, commands))),
+                None => {
+                    self.client.release(now(), lease);
+                    Err(Error::Stopped)
+                }
+            },
+            Outcome::Exceeded => Err(Error::Exceeded),
+            Outcome::Unavailable(reason) => Err(Error::Unavailable { reason }),
+            Outcome::FailOpen(reason) => {
+                tracing::warn!(%reason, "inflight: Redis unavailable; letting the request through unenforced");
+                Ok(None)
+            }
+        };
+        // If the caller dropped its future just now, the lease inside comes
+        // back here and its drop queues the release.
+        let _ = reply.send(result);
+    }
+
+    /// Hands a renewal's outcome to its caller.
+    fn on_renewed(&mut self, request: RequestId, renewal: Renewal) {
+        let Some((ticket, Caller::Renew(reply))) = self.callers.remove(&request) else {
+            // Unreachable, as for acquires; a renewal owes nothing.
+            tracing::error!(?request, "inflight: a renewal outcome with no caller");
+            return;
+        };
+        self.tickets.remove(&ticket);
+        let result = match renewal {
+            Renewal::Extended(lease) => Ok(lease),
+            Renewal::Lost => {
+                tracing::warn!(
+                    request = request.get(),
+                    "inflight: renewal found the lease gone; the slot is no longer held"
+                );
+                Err(RenewError::Lost)
+            }
+            Renewal::Unavailable(reason) => Err(RenewError::Unavailable { reason }),
+        };
+        let _ = reply.send(result);
+    }
+
+    /// Tells whoever waits on `lease`'s release how it went.
+    fn release_done(&mut self, lease: LeaseId, result: Result<(), ReleaseError>) {
+        if let Some(done) = self.release_waiters.remove(&lease) {
+            let _ = done.send(result);
+        }
+    }
+
+    /// A connection attempt failed: the first one ends `connect()` with an
+    /// error; later ones are retried by the core.
+    fn on_connect_failed(&mut self, id: ConnectionId, error: ConnectionError) {
+        let addr = self.address.endpoint.to_string();
+        if let Some(startup) = self.startup.take() {
+            let _ = startup.send(Err(self.startup_error(addr, error)));
+            self.failed_start = true;
+        } else {
+            tracing::warn!(connection = id.get(), %error, %addr, "inflight: connecting to Redis failed; retrying with backoff");
         }
     }
 
@@ -474,53 +423,4 @@ impl<C: Connector> Driver<C> {
         let in_flight = self.client.in_flight_acquires();
         self.published.report(&self.metric_labels, stats, up, in_flight);
     }
-}
-
-fn far_future() -> tokio::time::Instant {
-    tokio::time::Instant::now() + std::time::Duration::from_secs(86_400 * 365)
-}
-
-/// One connection's task: connect, hand the read half to the driver, then
-/// write what the driver sends until either side ends or the driver aborts
-/// the task. Writing here, apart from the driver's reads, means a peer that
-/// stops reading cannot stop us from reading its replies.
-async fn run_connection<C: Connector>(
-    connector: Arc<C>,
-    endpoint: Endpoint,
-    id: ConnectionId,
-    events: mpsc::UnboundedSender<IoEvent<Reader<C>>>,
-    mut outgoing: mpsc::UnboundedReceiver<Bytes>,
-) {
-    // The core's connect deadline bounds this: it closes (aborts) us when due.
-    let io = match connector.connect(&endpoint).await {
-        Ok(io) => io,
-        Err(error) => {
-            let _ = events.send(IoEvent::Closed(id, Some(error.to_string())));
-            return;
-        }
-    };
-    let (reader, mut writer) = tokio::io::split(io);
-    if events.send(IoEvent::Connected(id, reader)).is_err() {
-        return;
-    }
-    let written = async {
-        while let Some(data) = outgoing.recv().await {
-            writer.write_all(&data).await?;
-            writer.flush().await?;
-        }
-        Ok::<_, io::Error>(())
-    }
-    .await;
-    if let Err(error) = written {
-        let _ = events.send(IoEvent::Closed(id, Some(error.to_string())));
-    }
-}
-
-/// Reads what the ready connection has; the select guards `reader.is_some()`.
-async fn read_from<R: AsyncRead + Unpin>(
-    reader: &mut Option<(ConnectionId, R)>,
-    buf: &mut [u8],
-) -> (ConnectionId, io::Result<usize>) {
-    let (id, reader) = reader.as_mut().expect("read only while a reader is held");
-    (*id, reader.read(buf).await)
 }

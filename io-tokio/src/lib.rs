@@ -56,15 +56,20 @@
 // docs.rs marks the items a feature (TLS) adds.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod builder;
+mod clock;
 mod connector;
 mod driver;
 mod error;
 mod limiter;
+mod mailbox;
 mod permit;
+mod socket;
 mod telemetry;
 #[cfg(all(feature = "tls", not(madsim)))]
 mod tls;
 
+pub use builder::Builder;
 #[cfg(all(unix, not(madsim)))]
 pub use connector::UnixConnector;
 pub use connector::{tcp_endpoint, Connector, TcpConnector};
@@ -73,7 +78,7 @@ pub use inflight_core::{
     ConfigError, ConnectionError, Endpoint, Key, KeyError, LeaseId, ProtocolError, ReleaseFailure, ReleasePolicy,
     ServerError, ServerErrorKind, Stats, Unavailable, UnavailablePolicy,
 };
-pub use limiter::{Builder, Limiter};
+pub use limiter::Limiter;
 pub use permit::Permit;
 
 /// The crate README's code compiles as written.

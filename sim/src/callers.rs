@@ -118,14 +118,14 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
     }
     // Everything owed is done (or reported abandoned) before the replica ends.
     for limiter in [&limiter, &renewing] {
-        if tokio::time::timeout(Duration::from_secs(60), limiter.clone().close())
+        if tokio::time::timeout(Duration::from_secs(60), limiter.clone().drain())
             .await
             .is_err()
         {
             plan.ledger
                 .lock()
                 .unwrap()
-                .violate(at(), "S2 no leak", format!("{name}: close() did not finish"));
+                .violate(at(), "S2 no leak", format!("{name}: drain() did not finish"));
         }
         let stats = limiter.stats();
         let mut ledger = plan.ledger.lock().unwrap();

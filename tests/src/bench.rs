@@ -271,7 +271,7 @@ async fn inflight_cycles(
     }
     let elapsed = measure_window(budget, &counting, &stop, workers).await;
     for limiter in handles {
-        limiter.close().await;
+        limiter.drain().await;
     }
     let grants = cycles.load(Ordering::Relaxed);
     (grants as f64 / elapsed, grants, denials.load(Ordering::Relaxed))
@@ -565,7 +565,7 @@ async fn open_loop_latency(url: &str, rate: f64, budget: Budget) -> (f64, f64, f
     for handle in handles {
         samples.push(handle.await.expect("latency task").as_secs_f64() * 1e6);
     }
-    limiter.close().await;
+    limiter.drain().await;
     samples.sort_by(|a, b| a.total_cmp(b));
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize];
     (at(0.50), at(0.99), at(0.999))
@@ -581,7 +581,7 @@ async fn bytes_per_permit(url: &str, count: usize) -> f64 {
     // Warm the driver's maps and buffers so they are not counted as per-permit.
     let warm: Vec<_> = acquire_many(&limiter, &key, count.max(4096)).await;
     drop(warm);
-    limiter.clone().close().await;
+    limiter.clone().drain().await;
     let mut rounds = Vec::with_capacity(3);
     for _ in 0..3 {
         let before = quiet_heap().await;
@@ -589,9 +589,9 @@ async fn bytes_per_permit(url: &str, count: usize) -> f64 {
         let after = quiet_heap().await;
         rounds.push((after as f64 - before as f64) / count as f64);
         drop(permits);
-        limiter.clone().close().await;
+        limiter.clone().drain().await;
     }
-    limiter.close().await;
+    limiter.drain().await;
     rounds.sort_by(|a, b| a.total_cmp(b));
     rounds[1]
 }

@@ -111,8 +111,8 @@ async fn outcomes_gauges_and_descriptions_are_published_under_their_names() {
 
     permit.release().await.unwrap();
     other.release().await.unwrap();
-    plain.close().await;
-    checkout.close().await;
+    plain.drain().await;
+    checkout.drain().await;
 
     // The drivers stop once their last handle is gone, just after `close`.
     let mut now: Vec<Entry> = during;

@@ -50,7 +50,7 @@ async fn a_limiter_over_tls_enforces_the_limit_and_releases() {
     first.release().await.unwrap();
     assert_eq!(live(&server), 1);
     drop(second);
-    limiter.close().await;
+    limiter.drain().await;
     assert_eq!(live(&server), 0);
 
     // The port really is TLS-only: the same URL as plain redis:// cannot talk to it.

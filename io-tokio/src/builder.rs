@@ -1,0 +1,283 @@
+//! `Builder`: every setting of a [`Limiter`], validated when it connects.
+
+use std::time::Duration;
+
+use inflight_core::{Client, Config, Endpoint, ReleasePolicy, ServerAddress, UnavailablePolicy};
+
+use crate::connector::{Connector, TcpConnector};
+use crate::driver::Driver;
+use crate::error::ConnectError;
+use crate::limiter::Limiter;
+use crate::telemetry;
+
+/// Whether `connect` waits for the first connection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    WhenReady,
+    Lazy,
+}
+
+/// Configures and connects a [`Limiter`]. Every setting is validated by `connect`.
+///
+/// Its `Debug` print hides secrets: the URL's password and the TLS private key.
+///
+/// Lease ids come from the OS's randomness, fresh for every limiter. Fixed
+/// entropy (which would let two limiters share lease ids and break the limit)
+/// is a simulation-only switch, absent from a normal build:
+///
+#[cfg_attr(not(feature = "simulation"), doc = "```compile_fail")]
+// (With the feature on, as in a workspace build the simulator joins, it
+// would compile: there the block is only text. CI checks the crate alone.)
+#[cfg_attr(feature = "simulation", doc = "```text")]
+/// let builder = inflight_tokio::Limiter::builder("redis://127.0.0.1:6379").simulation_entropy([7; 16]);
+/// ```
+#[derive(Clone)]
+pub struct Builder {
+    url: String,
+    config: Config,
+    default_limit: u32,
+    liveness: Option<Duration>,
+    entropy: Option<[u8; 16]>,
+    metrics_namespace: Option<String>,
+    #[cfg(all(feature = "tls", not(madsim)))]
+    tls: crate::tls::TlsOptions,
+    #[cfg(feature = "fault-injection")]
+    bugs: inflight_core::InjectedBugs,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut debug = f.debug_struct("Builder");
+        debug
+            .field("url", &inflight_core::config::redact_url(&self.url))
+            .field("config", &self.config)
+            .field("default_limit", &self.default_limit)
+            .field("liveness", &self.liveness)
+            .field("entropy", &self.entropy.map(|_| "<set>"))
+            .field("metrics_namespace", &self.metrics_namespace);
+        #[cfg(all(feature = "tls", not(madsim)))]
+        debug.field("tls", &self.tls);
+        debug.finish()
+    }
+}
+
+impl Builder {
+    pub(crate) fn new(url: String) -> Self {
+        Self {
+            url,
+            config: Config::default(),
+            default_limit: 100,
+            liveness: None,
+            entropy: None,
+            metrics_namespace: None,
+            #[cfg(feature = "fault-injection")]
+            bugs: Default::default(),
+            #[cfg(all(feature = "tls", not(madsim)))]
+            tls: Default::default(),
+        }
+    }
+
+    /// First component of every Redis key (default `inflight`).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.key_prefix = prefix.into();
+        self
+    }
+
+    /// Limit used by [`Limiter::acquire`] (default 100).
+    pub fn default_limit(mut self, limit: u32) -> Self {
+        self.default_limit = limit;
+        self
+    }
+
+    /// How long an unreleased lease lives (default 60 s).
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.config.lease_ttl = ttl;
+        self
+    }
+
+    /// The caller's latency budget for one acquire (default 250 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.config.acquire_timeout = timeout;
+        self
+    }
+
+    /// How long a request may go unanswered before its connection is replaced
+    /// (default: the larger of 2 s and 4 × the timeout).
+    pub fn request_liveness(mut self, liveness: Duration) -> Self {
+        self.liveness = Some(liveness);
+        self
+    }
+
+    /// Budget for TCP connect plus handshake (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// What to do when Redis cannot answer (default `Deny`).
+    pub fn on_unavailable(mut self, policy: UnavailablePolicy) -> Self {
+        self.config.unavailable_policy = policy;
+        self
+    }
+
+    /// Acquires in flight at once before new ones fail fast (default 1024).
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.config.max_in_flight = max;
+        self
+    }
+
+    /// Delay before reconnecting after a failed attempt, doubled per failure
+    /// up to `max` (defaults 10 ms and 1 s); each delay is jittered down to
+    /// as little as half, so a fleet does not reconnect in lockstep.
+    pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.config.reconnect_initial_backoff = initial;
+        self.config.reconnect_max_backoff = max;
+        self
+    }
+
+    /// Labels every metric of this limiter `namespace="…"`, to tell apart
+    /// limiters of one process on a dashboard (say, one per protected
+    /// backend). Off by default. The subject never becomes a label: its
+    /// values are unbounded.
+    pub fn metrics_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.metrics_namespace = Some(namespace.into());
+        self
+    }
+
+    /// How hard a release tries before it gives up (see [`ReleasePolicy`]).
+    pub fn release_policy(mut self, policy: ReleasePolicy) -> Self {
+        self.config.release = policy;
+        self
+    }
+
+    /// Entropy for lease ids, so that a simulated run replays exactly. Two
+    /// limiters given the same entropy hand out the same lease ids and break
+    /// the limit between them; production code leaves this unset (the OS
+    /// provides fresh entropy), which is why it exists only with the
+    /// `simulation` feature.
+    #[cfg(feature = "simulation")]
+    pub fn simulation_entropy(mut self, entropy: [u8; 16]) -> Self {
+        self.entropy = Some(entropy);
+        self
+    }
+
+    /// For `rediss://`: trust exactly the CA certificates in `pem` (one or
+    /// more PEM blocks) instead of Mozilla's root set, e.g. a private CA.
+    #[cfg(all(feature = "tls", not(madsim)))]
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.roots_pem = Some(pem.into());
+        self
+    }
+
+    /// For `rediss://` servers that require client certificates
+    /// (`tls-auth-clients yes`): the PEM certificate chain and private key.
+    #[cfg(all(feature = "tls", not(madsim)))]
+    pub fn tls_client_certificate(mut self, chain_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.client_auth = Some((chain_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Switches on deliberate bugs: for the simulator's self-test only.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn inject_bugs(mut self, bugs: inflight_core::InjectedBugs) -> Self {
+        self.bugs = bugs;
+        self
+    }
+
+    /// Validates the settings, connects (TCP, TLS for `rediss://`, or a Unix
+    /// socket), authenticates, selects the database, loads the scripts and
+    /// returns once Redis has answered. An unreachable server is an error here.
+    pub async fn connect(self) -> Result<Limiter, ConnectError> {
+        self.start(Start::WhenReady).await
+    }
+
+    /// Validates the settings and returns the limiter at once, without
+    /// waiting for Redis: it connects in the background and retries with
+    /// backoff until Redis answers. Meanwhile acquires follow the
+    /// unavailable policy (`on_unavailable(Allow)`: unenforced permits), so a
+    /// fail-open service can start while Redis is down and enforce its
+    /// limits as soon as Redis is back.
+    pub async fn connect_lazy(self) -> Result<Limiter, ConnectError> {
+        self.start(Start::Lazy).await
+    }
+
+    /// As [`Builder::connect`], over any [`Connector`]. The connector alone
+    /// decides the transport: it is handed the URL's endpoint, and a
+    /// `rediss://` scheme does not wrap it in TLS.
+    pub async fn connect_with<C: Connector>(self, connector: C) -> Result<Limiter, ConnectError> {
+        self.start_with(connector, Start::WhenReady).await
+    }
+
+    /// As [`Builder::connect_lazy`], over any [`Connector`].
+    pub async fn connect_lazy_with<C: Connector>(self, connector: C) -> Result<Limiter, ConnectError> {
+        self.start_with(connector, Start::Lazy).await
+    }
+
+    /// Picks the connector the URL asks for.
+    async fn start(self, start: Start) -> Result<Limiter, ConnectError> {
+        let address = ServerAddress::parse(&self.url)?;
+        if let Endpoint::Unix(_) = address.endpoint {
+            #[cfg(all(unix, not(madsim)))]
+            return self.start_with(crate::connector::UnixConnector, start).await;
+            #[cfg(not(all(unix, not(madsim))))]
+            return Err(ConnectError::Unreachable {
+                addr: address.endpoint.to_string(),
+                reason: "Unix sockets are not available on this platform".into(),
+            });
+        }
+        if address.tls {
+            #[cfg(all(feature = "tls", not(madsim)))]
+            {
+                let connector = crate::tls::TlsConnector::new(&self.tls)?;
+                return self.start_with(connector, start).await;
+            }
+            #[cfg(not(all(feature = "tls", not(madsim))))]
+            return Err(ConnectError::TlsNotEnabled);
+        }
+        self.start_with(TcpConnector, start).await
+    }
+
+    async fn start_with<C: Connector>(self, connector: C, start: Start) -> Result<Limiter, ConnectError> {
+        let address = ServerAddress::parse(&self.url)?;
+        let default_limit = inflight_core::config::limit(self.default_limit)?;
+        let mut config = self.config;
+        config.credentials = address.credentials.clone();
+        config.database = address.database;
+        config.request_liveness = self
+            .liveness
+            .unwrap_or_else(|| Duration::from_secs(2).max(config.acquire_timeout.saturating_mul(4)));
+        config.validate()?;
+        let entropy = match self.entropy {
+            Some(entropy) => entropy,
+            None => {
+                let mut entropy = [0u8; 16];
+                getrandom::fill(&mut entropy).map_err(|e| ConnectError::Unreachable {
+                    addr: address.endpoint.to_string(),
+                    reason: format!("no OS randomness for lease ids: {e}"),
+                })?;
+                entropy
+            }
+        };
+        let policy = config.unavailable_policy;
+        let key_prefix = config.key_prefix.clone();
+        telemetry::describe();
+        let metric_labels = telemetry::labels(self.metrics_namespace.as_deref());
+        #[allow(unused_mut)] // deliberate bugs are set only in simulator builds
+        let mut client = Client::new(config, entropy, crate::clock::now())?;
+        #[cfg(feature = "fault-injection")]
+        client.inject_bugs(self.bugs);
+        let spawned = Driver::spawn(client, address, connector, start == Start::Lazy, metric_labels.clone())?;
+        if start == Start::WhenReady {
+            spawned.started.await.unwrap_or(Err(ConnectError::Stopped))?;
+        }
+        Ok(Limiter::new(
+            spawned.commands,
+            default_limit,
+            policy,
+            key_prefix,
+            spawned.stats,
+            metric_labels,
+        ))
+    }
+}

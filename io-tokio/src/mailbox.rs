@@ -1,0 +1,154 @@
+//! What passes between callers (limiter handles, permits) and the driver:
+//! the commands, the tickets that name requests, the cancel-safe wait for an
+//! answer, and the lease a caller owns, whose drop sends its release. Both
+//! sides depend on this module; neither depends on the other.
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use inflight_core::key::SubjectKeys;
+use inflight_core::Lease;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, ReleaseError, RenewError};
+
+/// Where commands go.
+pub(crate) type Commands = mpsc::UnboundedSender<Command>;
+
+/// What limiter handles and permits ask of the driver.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Acquire {
+        ticket: u64,
+        keys: SubjectKeys,
+        limit: NonZeroU32,
+        /// `Ok(None)`: let through unenforced (fail open).
+        reply: oneshot::Sender<Result<Option<HeldLease>, Error>>,
+    },
+    Renew {
+        ticket: u64,
+        lease: Lease,
+        reply: oneshot::Sender<Result<Lease, RenewError>>,
+    },
+    Abandon {
+        ticket: u64,
+    },
+    Release {
+        lease: Lease,
+        done: Option<oneshot::Sender<Result<(), ReleaseError>>>,
+    },
+    /// Answer once the driver owes nothing (see `Limiter::drain`).
+    Drain {
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// Names a request between a caller and the driver, unique in the process.
+pub(crate) fn next_ticket() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Waits for the driver's answer to `ticket`. Cancel-safe: if this future is
+/// dropped first, the driver is told the caller is gone.
+pub(crate) async fn answer<T>(
+    commands: &Commands,
+    ticket: u64,
+    answer: oneshot::Receiver<T>,
+) -> Result<T, oneshot::error::RecvError> {
+    let mut guard = AbandonOnDrop {
+        ticket,
+        commands,
+        armed: true,
+    };
+    let answered = answer.await;
+    guard.armed = false;
+    answered
+}
+
+/// Tells the driver the caller is gone, unless the outcome was received.
+struct AbandonOnDrop<'a> {
+    ticket: u64,
+    commands: &'a Commands,
+    armed: bool,
+}
+
+impl Drop for AbandonOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.commands.send(Command::Abandon { ticket: self.ticket });
+        }
+    }
+}
+
+/// A granted lease that someone owns: dropping it sends its release. The
+/// driver hands one out for each grant; should the caller be gone by then,
+/// it comes back in the unsent reply, and its drop still releases.
+#[derive(Debug)]
+pub(crate) struct HeldLease {
+    /// `None` once given back or found lost: nothing left to release.
+    held: Option<(Lease, Commands)>,
+}
+
+impl HeldLease {
+    pub(crate) fn new(lease: Lease, commands: Commands) -> Self {
+        Self {
+            held: Some((lease, commands)),
+        }
+    }
+
+    pub(crate) fn lease(&self) -> Option<&Lease> {
+        self.held.as_ref().map(|(lease, _)| lease)
+    }
+
+    /// Where commands about this lease go.
+    pub(crate) fn commands(&self) -> Option<&Commands> {
+        self.held.as_ref().map(|(_, commands)| commands)
+    }
+
+    /// The lease was renewed: it now lasts until `renewed.expires_at()`.
+    pub(crate) fn renewed(&mut self, renewed: Lease) {
+        if let Some((lease, _)) = self.held.as_mut() {
+            *lease = renewed;
+        }
+    }
+
+    /// Redis no longer holds the lease: there is nothing to release.
+    pub(crate) fn lost(&mut self) {
+        self.held = None;
+    }
+
+    /// Gives the lease back now; the receiver says how that went.
+    pub(crate) fn release(mut self) -> Result<oneshot::Receiver<Result<(), ReleaseError>>, ReleaseError> {
+        let Some((lease, commands)) = self.held.take() else {
+            let (done, outcome) = oneshot::channel();
+            let _ = done.send(Ok(()));
+            return Ok(outcome);
+        };
+        let (done, outcome) = oneshot::channel();
+        commands
+            .send(Command::Release {
+                lease,
+                done: Some(done),
+            })
+            .map_err(|_| ReleaseError::Stopped)?;
+        Ok(outcome)
+    }
+}
+
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        let Some((lease, commands)) = self.held.take() else {
+            return;
+        };
+        // Sending needs no runtime; the driver's runtime does the work.
+        if let Err(unsent) = commands.send(Command::Release { lease, done: None }) {
+            if let Command::Release { lease, .. } = unsent.0 {
+                tracing::warn!(
+                    lease = %lease.id(),
+                    "permit dropped after the limiter's driver stopped; the lease expires at its TTL"
+                );
+            }
+        }
+    }
+}
