@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod address;
 pub mod client;
 pub mod config;
 pub mod event;
@@ -44,8 +45,9 @@ mod server_error;
 #[doc(hidden)]
 pub mod testkit;
 
+pub use address::{redact_url, Endpoint, ServerAddress};
 pub use client::Client;
-pub use config::{Config, ConfigError, Credentials, Endpoint, ReleasePolicy, ServerAddress, UnavailablePolicy};
+pub use config::{Config, ConfigError, Credentials, ReleasePolicy, UnavailablePolicy};
 pub use event::{
     Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
     Unavailable,

@@ -49,7 +49,7 @@ impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut debug = f.debug_struct("Builder");
         debug
-            .field("url", &inflight_core::config::redact_url(&self.url))
+            .field("url", &inflight_core::redact_url(&self.url))
             .field("config", &self.config)
             .field("default_limit", &self.default_limit)
             .field("liveness", &self.liveness)

@@ -374,30 +374,12 @@ impl<C: Connector> Driver<C> {
     fn on_connect_failed(&mut self, id: ConnectionId, error: ConnectionError) {
         let addr = self.address.endpoint.to_string();
         if let Some(startup) = self.startup.take() {
-            let _ = startup.send(Err(self.startup_error(addr, error)));
+            let reason = self.last_io_error.clone();
+            let timeout = self.client.config().connect_timeout;
+            let _ = startup.send(Err(ConnectError::at_start(addr, error, reason, timeout)));
             self.failed_start = true;
         } else {
             tracing::warn!(connection = id.get(), %error, %addr, "inflight: connecting to Redis failed; retrying with backoff");
-        }
-    }
-
-    fn startup_error(&self, addr: String, error: ConnectionError) -> ConnectError {
-        match error {
-            ConnectionError::Closed => ConnectError::Unreachable {
-                addr,
-                reason: self.last_io_error.clone().unwrap_or_else(|| "connection closed".into()),
-            },
-            ConnectionError::ConnectTimeout => ConnectError::Timeout {
-                addr,
-                after: self.client.config().connect_timeout,
-            },
-            ConnectionError::Auth(reason) => ConnectError::Auth { addr, reason },
-            // Redis's own words; the variant already says it was the handshake.
-            ConnectionError::Handshake(reason) => ConnectError::Handshake { addr, reason },
-            other => ConnectError::Handshake {
-                addr,
-                reason: other.to_string(),
-            },
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use inflight_core::{ConfigError, ReleaseFailure, Unavailable};
+use inflight_core::{ConfigError, ConnectionError, ReleaseFailure, Unavailable};
 
 /// Why an acquire did not return a permit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,6 +81,35 @@ pub enum ConnectError {
     /// The driver task stopped before the first connection (runtime shut down).
     #[error("the limiter's driver stopped before connecting")]
     Stopped,
+}
+
+impl ConnectError {
+    /// Why the first connection failed, from the core's reason, the socket's
+    /// last error (if it had one) and the connect timeout.
+    pub(crate) fn at_start(
+        addr: String,
+        error: ConnectionError,
+        io_error: Option<String>,
+        connect_timeout: Duration,
+    ) -> Self {
+        match error {
+            ConnectionError::Closed => ConnectError::Unreachable {
+                addr,
+                reason: io_error.unwrap_or_else(|| "connection closed".into()),
+            },
+            ConnectionError::ConnectTimeout => ConnectError::Timeout {
+                addr,
+                after: connect_timeout,
+            },
+            ConnectionError::Auth(reason) => ConnectError::Auth { addr, reason },
+            // Redis's own words; the variant already says it was the handshake.
+            ConnectionError::Handshake(reason) => ConnectError::Handshake { addr, reason },
+            other => ConnectError::Handshake {
+                addr,
+                reason: other.to_string(),
+            },
+        }
+    }
 }
 
 /// Why `Permit::renew` did not extend the lease.

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 
-use super::request::{ReleaseKind, Request, Step};
+use super::request::{AcquireOp, ReleaseJob, ReleaseKind, Request, Step};
 use super::Client;
 use crate::config::Config;
 use crate::resp::encode_command;
@@ -13,23 +13,13 @@ use crate::script::{ScriptKind, Scripts};
 
 impl Request {
     /// Appends this request's command to `out`. `ttl_ms` is the lease TTL in
-    /// milliseconds, as the scripts take it (also the tombstones' lifetime).
+    /// milliseconds, as the scripts take it.
     fn encode(&self, config: &Config, scripts: &Scripts, ttl_ms: &[u8], out: &mut BytesMut) {
         match self {
-            Request::Handshake(Step::Auth) => {
-                let credentials = config.credentials.as_ref().expect("AUTH is sent only with credentials");
-                let password = credentials.password.as_bytes();
-                match &credentials.username {
-                    Some(user) => encode_command(out, &[b"AUTH", user.as_bytes(), password]),
-                    None => encode_command(out, &[b"AUTH", password]),
-                }
-            }
-            Request::Handshake(Step::Select) => {
-                encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()])
-            }
-            Request::Handshake(Step::Ping) => encode_command(out, &[b"PING"]),
-            Request::Handshake(Step::Time) => encode_command(out, &[b"TIME"]),
-            Request::Handshake(Step::Load(kind)) | Request::Reload(kind) => scripts.encode_load(out, *kind),
+            Request::Handshake(step) => encode_step(*step, config, scripts, out),
+            Request::Reload(kind) => scripts.encode_load(out, *kind),
+            Request::Acquire(op) => encode_acquire(op, scripts, ttl_ms, out),
+            Request::AcquireMany(ops) => encode_acquire_many(ops, scripts, ttl_ms, out),
             Request::Renew(op) => {
                 let call = &op.call;
                 let valid_until = call.valid_until_ms.to_string();
@@ -41,57 +31,6 @@ impl Request {
                     &[ttl_ms, &call.lease_bytes, valid_until.as_bytes()],
                 )
             }
-            Request::Acquire(op) => {
-                let call = &op.call;
-                let tombstone = call.keys.tombstone(&call.lease);
-                let limit = op.limit.to_string();
-                let valid_until = call.valid_until_ms.to_string();
-                scripts.encode_call(
-                    out,
-                    ScriptKind::Acquire,
-                    call.by_text,
-                    &[call.keys.leases(), &tombstone],
-                    &[ttl_ms, limit.as_bytes(), &call.lease_bytes, valid_until.as_bytes()],
-                );
-            }
-            Request::AcquireMany(ops) => {
-                let leases = ops[0].call.keys.leases();
-                let tombstones: Vec<_> = ops.iter().map(|op| op.call.keys.tombstone(&op.call.lease)).collect();
-                let tombstones: Vec<&[u8]> = tombstones.iter().map(|t| &t[..]).collect();
-                let ids: Vec<&[u8]> = ops.iter().map(|op| &op.call.lease_bytes[..]).collect();
-                let limit = ops[0].limit.to_string();
-                // One deadline for the batch: the earliest of its members'.
-                let valid_until = ops
-                    .iter()
-                    .map(|op| op.call.valid_until_ms)
-                    .min()
-                    .unwrap_or(0)
-                    .to_string();
-                scripts.encode_acquire_many(
-                    out,
-                    leases,
-                    &tombstones,
-                    ttl_ms,
-                    limit.as_bytes(),
-                    valid_until.as_bytes(),
-                    &ids,
-                );
-            }
-            Request::Compensate(job) => {
-                let tombstone = job.keys.tombstone(&job.lease);
-                let until = match job.kind {
-                    ReleaseKind::Compensation { tombstone_until_ms } => tombstone_until_ms,
-                    ReleaseKind::Release => 0,
-                };
-                let until = until.to_string();
-                scripts.encode_call(
-                    out,
-                    ScriptKind::Compensate,
-                    job.by_text,
-                    &[job.keys.leases(), &tombstone],
-                    &[until.as_bytes(), &job.lease_bytes],
-                );
-            }
             Request::Release(job) => encode_command(out, &[b"ZREM", job.keys.leases(), &job.lease_bytes]),
             Request::ReleaseMany(jobs) => {
                 let mut command: Vec<&[u8]> = Vec::with_capacity(2 + jobs.len());
@@ -99,8 +38,80 @@ impl Request {
                 command.extend(jobs.iter().map(|job| &job.lease_bytes[..]));
                 encode_command(out, &command);
             }
+            Request::Compensate(job) => encode_compensate(job, scripts, out),
         }
     }
+}
+
+fn encode_step(step: Step, config: &Config, scripts: &Scripts, out: &mut BytesMut) {
+    match step {
+        Step::Auth => {
+            let credentials = config.credentials.as_ref().expect("AUTH is sent only with credentials");
+            let password = credentials.password.as_bytes();
+            match &credentials.username {
+                Some(user) => encode_command(out, &[b"AUTH", user.as_bytes(), password]),
+                None => encode_command(out, &[b"AUTH", password]),
+            }
+        }
+        Step::Select => encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()]),
+        Step::Ping => encode_command(out, &[b"PING"]),
+        Step::Time => encode_command(out, &[b"TIME"]),
+        Step::Load(kind) => scripts.encode_load(out, kind),
+    }
+}
+
+fn encode_acquire(op: &AcquireOp, scripts: &Scripts, ttl_ms: &[u8], out: &mut BytesMut) {
+    let call = &op.call;
+    let tombstone = call.keys.tombstone(&call.lease);
+    let limit = op.limit.to_string();
+    let valid_until = call.valid_until_ms.to_string();
+    scripts.encode_call(
+        out,
+        ScriptKind::Acquire,
+        call.by_text,
+        &[call.keys.leases(), &tombstone],
+        &[ttl_ms, limit.as_bytes(), &call.lease_bytes, valid_until.as_bytes()],
+    );
+}
+
+fn encode_acquire_many(ops: &[AcquireOp], scripts: &Scripts, ttl_ms: &[u8], out: &mut BytesMut) {
+    let leases = ops[0].call.keys.leases();
+    let tombstones: Vec<_> = ops.iter().map(|op| op.call.keys.tombstone(&op.call.lease)).collect();
+    let tombstones: Vec<&[u8]> = tombstones.iter().map(|t| &t[..]).collect();
+    let ids: Vec<&[u8]> = ops.iter().map(|op| &op.call.lease_bytes[..]).collect();
+    let limit = ops[0].limit.to_string();
+    // One deadline for the batch: the earliest of its members'.
+    let valid_until = ops
+        .iter()
+        .map(|op| op.call.valid_until_ms)
+        .min()
+        .unwrap_or(0)
+        .to_string();
+    scripts.encode_acquire_many(
+        out,
+        leases,
+        &tombstones,
+        ttl_ms,
+        limit.as_bytes(),
+        valid_until.as_bytes(),
+        &ids,
+    );
+}
+
+fn encode_compensate(job: &ReleaseJob, scripts: &Scripts, out: &mut BytesMut) {
+    let tombstone = job.keys.tombstone(&job.lease);
+    let until = match job.kind {
+        ReleaseKind::Compensation { tombstone_until_ms } => tombstone_until_ms,
+        ReleaseKind::Release => 0,
+    };
+    let until = until.to_string();
+    scripts.encode_call(
+        out,
+        ScriptKind::Compensate,
+        job.by_text,
+        &[job.keys.leases(), &tombstone],
+        &[until.as_bytes(), &job.lease_bytes],
+    );
 }
 
 impl Client {

@@ -3,9 +3,14 @@
 use std::time::Instant;
 
 use super::reconnect::backoff;
+use super::replies::{classify, unexpected, ErrorClass};
 use super::request::{AcquireOp, ReleaseJob, ReleaseKind};
 use super::Client;
+use crate::event::ConnectionError;
 use crate::event::{Event, ReleaseFailure};
+use crate::resp::Frame;
+use crate::script::ScriptKind;
+use crate::server_error::ServerError;
 
 /// The releases not on the wire: staged for the next write (ordinary
 /// releases, so that those of one subject share a `ZREM`), or waiting for a
@@ -179,6 +184,86 @@ impl Client {
             self.send(job.into_request(), now + self.config.request_liveness);
         } else {
             self.releases.stage(job, now);
+        }
+    }
+
+    // ---- replies ----------------------------------------------------------
+
+    pub(super) fn on_release_reply(
+        &mut self,
+        now: Instant,
+        mut job: ReleaseJob,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
+        let done = match &frame {
+            Frame::Integer(_) => !job.is_compensation(),
+            Frame::BulkString(echo) if job.is_compensation() => {
+                if *echo != job.lease_bytes {
+                    self.retry_release(now, job);
+                    return Err(ConnectionError::EchoMismatch);
+                }
+                true
+            }
+            Frame::Error(message) => {
+                let message = message.to_string();
+                return match classify(&message) {
+                    ErrorClass::NoScript if job.is_compensation() => {
+                        job.by_text = true;
+                        self.reload(now, ScriptKind::Compensate);
+                        self.send_release(now, job);
+                        Ok(())
+                    }
+                    ErrorClass::NotExecutedRetire => {
+                        self.retry_release(now, job);
+                        Err(ConnectionError::Server(ServerError::new(message)))
+                    }
+                    _ => {
+                        self.retry_release(now, job);
+                        Ok(())
+                    }
+                };
+            }
+            _ => false,
+        };
+        if !done {
+            self.retry_release(now, job);
+            return Err(unexpected("release", &frame));
+        }
+        self.stats.releases += 1;
+        self.events.push_back(Event::Released {
+            lease: job.lease,
+            compensation: job.is_compensation(),
+        });
+        Ok(())
+    }
+
+    /// One `ZREM` for several leases: a count means every one is gone (or was
+    /// already); anything else, each is retried on its own schedule.
+    pub(super) fn on_release_many_reply(
+        &mut self,
+        now: Instant,
+        jobs: Vec<ReleaseJob>,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
+        if let Frame::Integer(_) = frame {
+            for job in jobs {
+                self.stats.releases += 1;
+                self.events.push_back(Event::Released {
+                    lease: job.lease,
+                    compensation: false,
+                });
+            }
+            return Ok(());
+        }
+        for job in jobs {
+            self.retry_release(now, job);
+        }
+        match frame {
+            Frame::Error(message) => match classify(&message) {
+                ErrorClass::NotExecutedRetire => Err(ConnectionError::Server(ServerError::new(message.to_string()))),
+                _ => Ok(()),
+            },
+            other => Err(unexpected("release batch", &other)),
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use super::request::{AcquireOp, Op, ReleaseJob, RenewOp, Request, Step};
+use super::request::{AcquireOp, Op, RenewOp, Request, Step};
 use super::{Client, Phase};
 use crate::event::{ConnectionError, Event, Lease, Outcome, Renewal, Unavailable};
 use crate::resp::Frame;
@@ -253,84 +253,6 @@ impl Client {
         }
     }
 
-    pub(super) fn on_release_reply(
-        &mut self,
-        now: Instant,
-        mut job: ReleaseJob,
-        frame: Frame,
-    ) -> Result<(), ConnectionError> {
-        let done = match &frame {
-            Frame::Integer(_) => !job.is_compensation(),
-            Frame::BulkString(echo) if job.is_compensation() => {
-                if *echo != job.lease_bytes {
-                    self.retry_release(now, job);
-                    return Err(ConnectionError::EchoMismatch);
-                }
-                true
-            }
-            Frame::Error(message) => {
-                let message = message.to_string();
-                return match classify(&message) {
-                    ErrorClass::NoScript if job.is_compensation() => {
-                        job.by_text = true;
-                        self.reload(now, ScriptKind::Compensate);
-                        self.send_release(now, job);
-                        Ok(())
-                    }
-                    ErrorClass::NotExecutedRetire => {
-                        self.retry_release(now, job);
-                        Err(ConnectionError::Server(ServerError::new(message)))
-                    }
-                    _ => {
-                        self.retry_release(now, job);
-                        Ok(())
-                    }
-                };
-            }
-            _ => false,
-        };
-        if !done {
-            self.retry_release(now, job);
-            return Err(unexpected("release", &frame));
-        }
-        self.stats.releases += 1;
-        self.events.push_back(Event::Released {
-            lease: job.lease,
-            compensation: job.is_compensation(),
-        });
-        Ok(())
-    }
-
-    /// One `ZREM` for several leases: a count means every one is gone (or was
-    /// already); anything else, each is retried on its own schedule.
-    pub(super) fn on_release_many_reply(
-        &mut self,
-        now: Instant,
-        jobs: Vec<ReleaseJob>,
-        frame: Frame,
-    ) -> Result<(), ConnectionError> {
-        if let Frame::Integer(_) = frame {
-            for job in jobs {
-                self.stats.releases += 1;
-                self.events.push_back(Event::Released {
-                    lease: job.lease,
-                    compensation: false,
-                });
-            }
-            return Ok(());
-        }
-        for job in jobs {
-            self.retry_release(now, job);
-        }
-        match frame {
-            Frame::Error(message) => match classify(&message) {
-                ErrorClass::NotExecutedRetire => Err(ConnectionError::Server(ServerError::new(message.to_string()))),
-                _ => Ok(()),
-            },
-            other => Err(unexpected("release batch", &other)),
-        }
-    }
-
     pub(super) fn bug_skip_echo_check(&self) -> bool {
         #[cfg(feature = "fault-injection")]
         return self.bugs.skip_echo_check;
@@ -354,7 +276,7 @@ impl Client {
 }
 
 /// What a Redis error reply tells us about the command it answers.
-enum ErrorClass {
+pub(super) enum ErrorClass {
     /// The script is not cached: resend it as `EVAL`.
     NoScript,
     /// Refused before execution; the connection can go on.
@@ -366,7 +288,7 @@ enum ErrorClass {
     Unknown,
 }
 
-fn classify(message: &str) -> ErrorClass {
+pub(super) fn classify(message: &str) -> ErrorClass {
     use ServerErrorKind as Kind;
     match ServerErrorKind::of(message) {
         Kind::NoScript => ErrorClass::NoScript,
@@ -417,6 +339,6 @@ fn unexpected_status(what: &str, status: i64, lease_bytes: &bytes::Bytes) -> Con
     unexpected(what, &frame)
 }
 
-fn unexpected(what: &str, frame: &Frame) -> ConnectionError {
+pub(super) fn unexpected(what: &str, frame: &Frame) -> ConnectionError {
     ConnectionError::UnexpectedReply(format!("{what}: {}", describe(frame)))
 }
