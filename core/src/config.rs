@@ -105,7 +105,7 @@ impl Default for Config {
             key_prefix: "inflight".into(),
             lease_ttl: Duration::from_secs(60),
             acquire_timeout: Duration::from_millis(250),
-            request_liveness: Duration::from_secs(2),
+            request_liveness: Config::default_request_liveness(Duration::from_millis(250)),
             connect_timeout: Duration::from_secs(2),
             max_in_flight: 1024,
             unavailable_policy: UnavailablePolicy::Deny,
@@ -161,6 +161,14 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// The liveness budget that goes with an acquire timeout when none is
+    /// chosen: 2 s, or 4 timeouts if that is longer. Long enough that a
+    /// caller who stops waiting does not condemn a slow but healthy
+    /// connection; it is also how long a held-back request stays valid.
+    pub fn default_request_liveness(acquire_timeout: Duration) -> Duration {
+        Duration::from_secs(2).max(acquire_timeout.saturating_mul(4))
+    }
+
     /// Refuses a setting that cannot work, naming the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.check_positive()?;

@@ -246,7 +246,7 @@ impl Builder {
         config.database = address.database;
         config.request_liveness = self
             .liveness
-            .unwrap_or_else(|| Duration::from_secs(2).max(config.acquire_timeout.saturating_mul(4)));
+            .unwrap_or_else(|| Config::default_request_liveness(config.acquire_timeout));
         config.validate()?;
         let entropy = match self.entropy {
             Some(entropy) => entropy,

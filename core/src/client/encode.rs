@@ -117,7 +117,7 @@ fn encode_compensate(job: &ReleaseJob, scripts: &Scripts, out: &mut BytesMut) {
 impl Client {
     /// Writes `request` on the current connection; its reply is due by `deadline`.
     pub(super) fn send(&mut self, request: Request, deadline: Instant) {
-        let conn = self.connection.as_mut().expect("sent on the current connection");
+        let conn = self.node.connection.as_mut().expect("sent on the current connection");
         let (config, scripts, ttl_ms) = (&self.config, &self.scripts, &self.ttl_ms);
         conn.pipeline.send(request, deadline, |request, out| {
             request.encode(config, scripts, ttl_ms, out)

@@ -11,8 +11,8 @@ impl Client {
     pub(super) fn start_connect(&mut self, now: Instant) {
         let id = ConnectionId(self.next_connection);
         self.next_connection += 1;
-        self.reconnect.attempting();
-        self.connection = Some(Connection::new(
+        self.node.reconnect.attempting();
+        self.node.connection = Some(Connection::new(
             id,
             now + self.config.connect_timeout,
             self.config.reply_limits,
@@ -23,15 +23,15 @@ impl Client {
     /// Gives up the current connection: a failed attempt backs off before the
     /// next; a ready connection that is retired is replaced at once.
     pub(super) fn drop_connection(&mut self, now: Instant, error: ConnectionError) {
-        let Some(mut conn) = self.connection.take() else {
+        let Some(mut conn) = self.node.connection.take() else {
             return;
         };
         self.actions.push_back(Action::Close(conn.id()));
         if !conn.is_ready() {
-            self.reconnect.failed(now, error.clone());
+            self.node.reconnect.failed(now, error.clone());
             self.events.push_back(Event::ConnectFailed(conn.id(), error.clone()));
             // Nothing was sent for them; the server is not there for now.
-            for op in std::mem::take(&mut self.waiting) {
+            for op in std::mem::take(&mut self.node.waiting) {
                 self.fail(op.call().request, Unavailable::NotConnected(error.clone()));
             }
             return;
@@ -40,7 +40,7 @@ impl Client {
         self.events.push_back(Event::Retired(conn.id(), error.clone()));
         // Never written: they wait for the next connection like any other.
         for (op, _) in conn.take_staged().into_iter().rev() {
-            self.waiting.push_front(op);
+            self.node.waiting.push_front(op);
         }
         for (job, _) in self.releases.take_staged() {
             self.queue_release(job);
@@ -73,10 +73,10 @@ impl Client {
 
     /// Sends what can be sent on a ready connection.
     pub(super) fn drive(&mut self, now: Instant) {
-        if !self.connection.as_ref().is_some_and(Connection::is_ready) {
+        if !self.node.connection.as_ref().is_some_and(Connection::is_ready) {
             return;
         }
-        while let Some(op) = self.waiting.pop_front() {
+        while let Some(op) = self.node.waiting.pop_front() {
             self.send_acquire(now, op);
         }
         for job in self.releases.take_due(now) {
@@ -91,7 +91,7 @@ impl Client {
         let call = op.call_mut();
         call.sent_at.get_or_insert(now);
         let no_deadline = self.bug_skip_stale_check();
-        let conn = self.connection.as_mut().expect("sent on the current connection");
+        let conn = self.node.connection.as_mut().expect("sent on the current connection");
         let valid_until = now + self.config.request_liveness;
         // Without a reading (never, on a ready connection) the request is
         // written as already stale: refused, never over-admitted.
@@ -107,8 +107,8 @@ impl Client {
     /// Forgets a request that has not been written yet (its caller is gone):
     /// nothing reached Redis, so nothing needs compensating.
     pub(super) fn unsend(&mut self, request: RequestId) {
-        self.waiting.retain(|op| op.call().request != request);
-        if let Some(conn) = self.connection.as_mut() {
+        self.node.waiting.retain(|op| op.call().request != request);
+        if let Some(conn) = self.node.connection.as_mut() {
             conn.unstage(request);
         }
     }
@@ -128,7 +128,7 @@ impl Client {
     /// drift never builds up; only while requests flow (an idle client needs
     /// no clock), and one `TIME` at a time.
     fn resync_clock(&mut self) {
-        let Some(conn) = self.connection.as_mut().filter(|c| c.is_ready()) else {
+        let Some(conn) = self.node.connection.as_mut().filter(|c| c.is_ready()) else {
             return;
         };
         let Some(latest) = conn.latest_staged() else {
@@ -147,7 +147,7 @@ impl Client {
     fn write_staged_acquires(&mut self) {
         // A batch's reply has two items per acquire; it must fit the reply limits.
         let most = MAX_BATCH.min(self.config.reply_limits.max_array_len / 2).max(1);
-        let Some(conn) = self.connection.as_mut() else {
+        let Some(conn) = self.node.connection.as_mut() else {
             return;
         };
         let staged = conn.take_staged();
@@ -177,6 +177,7 @@ impl Client {
     /// Queues a `SCRIPT LOAD` on the ready connection, once per script at a time.
     pub(super) fn reload(&mut self, now: Instant, kind: ScriptKind) {
         let conn = self
+            .node
             .connection
             .as_mut()
             .expect("replies come from the current connection");

@@ -19,6 +19,7 @@ use crate::lease_id::{LeaseId, LeaseIds};
 use crate::script::{ScriptKind, Scripts};
 use callers::{Awaits, Callers};
 use connection::{Connection, Phase};
+use node::Node;
 use reconnect::Reconnect;
 use releases::ReleaseQueue;
 use request::{AcquireOp, Call, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Step};
@@ -27,6 +28,7 @@ mod callers;
 mod connection;
 mod encode;
 mod lifecycle;
+mod node;
 mod outcomes;
 mod reconnect;
 mod releases;
@@ -152,11 +154,8 @@ pub struct Client {
     lease_ids: LeaseIds,
     next_request: u64,
     next_connection: u64,
-    connection: Option<Connection>,
-    /// When to try again while there is no connection.
-    reconnect: Reconnect,
-    /// Acquires that wait for the connection's handshake to finish.
-    waiting: VecDeque<Op>,
+    /// The Redis node requests go to (one today).
+    node: Node,
     /// Callers still waiting for an outcome, with their deadline.
     callers: Callers,
     /// Releases staged for the next write, or waiting for a connection or
@@ -185,9 +184,7 @@ impl Client {
             lease_ids: LeaseIds::new(entropy),
             next_request: 1,
             next_connection: 1,
-            connection: None,
-            reconnect,
-            waiting: VecDeque::new(),
+            node: Node::new(reconnect),
             callers: Callers::default(),
             releases,
             events: VecDeque::new(),
@@ -224,12 +221,12 @@ impl Client {
 
     /// The current connection and whether it is ready.
     pub fn connection(&self) -> Option<(ConnectionId, bool)> {
-        self.connection.as_ref().map(|c| (c.id(), c.is_ready()))
+        self.node.connection.as_ref().map(|c| (c.id(), c.is_ready()))
     }
 
     /// Releases (and compensations) not yet done or given up.
     pub fn outstanding_releases(&self) -> usize {
-        let in_flight = self.connection.as_ref().map_or(0, |c| {
+        let in_flight = self.node.connection.as_ref().map_or(0, |c| {
             c.pipeline
                 .pending()
                 .map(|r| match r {
@@ -245,7 +242,7 @@ impl Client {
     /// Acquires waiting for a connection or for their reply, abandoned ones
     /// included (their reply may still call for a compensation).
     pub fn in_flight_acquires(&self) -> usize {
-        self.waiting.len() + self.connection.as_ref().map_or(0, Connection::in_flight)
+        self.node.in_flight()
     }
 
     // ---- calls from users -------------------------------------------------
@@ -293,14 +290,14 @@ impl Client {
         if self.in_flight_acquires() >= self.config.max_in_flight {
             return self.fail(op.call().request, Unavailable::Overloaded);
         }
-        match self.connection.as_ref().map(|c| c.phase) {
+        match self.node.connection.as_ref().map(|c| c.phase) {
             Some(Phase::Ready) => self.send_acquire(now, op),
-            Some(_) => self.waiting.push_back(op),
+            Some(_) => self.node.waiting.push_back(op),
             // Backing off after failed connection attempts: say so at once
             // rather than make every caller wait out its timeout.
             None => self.fail(
                 op.call().request,
-                Unavailable::NotConnected(self.reconnect.last_error().clone()),
+                Unavailable::NotConnected(self.node.reconnect.last_error().clone()),
             ),
         }
     }
@@ -340,7 +337,7 @@ impl Client {
 
     /// The socket for `connection` is open.
     pub fn handle_connected(&mut self, _now: Instant, connection: ConnectionId) {
-        let Some(conn) = self.connection.as_mut().filter(|c| c.id() == connection) else {
+        let Some(conn) = self.node.connection.as_mut().filter(|c| c.id() == connection) else {
             return;
         };
         let Phase::Connecting { deadline } = conn.phase else {
@@ -367,11 +364,11 @@ impl Client {
 
     /// Bytes arrived on `connection`.
     pub fn handle_input(&mut self, now: Instant, connection: ConnectionId, data: &[u8]) {
-        let Some(conn) = self.connection.as_mut().filter(|c| c.id() == connection) else {
+        let Some(conn) = self.node.connection.as_mut().filter(|c| c.id() == connection) else {
             return; // A retired generation: nothing it says is trusted.
         };
         conn.pipeline.receive(data);
-        while let Some(conn) = self.connection.as_mut().filter(|c| c.id() == connection) {
+        while let Some(conn) = self.node.connection.as_mut().filter(|c| c.id() == connection) {
             let reply = match conn.pipeline.next_reply() {
                 Ok(Some(reply)) => reply,
                 Ok(None) => break,
@@ -391,7 +388,7 @@ impl Client {
 
     /// `connection` closed, or could not be opened.
     pub fn handle_closed(&mut self, now: Instant, connection: ConnectionId) {
-        if self.connection.as_ref().is_some_and(|c| c.id() == connection) {
+        if self.node.connection.as_ref().is_some_and(|c| c.id() == connection) {
             self.drop_connection(now, ConnectionError::Closed);
             self.drive(now);
         }
@@ -403,10 +400,10 @@ impl Client {
             self.unsend(request);
             self.fail(request, Unavailable::Timeout);
         }
-        if let Some(error) = self.connection.as_ref().and_then(|conn| conn.overdue(now)) {
+        if let Some(error) = self.node.connection.as_ref().and_then(|conn| conn.overdue(now)) {
             self.drop_connection(now, error);
         }
-        if self.connection.is_none() && self.reconnect.due(now) {
+        if self.node.connection.is_none() && self.node.reconnect.due(now) {
             self.start_connect(now);
         }
         for job in self.releases.take_expired(now) {
@@ -425,7 +422,7 @@ impl Client {
     /// The next bytes to write, if any; staged calls are written here, in one go.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.write_staged();
-        let conn = self.connection.as_mut()?;
+        let conn = self.node.connection.as_mut()?;
         if matches!(conn.phase, Phase::Connecting { .. }) {
             return None;
         }
@@ -443,11 +440,11 @@ impl Client {
 
     /// The next instant at which `handle_timeout` has work to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let ready = self.connection.as_ref().is_some_and(Connection::is_ready);
+        let ready = self.node.connection.as_ref().is_some_and(Connection::is_ready);
         [
             self.callers.next_deadline(),
-            self.connection.as_ref().and_then(Connection::next_deadline),
-            self.reconnect.next_deadline(),
+            self.node.connection.as_ref().and_then(Connection::next_deadline),
+            self.node.reconnect.next_deadline(),
             self.releases.next_deadline(ready),
         ]
         .into_iter()

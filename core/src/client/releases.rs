@@ -131,7 +131,7 @@ impl Client {
     }
 
     pub(super) fn submit_release(&mut self, now: Instant, job: ReleaseJob) {
-        if self.connection.as_ref().is_some_and(|c| c.is_ready()) {
+        if self.node.connection.as_ref().is_some_and(|c| c.is_ready()) {
             self.send_release(now, job);
         } else {
             self.queue_release(job);

@@ -29,6 +29,7 @@ impl Client {
 
     pub(super) fn on_handshake_reply(&mut self, now: Instant, step: Step, frame: Frame) -> Result<(), ConnectionError> {
         let conn = self
+            .node
             .connection
             .as_mut()
             .expect("replies come from the current connection");
@@ -73,7 +74,7 @@ impl Client {
             *steps -= 1;
             if *steps == 0 {
                 conn.phase = Phase::Ready;
-                self.reconnect.succeeded();
+                self.node.reconnect.succeeded();
                 self.events.push_back(Event::Connected(conn.id()));
             }
         }
