@@ -424,7 +424,8 @@ impl Pair {
                             "renewed lease is not in Redis"
                         );
                         let held = self.held.iter_mut().find(|l| l.id() == renewed);
-                        held.expect("a renewed lease is held").expires_at = lease.expires_at();
+                        // The holder now holds the renewed lease (its new expiry).
+                        *held.expect("a renewed lease is held") = lease.clone();
                     }
                     // Only time removes a lease its holder has not released.
                     Renewal::Lost => {
