@@ -1,0 +1,206 @@
+//! Acquires: grants, denials, late grants, timeouts, the in-flight cap, NOSCRIPT, fail-open.
+
+use super::*;
+
+#[test]
+fn grants_up_to_the_limit_denies_past_it_and_a_release_admits_again() {
+    let mut pair = Pair::connected(config(), start());
+    let a = pair.acquire("tier", "acme", 2);
+    let b = pair.acquire("tier", "acme", 2);
+    let c = pair.acquire("tier", "acme", 2);
+    let other = pair.acquire("tier", "globex", 2);
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    assert!(matches!(pair.outcome(b), Some(Outcome::Granted(_))));
+    assert_eq!(pair.outcome(c), Some(&Outcome::Exceeded));
+    assert!(matches!(pair.outcome(other), Some(Outcome::Granted(_))));
+
+    pair.release(0);
+    pair.exchange();
+    assert!(pair.events.iter().any(|e| matches!(
+        e,
+        Event::Released {
+            compensation: false,
+            ..
+        }
+    )));
+    let d = pair.acquire("tier", "acme", 2);
+    pair.exchange();
+    assert!(matches!(pair.outcome(d), Some(Outcome::Granted(_))));
+    pair.assert_no_leak();
+    assert_eq!(pair.client.stats().granted, 4);
+    assert_eq!(pair.client.stats().denied, 1);
+}
+
+#[test]
+fn a_grant_for_an_abandoned_caller_is_compensated_and_never_delivered() {
+    let mut pair = Pair::connected(config(), start());
+    let a = pair.acquire("t", "s", 1);
+    pair.to_server(usize::MAX); // Redis grants it...
+    pair.abandon(a); // ...but the caller is gone before the reply.
+    pair.settle();
+    assert_eq!(pair.outcome(a), None);
+    assert!(pair
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::Released { compensation: true, .. })));
+    assert!(pair.server.all_live_leases().is_empty());
+    // The slot is free again for the next caller.
+    let b = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(b), Some(Outcome::Granted(_))));
+}
+
+#[test]
+fn an_outcome_not_yet_taken_is_withdrawn_when_its_caller_leaves() {
+    // A grant: the reply reaches the client and the caller leaves before the
+    // driver takes a single event. The lease goes back; nothing is delivered.
+    let mut pair = Pair::connected(config(), start());
+    let a = pair.acquire("t", "s", 1);
+    pair.to_server(usize::MAX);
+    pair.to_client_then_abandon(usize::MAX, a);
+    pair.settle();
+    assert_eq!(pair.outcome(a), None);
+    assert!(pair
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::Released { compensation: true, .. })));
+    assert!(pair.server.all_live_leases().is_empty());
+    let stats = pair.client.stats();
+    assert_eq!((stats.granted, stats.compensations), (0, 1));
+
+    // A denial, likewise: withdrawn and not counted.
+    let held = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(held), Some(Outcome::Granted(_))));
+    let b = pair.acquire("t", "s", 1);
+    pair.to_server(usize::MAX);
+    pair.to_client_then_abandon(usize::MAX, b);
+    pair.settle();
+    assert_eq!(pair.outcome(b), None);
+    assert_eq!(pair.client.stats().denied, 0);
+}
+
+#[test]
+fn a_caller_timeout_keeps_a_slow_connection_and_compensates_the_late_grant() {
+    let mut pair = Pair::connected(config(), start());
+    let (connection, _) = pair.client.connection().unwrap();
+    let a = pair.acquire("t", "s", 1);
+    pair.to_server(usize::MAX);
+    pair.advance(config().acquire_timeout);
+    assert_eq!(pair.outcome(a), Some(&Outcome::Unavailable(Unavailable::Timeout)));
+    // The reply arrives late, but within the liveness budget.
+    pair.advance(ms(500));
+    pair.exchange();
+    assert_eq!(
+        pair.client.connection(),
+        Some((connection, true)),
+        "a slow reply must not retire the connection"
+    );
+    assert!(
+        pair.server.all_live_leases().is_empty(),
+        "the late grant was not compensated"
+    );
+    let b = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(b), Some(Outcome::Granted(_))));
+    assert_eq!(pair.client.connection(), Some((connection, true)));
+}
+
+#[test]
+fn a_reply_echoing_another_lease_retires_the_connection_and_is_unavailable() {
+    let mut pair = Pair::connected(config(), start());
+    let (first, _) = pair.client.connection().unwrap();
+    let a = pair.acquire("t", "s", 1);
+    // A denial echoing someone else's id: not evidence of anything.
+    pair.inject(b"*2\r\n:0\r\n$38\r\n00000000000000000000000000000abc-99999\r\n");
+    assert_eq!(
+        pair.outcome(a),
+        Some(&Outcome::Unavailable(Unavailable::ConnectionLost(
+            ConnectionError::EchoMismatch
+        )))
+    );
+    assert!(pair
+        .events
+        .contains(&Event::Retired(first, ConnectionError::EchoMismatch)));
+    assert_eq!(pair.client.stats().denied, 0);
+    // Its own acquire may still land (the bytes were sent): compensation and
+    // the tombstone make sure it takes no slot.
+    pair.land_ghosts();
+    pair.settle();
+    assert!(pair.server.all_live_leases().is_empty());
+    assert_ne!(pair.client.connection().unwrap().0, first);
+}
+
+#[test]
+fn an_acquire_landing_after_its_own_compensation_takes_no_slot() {
+    let mut pair = Pair::connected(config(), start());
+    let a = pair.acquire("t", "s", 1);
+    pair.cut(); // the bytes are still on the wire
+    assert!(matches!(
+        pair.outcome(a),
+        Some(Outcome::Unavailable(Unavailable::ConnectionLost(_)))
+    ));
+    pair.settle(); // compensation goes out on a fresh connection first
+    pair.land_ghosts(); // then the old acquire reaches Redis
+    assert_eq!(pair.server.acquires.last().map(|a| a.status), Some(-1));
+    assert!(pair.server.all_live_leases().is_empty());
+    let b = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(b), Some(Outcome::Granted(_))));
+}
+
+#[test]
+fn the_in_flight_cap_refuses_at_once_and_leaves_the_connection_healthy() {
+    let mut pair = Pair::connected(
+        Config {
+            max_in_flight: 2,
+            ..config()
+        },
+        start(),
+    );
+    let (connection, _) = pair.client.connection().unwrap();
+    let a = pair.acquire("t", "s", 5);
+    let b = pair.acquire("t", "s", 5);
+    let c = pair.acquire("t", "s", 5);
+    assert_eq!(pair.outcome(c), Some(&Outcome::Unavailable(Unavailable::Overloaded)));
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    assert!(matches!(pair.outcome(b), Some(Outcome::Granted(_))));
+    let d = pair.acquire("t", "s", 5);
+    pair.exchange();
+    assert!(matches!(pair.outcome(d), Some(Outcome::Granted(_))));
+    assert_eq!(pair.client.connection(), Some((connection, true)));
+}
+
+#[test]
+fn noscript_falls_back_to_eval_and_reloads_the_script() {
+    let mut pair = Pair::connected(config(), start());
+    pair.server.flush_scripts();
+    let a = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    // The reload put the script back: the next acquire goes by SHA.
+    let b = pair.acquire("t", "s", 2);
+    pair.exchange();
+    assert!(matches!(pair.outcome(b), Some(Outcome::Granted(_))));
+    assert_eq!(pair.server.acquires.len(), 2);
+    pair.assert_no_leak();
+}
+
+#[test]
+fn fail_open_policy_lets_unanswerable_requests_through_and_counts_them() {
+    let mut pair = Pair::connected(
+        Config {
+            unavailable_policy: UnavailablePolicy::Allow,
+            ..config()
+        },
+        start(),
+    );
+    let a = pair.acquire("t", "s", 1);
+    pair.advance(config().acquire_timeout);
+    assert_eq!(pair.outcome(a), Some(&Outcome::FailOpen(Unavailable::Timeout)));
+    assert_eq!(pair.client.stats().fail_open, 1);
+    pair.settle();
+    pair.assert_no_leak();
+}

@@ -1,0 +1,137 @@
+//! Releases: ordering, retries, room, giving up.
+
+use super::*;
+
+#[test]
+fn a_release_goes_out_before_an_acquire_that_follows_it_in_one_wake_up() {
+    let mut pair = Pair::connected(config(), start());
+    let a = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    for _ in 0..3 {
+        // The permit is dropped and the same caller acquires at once: the
+        // slot it gave back is free by the time its acquire runs.
+        let again = pair.release_then_acquire(0, "t", "s", 1);
+        pair.exchange();
+        assert!(
+            matches!(pair.outcome(again), Some(Outcome::Granted(_))),
+            "{:?}",
+            pair.outcome(again)
+        );
+    }
+    pair.assert_no_leak();
+}
+
+#[test]
+fn a_release_retries_on_a_fresh_connection_with_backoff() {
+    let mut pair = Pair::connected(config(), start());
+    let a = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    pair.release(0);
+    pair.cut(); // the ZREM never arrives
+    pair.refuse(); // nor does the first reconnect
+    assert_eq!(pair.server.all_live_leases().len(), 1);
+    pair.settle();
+    assert!(pair.server.all_live_leases().is_empty());
+    assert!(pair.events.iter().any(|e| matches!(
+        e,
+        Event::Released {
+            compensation: false,
+            ..
+        }
+    )));
+    assert!(pair.client.stats().release_retries >= 1);
+    assert_eq!(pair.client.outstanding_releases(), 0);
+}
+
+#[test]
+fn a_release_refused_for_lack_of_retry_room_is_not_counted_as_a_retry() {
+    let mut config = config();
+    config.release.max_retrying = 1;
+    let mut pair = Pair::connected(config, start());
+    for subject in ["a", "b", "c"] {
+        pair.acquire("t", subject, 1);
+    }
+    pair.exchange();
+    pair.release_burst(3);
+    pair.cut(); // all three releases fail; room to retry only one
+    let stats = pair.client.stats();
+    assert_eq!((stats.release_retries, stats.releases_abandoned), (1, 2));
+    let overloaded = pair
+        .events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::ReleaseAbandoned {
+                    reason: ReleaseFailure::Overloaded,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(overloaded, 2);
+}
+
+#[test]
+fn a_release_that_cannot_get_through_gives_up_and_says_so() {
+    let mut pair = Pair::connected(config(), start());
+    let a = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    pair.release(0);
+    pair.cut();
+    // Every fresh connection dies just after its handshake, with the ZREM unsent.
+    for _ in 0..200 {
+        pair.accept();
+        pair.to_server(usize::MAX);
+        pair.to_client(usize::MAX);
+        pair.cut();
+        match pair.client.poll_timeout() {
+            Some(at) => pair.advance(at.saturating_duration_since(pair.now)),
+            None => break,
+        }
+    }
+    assert!(pair.events.iter().any(|e| matches!(
+        e,
+        Event::ReleaseAbandoned {
+            compensation: false,
+            reason: ReleaseFailure::AttemptsExhausted,
+            ..
+        }
+    )));
+    assert_eq!(pair.client.stats().releases_abandoned, 1);
+    assert_eq!(pair.client.outstanding_releases(), 0);
+}
+
+#[test]
+fn a_release_never_retries_past_the_lease_ttl() {
+    let ttl = ms(300);
+    let mut pair = Pair::connected(
+        Config {
+            lease_ttl: ttl,
+            ..config()
+        },
+        start(),
+    );
+    let a = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    let started = pair.now;
+    pair.release(0);
+    pair.cut();
+    while pair.client.outstanding_releases() > 0 {
+        pair.refuse();
+        let at = pair.client.poll_timeout().expect("a release waits on a timer");
+        pair.advance(at.saturating_duration_since(pair.now));
+    }
+    assert!(pair.now <= started + ttl, "retried past the TTL");
+    assert!(pair.events.iter().any(|e| matches!(
+        e,
+        Event::ReleaseAbandoned {
+            reason: ReleaseFailure::Expired,
+            ..
+        }
+    )));
+}
