@@ -1,0 +1,170 @@
+//! The bench's pump and ledger: outputs are drained as a driver would, and every event the client emits is checked against what
+//! the bench knows (one outcome per request, none after abandon, grants that
+//! are really in the model, no lease leaked when the run settles).
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+
+use super::Pair;
+use crate::event::{Action, Event, Outcome, Renewal, RequestId};
+use crate::lease_id::LeaseId;
+
+impl Pair {
+    /// Drains the client's outputs into the wire and checks every event.
+    pub(super) fn pump(&mut self) {
+        loop {
+            let mut progressed = false;
+            while let Some(action) = self.client.poll_action() {
+                progressed = true;
+                match action {
+                    Action::Connect(id) => self.connects.push(id),
+                    Action::Close(id) => {
+                        self.connects.retain(|c| *c != id);
+                        if self.link.as_ref().is_some_and(|l| l.id == id) {
+                            let mut link = self.link.take().expect("checked");
+                            link.to_client.clear();
+                            self.ghosts.push(link);
+                        }
+                    }
+                }
+            }
+            while let Some(transmit) = self.client.poll_transmit() {
+                progressed = true;
+                let link = self.link.as_mut().filter(|l| l.id == transmit.connection);
+                link.expect("transmit on the open connection")
+                    .to_server
+                    .extend_from_slice(&transmit.data);
+            }
+            while let Some(event) = self.client.poll_event() {
+                progressed = true;
+                self.check(event);
+            }
+            if !progressed {
+                return;
+            }
+        }
+    }
+
+    /// `request`'s record, as it gets its one outcome: it must have been made,
+    /// not answered already and not abandoned.
+    pub(super) fn answer(&mut self, request: RequestId) -> (Bytes, Option<LeaseId>) {
+        let record = self
+            .requests
+            .get_mut(&request)
+            .expect("an outcome for a request never made");
+        assert!(!record.answered, "{request:?} got a second outcome");
+        assert!(!record.abandoned, "{request:?} got an outcome after it was abandoned");
+        record.answered = true;
+        (record.key.clone(), record.renews)
+    }
+
+    pub(super) fn check(&mut self, event: Event) {
+        match &event {
+            Event::Acquired(request, outcome) => {
+                let (key, _) = self.answer(*request);
+                let lease_id = self.client.lease_id(*request).to_string();
+                match outcome {
+                    Outcome::Granted(lease) => {
+                        assert_eq!(
+                            lease.id().to_string(),
+                            lease_id,
+                            "{request:?} was handed another request's lease"
+                        );
+                        assert_eq!(lease.redis_key(), &key, "{request:?} granted on another key");
+                        let live = self.server.live_leases(&key);
+                        assert!(
+                            live.iter().any(|id| id[..] == *lease_id.as_bytes()),
+                            "granted lease is not in Redis"
+                        );
+                    }
+                    Outcome::Exceeded => {
+                        let ran: Vec<i64> = self
+                            .server
+                            .acquires
+                            .iter()
+                            .filter(|a| a.lease[..] == *lease_id.as_bytes())
+                            .map(|a| a.status)
+                            .collect();
+                        assert!(
+                            ran.contains(&0) && !ran.contains(&1),
+                            "Exceeded without a trusted denial: {ran:?}"
+                        );
+                    }
+                    Outcome::Unavailable(_) | Outcome::FailOpen(_) => {}
+                }
+            }
+            Event::Renewed(request, renewal) => {
+                let (key, renews) = self.answer(*request);
+                let renewed = renews.expect("a renewal outcome for an acquire");
+                match renewal {
+                    Renewal::Extended(lease) => {
+                        assert_eq!(lease.id(), renewed, "{request:?} renewed another lease");
+                        let live = self.server.live_leases(&key);
+                        assert!(
+                            live.iter().any(|id| id[..] == renewed.to_bytes()[..]),
+                            "renewed lease is not in Redis"
+                        );
+                        let held = self.held.iter_mut().find(|l| l.id() == renewed);
+                        // The holder now holds the renewed lease (its new expiry).
+                        *held.expect("a renewed lease is held") = lease.clone();
+                    }
+                    // Only time removes a lease its holder has not released.
+                    Renewal::Lost => {
+                        let at = self.held.iter().position(|l| l.id() == renewed);
+                        let lease = self.held.remove(at.expect("a lost lease was held"));
+                        assert!(
+                            self.now >= lease.expires_at(),
+                            "held lease {renewed} reported lost before its expiry"
+                        );
+                    }
+                    Renewal::Unavailable(_) => {}
+                }
+            }
+            Event::ReleaseAbandoned { lease, .. } => {
+                self.given_up.insert(*lease);
+            }
+            _ => {}
+        }
+        if let Event::Acquired(_, Outcome::Granted(lease)) = &event {
+            self.held.push(lease.clone());
+        }
+        self.events.push(event);
+    }
+
+    /// Requests that never got an outcome and were not abandoned.
+    pub fn unanswered(&self) -> Vec<RequestId> {
+        let mut open: Vec<_> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| !r.answered && !r.abandoned)
+            .map(|(id, _)| *id)
+            .collect();
+        open.sort();
+        open
+    }
+
+    /// Every live lease in the server belongs to a lease the test holds (or one
+    /// whose release was reported abandoned), and every held lease is live.
+    pub fn assert_no_leak(&mut self) {
+        let held: HashSet<Vec<u8>> = self.held.iter().map(|l| l.id().to_bytes()).collect();
+        let given_up: HashSet<Vec<u8>> = self.given_up.iter().map(|l| l.to_bytes()).collect();
+        let live = self.server.all_live_leases();
+        for (key, id) in &live {
+            assert!(
+                held.contains(&id[..]) || given_up.contains(&id[..]),
+                "leaked lease {:?} on {:?}",
+                String::from_utf8_lossy(id),
+                String::from_utf8_lossy(key)
+            );
+        }
+        let live_ids: HashSet<&[u8]> = live.iter().map(|(_, id)| &id[..]).collect();
+        for lease in &self.held {
+            assert!(
+                live_ids.contains(&lease.id().to_bytes()[..]),
+                "held lease {} is gone from Redis",
+                lease.id()
+            );
+        }
+    }
+}
