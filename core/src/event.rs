@@ -142,6 +142,9 @@ pub enum ConnectionError {
     /// A reply of a shape the request cannot have.
     #[error("a reply of an unexpected shape: {0}")]
     UnexpectedReply(String),
+    /// The server is a Redis Cluster node, which this client does not route.
+    #[error("the server is a Redis Cluster node; inflight does not route cluster slots yet")]
+    ClusterMode,
     /// The server refused the login (`NOAUTH`, `WRONGPASS`), in its words.
     #[error("authentication failed: {0}")]
     Auth(String),

@@ -139,8 +139,10 @@ pub fn reply_decode(data: &[u8], start: Instant) {
     };
     client.handle_connected(start, connection);
     let scripts = Scripts::default();
-    // PING, TIME, then one SCRIPT LOAD per script, in the client's order.
-    let mut handshake = String::from("+PONG\r\n*2\r\n$10\r\n1700000000\r\n$6\r\n000000\r\n");
+    // PING, INFO cluster, TIME, then one SCRIPT LOAD per script, in the client's order.
+    let mut handshake = String::from(
+        "+PONG\r\n$30\r\n# Cluster\r\ncluster_enabled:0\r\n\r\n*2\r\n$10\r\n1700000000\r\n$6\r\n000000\r\n",
+    );
     for kind in ScriptKind::ALL {
         handshake += &format!("$40\r\n{}\r\n", scripts.get(kind).sha);
     }

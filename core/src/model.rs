@@ -4,7 +4,7 @@
 //! milliseconds, and executes natively what our scripts do, so property tests,
 //! fuzzers and the simulator run the real `Client` against one agreed meaning
 //! of "the lease set". It implements only what the client sends: `PING`,
-//! `AUTH`, `SELECT`, `TIME`, `SCRIPT LOAD`, `EVALSHA`, `EVAL` (of our four
+//! `AUTH`, `SELECT`, `INFO cluster`, `TIME`, `SCRIPT LOAD`, `EVALSHA`, `EVAL` (of our four
 //! scripts) and `ZREM`, plus `SCRIPT FLUSH` to exercise `NOSCRIPT`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -35,6 +35,8 @@ pub struct RedisModel {
     scripts: Scripts,
     /// Password required by `AUTH`, if any (legacy single-password form).
     pub password: Option<String>,
+    /// Answer `INFO cluster` as a Redis Cluster node would.
+    pub cluster_enabled: bool,
     /// Every acquire executed, in order.
     pub acquires: Vec<AcquireRecord>,
     /// `ACQUIRE_MANY` calls executed.
@@ -139,6 +141,10 @@ impl RedisModel {
                 }
             }
             ("SELECT", 2) => ok(),
+            ("INFO", 2) if args[1].eq_ignore_ascii_case(b"cluster") => {
+                let enabled = u8::from(self.cluster_enabled);
+                Frame::BulkString(Bytes::from(format!("# Cluster\r\ncluster_enabled:{enabled}\r\n")))
+            }
             ("TIME", 1) => {
                 self.times += 1;
                 Frame::Array(vec![

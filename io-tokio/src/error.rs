@@ -59,6 +59,14 @@ pub enum ConnectError {
         /// Redis's own words (`NOAUTH …`, `WRONGPASS …`).
         reason: String,
     },
+    /// The server is a Redis Cluster node: requests would be refused with
+    /// `MOVED` wherever the subject's slot lives elsewhere. Point the limiter
+    /// at a standalone Redis (or the primary of a replicated one).
+    #[error("Redis at {addr} runs in cluster mode, which inflight does not support yet: use a standalone Redis")]
+    ClusterMode {
+        /// The server.
+        addr: String,
+    },
     /// Another handshake step failed (`SELECT`, `SCRIPT LOAD`…).
     #[error("the connection handshake with Redis at {addr} failed: {reason}")]
     Handshake {
@@ -102,6 +110,7 @@ impl ConnectError {
                 after: connect_timeout,
             },
             ConnectionError::Auth(reason) => ConnectError::Auth { addr, reason },
+            ConnectionError::ClusterMode => ConnectError::ClusterMode { addr },
             // Redis's own words; the variant already says it was the handshake.
             ConnectionError::Handshake(reason) => ConnectError::Handshake { addr, reason },
             other => ConnectError::Handshake {

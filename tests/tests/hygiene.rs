@@ -279,3 +279,24 @@ fn docs_link_only_inside_the_repository() {
         }
     }
 }
+
+/// Pointed at a Redis Cluster node, the limiter says so at `connect`
+/// instead of failing every acquire whose slot lives elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_node_is_refused_with_a_clear_error() {
+    let dir = std::env::temp_dir().join(format!("inflight-cluster-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    let error = builder(&server.url()).connect().await.unwrap_err();
+    assert!(matches!(error, ConnectError::ClusterMode { .. }), "{error}");
+    assert!(error.to_string().contains("cluster mode"), "{error}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

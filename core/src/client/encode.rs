@@ -55,6 +55,7 @@ fn encode_step(step: Step, config: &Config, scripts: &Scripts, out: &mut BytesMu
         }
         Step::Select => encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()]),
         Step::Ping => encode_command(out, &[b"PING"]),
+        Step::ClusterCheck => encode_command(out, &[b"INFO", b"cluster"]),
         Step::Time => encode_command(out, &[b"TIME"]),
         Step::Load(kind) => scripts.encode_load(out, kind),
     }

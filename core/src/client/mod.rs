@@ -351,6 +351,7 @@ impl Client {
             steps.push(Step::Select);
         }
         steps.push(Step::Ping);
+        steps.push(Step::ClusterCheck);
         steps.push(Step::Time);
         steps.extend(ScriptKind::ALL.map(Step::Load));
         conn.phase = Phase::Handshaking {

@@ -37,6 +37,16 @@ impl Client {
         let ok = match (&step, &frame) {
             (Step::Auth | Step::Select, Frame::SimpleString(s)) => &s[..] == b"OK",
             (Step::Ping, Frame::SimpleString(s)) => &s[..] == b"PONG",
+            (Step::ClusterCheck, Frame::BulkString(info)) => {
+                if cluster_enabled(info) {
+                    return Err(ConnectionError::ClusterMode);
+                }
+                true
+            }
+            // A server (or an ACL) that will not say: go on. A cluster node
+            // that stays silent here still cannot misroute quietly: its
+            // `MOVED` replies fail the acquires as unavailable.
+            (Step::ClusterCheck, Frame::Error(message)) => !is_auth_error(message),
             (Step::Load(kind), Frame::BulkString(sha)) => &sha[..] == self.scripts.get(*kind).sha.as_bytes(),
             (Step::Load(kind), Frame::Error(_)) if !handshaking => {
                 // A reload after NOSCRIPT failed; `EVAL` keeps working without it.
@@ -306,6 +316,12 @@ pub(super) fn classify(message: &str) -> ErrorClass {
         Kind::ReadOnly | Kind::Moved | Kind::Ask | Kind::NoAuth | Kind::WrongPass => ErrorClass::NotExecutedRetire,
         Kind::Other => ErrorClass::Unknown,
     }
+}
+
+/// Whether an `INFO cluster` text says `cluster_enabled:1`.
+fn cluster_enabled(info: &[u8]) -> bool {
+    info.split(|byte| *byte == b'\n')
+        .any(|line| line.strip_suffix(b"\r").unwrap_or(line) == b"cluster_enabled:1")
 }
 
 /// `TIME`'s reply: seconds and microseconds, as bulk strings of digits.

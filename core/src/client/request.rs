@@ -36,6 +36,9 @@ pub(super) enum Step {
     Auth,
     Select,
     Ping,
+    /// `INFO cluster`: a Redis Cluster node is refused, since requests are
+    /// not routed by slot yet (each `MOVED` would fail them).
+    ClusterCheck,
     /// Reads the server's clock (see `server_clock`).
     Time,
     Load(ScriptKind),

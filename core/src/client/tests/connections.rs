@@ -200,3 +200,23 @@ fn the_server_clock_is_read_again_while_requests_flow() {
     pair.exchange();
     assert_eq!(times(&pair), 2);
 }
+
+#[test]
+fn a_redis_cluster_node_is_refused_at_the_handshake() {
+    let mut pair = Pair::new(config(), start());
+    pair.server.cluster_enabled = true;
+    pair.accept();
+    pair.exchange();
+    assert!(
+        pair.events
+            .iter()
+            .any(|e| matches!(e, Event::ConnectFailed(_, ConnectionError::ClusterMode))),
+        "{:?}",
+        pair.events
+    );
+    assert_eq!(pair.client.connection(), None, "backing off, not using the node");
+    // A standalone server is used as before.
+    pair.server.cluster_enabled = false;
+    pair.settle();
+    assert!(pair.client.connection().is_some_and(|(_, ready)| ready));
+}
