@@ -3,6 +3,9 @@
 
 use crate::config::{ConfigError, Credentials};
 
+/// Why a `protocol=` query option is refused.
+const NO_RESP3: &str = "protocol=… is not supported: inflight speaks RESP2, which every Redis and Valkey serves";
+
 /// Where a server listens.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -114,10 +117,7 @@ impl ServerAddress {
         };
         if let Some(query) = url.query() {
             let reason = match url.query_pairs().next() {
-                Some((name, _)) if name == "protocol" => {
-                    "protocol=… is not supported: inflight speaks RESP2, which every Redis and Valkey serves"
-                        .to_string()
-                }
+                Some((name, _)) if name == "protocol" => NO_RESP3.to_string(),
                 _ => format!("query parameters ({query:?}) are not supported here; supported: {SUPPORTED_URLS}"),
             };
             return Err(error(&reason));
@@ -153,11 +153,7 @@ impl ServerAddress {
                 }
                 "user" => username = Some(value.into_owned()),
                 "pass" | "password" => password = Some(value.into_owned()),
-                "protocol" => {
-                    return Err(error(
-                        "protocol=… is not supported: inflight speaks RESP2, which every Redis and Valkey serves",
-                    ))
-                }
+                "protocol" => return Err(error(NO_RESP3)),
                 other => {
                     return Err(error(&format!(
                         "unsupported query parameter {other:?}: a Unix socket URL takes db, user and pass"

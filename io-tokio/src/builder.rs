@@ -206,12 +206,14 @@ impl Builder {
     /// decides the transport: it is handed the URL's endpoint, and a
     /// `rediss://` scheme does not wrap it in TLS.
     pub async fn connect_with<C: Connector>(self, connector: C) -> Result<Limiter, ConnectError> {
-        self.start_with(connector, Start::WhenReady).await
+        let address = ServerAddress::parse(&self.url)?;
+        self.start_with(address, connector, Start::WhenReady).await
     }
 
     /// As [`Builder::connect_lazy`], over any [`Connector`].
     pub async fn connect_lazy_with<C: Connector>(self, connector: C) -> Result<Limiter, ConnectError> {
-        self.start_with(connector, Start::Lazy).await
+        let address = ServerAddress::parse(&self.url)?;
+        self.start_with(address, connector, Start::Lazy).await
     }
 
     /// Picks the connector the URL asks for.
@@ -219,7 +221,7 @@ impl Builder {
         let address = ServerAddress::parse(&self.url)?;
         if let Endpoint::Unix(_) = address.endpoint {
             #[cfg(all(unix, not(madsim)))]
-            return self.start_with(crate::connector::UnixConnector, start).await;
+            return self.start_with(address, crate::connector::UnixConnector, start).await;
             #[cfg(not(all(unix, not(madsim))))]
             return Err(ConnectError::Unreachable {
                 addr: address.endpoint.to_string(),
@@ -230,16 +232,20 @@ impl Builder {
             #[cfg(all(feature = "tls", not(madsim)))]
             {
                 let connector = crate::tls::TlsConnector::new(&self.tls)?;
-                return self.start_with(connector, start).await;
+                return self.start_with(address, connector, start).await;
             }
             #[cfg(not(all(feature = "tls", not(madsim))))]
             return Err(ConnectError::TlsNotEnabled);
         }
-        self.start_with(TcpConnector, start).await
+        self.start_with(address, TcpConnector, start).await
     }
 
-    async fn start_with<C: Connector>(self, connector: C, start: Start) -> Result<Limiter, ConnectError> {
-        let address = ServerAddress::parse(&self.url)?;
+    async fn start_with<C: Connector>(
+        self,
+        address: ServerAddress,
+        connector: C,
+        start: Start,
+    ) -> Result<Limiter, ConnectError> {
         let default_limit = inflight_core::config::limit(self.default_limit)?;
         let mut config = self.config;
         config.credentials = address.credentials.clone();

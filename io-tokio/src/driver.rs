@@ -398,11 +398,10 @@ impl<C: Connector> Driver<C> {
     /// Publishes what the core counted since the last call, and the gauges.
     fn report_metrics(&mut self) {
         let stats = self.client.stats();
-        if stats != *self.stats.borrow() {
-            self.stats.send_replace(stats);
-        }
         let up = usize::from(self.client.connection().is_some_and(|(_, ready)| ready));
         let in_flight = self.client.in_flight_acquires();
-        self.published.report(&self.metric_labels, stats, up, in_flight);
+        if self.published.report(&self.metric_labels, stats, up, in_flight) {
+            self.stats.send_replace(stats);
+        }
     }
 }

@@ -11,7 +11,7 @@ use crate::builder::Builder;
 use crate::error::Error;
 use crate::mailbox::{answer, next_ticket, Command, Commands};
 use crate::permit::Permit;
-use crate::telemetry;
+use crate::telemetry::{self, AcquireOutcome};
 
 /// A fleet-wide in-flight limiter. Cheap to clone; all clones share one driver
 /// task and one connection.
@@ -92,10 +92,10 @@ impl Limiter {
             Err(_) => self.stopped(),
         };
         let outcome = match &result {
-            Ok(permit) if permit.is_enforced() => "granted",
-            Ok(_) => "fail_open",
-            Err(Error::Exceeded) => "denied",
-            Err(_) => "unavailable",
+            Ok(permit) if permit.is_enforced() => AcquireOutcome::Granted,
+            Ok(_) => AcquireOutcome::FailOpen,
+            Err(Error::Exceeded) => AcquireOutcome::Denied,
+            Err(_) => AcquireOutcome::Unavailable,
         };
         telemetry::record_acquire(&self.shared.metric_labels, outcome, started.elapsed().as_secs_f64());
         result

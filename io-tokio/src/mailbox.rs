@@ -86,7 +86,7 @@ impl Drop for AbandonOnDrop<'_> {
 /// it comes back in the unsent reply, and its drop still releases.
 #[derive(Debug)]
 pub(crate) struct HeldLease {
-    /// `None` once given back or found lost: nothing left to release.
+    /// Always `Some` but inside `release`, `forget` and `drop`, which take it.
     held: Option<(Lease, Commands)>,
 }
 
@@ -97,13 +97,17 @@ impl HeldLease {
         }
     }
 
-    pub(crate) fn lease(&self) -> Option<&Lease> {
-        self.held.as_ref().map(|(lease, _)| lease)
+    fn held(&self) -> &(Lease, Commands) {
+        self.held.as_ref().expect("taken only by consuming methods")
+    }
+
+    pub(crate) fn lease(&self) -> &Lease {
+        &self.held().0
     }
 
     /// Where commands about this lease go.
-    pub(crate) fn commands(&self) -> Option<&Commands> {
-        self.held.as_ref().map(|(_, commands)| commands)
+    pub(crate) fn commands(&self) -> &Commands {
+        &self.held().1
     }
 
     /// The lease was renewed: it now lasts until `renewed.expires_at()`.
@@ -113,18 +117,14 @@ impl HeldLease {
         }
     }
 
-    /// Redis no longer holds the lease: there is nothing to release.
-    pub(crate) fn lost(&mut self) {
+    /// Redis no longer holds the lease: let it go without a release.
+    pub(crate) fn forget(mut self) {
         self.held = None;
     }
 
     /// Gives the lease back now; the receiver says how that went.
     pub(crate) fn release(mut self) -> Result<oneshot::Receiver<Result<(), ReleaseError>>, ReleaseError> {
-        let Some((lease, commands)) = self.held.take() else {
-            let (done, outcome) = oneshot::channel();
-            let _ = done.send(Ok(()));
-            return Ok(outcome);
-        };
+        let (lease, commands) = self.held.take().expect("taken only by consuming methods");
         let (done, outcome) = oneshot::channel();
         commands
             .send(Command::Release {

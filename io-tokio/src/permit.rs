@@ -27,7 +27,7 @@ impl Permit {
     }
 
     fn lease(&self) -> Option<&Lease> {
-        self.lease.as_ref().and_then(HeldLease::lease)
+        self.lease.as_ref().map(HeldLease::lease)
     }
 
     /// `false` for a fail-open permit that holds no slot (or one whose lease
@@ -57,12 +57,10 @@ impl Permit {
     /// nothing (`is_enforced()` is false). `Err(Unavailable)`: no answer, the
     /// lease keeps its expiry; try again. A fail-open permit renews to `Ok`.
     pub async fn renew(&mut self) -> Result<(), RenewError> {
-        let Some(held) = self.lease.as_mut() else {
+        let Some(held) = self.lease.as_ref() else {
             return Ok(());
         };
-        let (Some(lease), Some(commands)) = (held.lease().cloned(), held.commands().cloned()) else {
-            return Ok(());
-        };
+        let (lease, commands) = (held.lease().clone(), held.commands().clone());
         let ticket = next_ticket();
         let (reply, outcome) = oneshot::channel();
         if commands.send(Command::Renew { ticket, lease, reply }).is_err() {
@@ -70,11 +68,16 @@ impl Permit {
         }
         match answer(&commands, ticket, outcome).await {
             Ok(Ok(renewed)) => {
-                held.renewed(renewed);
+                if let Some(held) = self.lease.as_mut() {
+                    held.renewed(renewed);
+                }
                 Ok(())
             }
             Ok(Err(RenewError::Lost)) => {
-                held.lost();
+                // Nothing left to release: the permit now holds nothing.
+                if let Some(held) = self.lease.take() {
+                    held.forget();
+                }
                 Err(RenewError::Lost)
             }
             Ok(Err(error)) => Err(error),

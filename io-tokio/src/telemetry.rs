@@ -115,10 +115,36 @@ pub(crate) fn labels(namespace: Option<&str>) -> Vec<Label> {
 }
 
 /// How one acquire ended, for the latency histogram's `outcome` label.
-pub(crate) fn record_acquire(labels: &[Label], outcome: &'static str, seconds: f64) {
-    let mut labels = labels.to_vec();
-    labels.push(Label::new("outcome", outcome));
-    metrics::histogram!(names::ACQUIRE_SECONDS, labels).record(seconds);
+#[derive(Clone, Copy)]
+pub(crate) enum AcquireOutcome {
+    Granted,
+    Denied,
+    Unavailable,
+    FailOpen,
+}
+
+/// Records one acquire's latency. Without a namespace (the common case) the
+/// keys are static: nothing is allocated per acquire.
+pub(crate) fn record_acquire(labels: &[Label], outcome: AcquireOutcome, seconds: f64) {
+    use AcquireOutcome as O;
+    let histogram = match (labels.is_empty(), outcome) {
+        (true, O::Granted) => metrics::histogram!(names::ACQUIRE_SECONDS, "outcome" => "granted"),
+        (true, O::Denied) => metrics::histogram!(names::ACQUIRE_SECONDS, "outcome" => "denied"),
+        (true, O::Unavailable) => metrics::histogram!(names::ACQUIRE_SECONDS, "outcome" => "unavailable"),
+        (true, O::FailOpen) => metrics::histogram!(names::ACQUIRE_SECONDS, "outcome" => "fail_open"),
+        (false, outcome) => {
+            let name = match outcome {
+                O::Granted => "granted",
+                O::Denied => "denied",
+                O::Unavailable => "unavailable",
+                O::FailOpen => "fail_open",
+            };
+            let mut labels = labels.to_vec();
+            labels.push(Label::new("outcome", name));
+            metrics::histogram!(names::ACQUIRE_SECONDS, labels)
+        }
+    };
+    histogram.record(seconds);
 }
 
 /// What one driver has published so far, so that each report sends deltas.
@@ -132,9 +158,10 @@ pub(crate) struct Published {
 }
 
 impl Published {
-    /// Publishes what changed since the last call.
-    pub(crate) fn report(&mut self, labels: &[Label], stats: Stats, connections_up: usize, in_flight: usize) {
-        if stats != self.stats {
+    /// Publishes what changed since the last call; whether the counters did.
+    pub(crate) fn report(&mut self, labels: &[Label], stats: Stats, connections_up: usize, in_flight: usize) -> bool {
+        let changed = stats != self.stats;
+        if changed {
             for (name, _, figure) in COUNTERS {
                 let delta = figure(&stats).saturating_sub(figure(&self.stats));
                 if delta > 0 {
@@ -145,6 +172,7 @@ impl Published {
         }
         move_gauge(names::CONNECTIONS_UP, labels, &mut self.connections_up, connections_up);
         move_gauge(names::ACQUIRES_IN_FLIGHT, labels, &mut self.in_flight, in_flight);
+        changed
     }
 
     /// Takes this driver's share out of the gauges (it is stopping).

@@ -94,11 +94,6 @@ impl Connection {
         std::mem::take(&mut self.staged)
     }
 
-    /// When the most recent staged request was staged.
-    pub(super) fn latest_staged(&self) -> Option<Instant> {
-        self.staged.iter().map(|(_, at)| *at).max()
-    }
-
     /// `request`'s reply was read: it no longer counts as in flight.
     pub(super) fn answered(&mut self, request: &Request) {
         match request {

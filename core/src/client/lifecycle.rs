@@ -101,7 +101,15 @@ impl Client {
         let call = op.call_mut();
         call.valid_until_ms = if no_deadline { u64::MAX } else { valid_until_ms };
         call.runnable_until = Some(valid_until + margin);
+        // Read the server's clock again once the last reading has aged, so
+        // that drift never builds up: only while requests flow (an idle
+        // client needs no clock), one `TIME` at a time, ahead of this request.
+        let resync = !conn.resyncing && conn.clock.is_some_and(|clock| clock.stale(now));
+        conn.resyncing |= resync;
         conn.stage(op, now);
+        if resync {
+            self.send(Request::Handshake(Step::Time), valid_until);
+        }
     }
 
     /// Forgets a request that has not been written yet (its caller is gone):
@@ -119,26 +127,8 @@ impl Client {
     /// at once gets the slot it just gave back), and one staged after it
     /// loses nothing by going first.
     pub(super) fn write_staged(&mut self) {
-        self.resync_clock();
         self.write_staged_releases();
         self.write_staged_acquires();
-    }
-
-    /// Reads the server's clock again when the last reading has aged, so that
-    /// drift never builds up; only while requests flow (an idle client needs
-    /// no clock), and one `TIME` at a time.
-    fn resync_clock(&mut self) {
-        let Some(conn) = self.node.connection.as_mut().filter(|c| c.is_ready()) else {
-            return;
-        };
-        let Some(latest) = conn.latest_staged() else {
-            return;
-        };
-        if conn.resyncing || !conn.clock.is_some_and(|clock| clock.stale(latest)) {
-            return;
-        }
-        conn.resyncing = true;
-        self.send(Request::Handshake(Step::Time), latest + self.config.request_liveness);
     }
 
     /// Writes the staged acquires: those of one subject and limit together,
@@ -152,11 +142,7 @@ impl Client {
         };
         let staged = conn.take_staged();
         for (group, oldest) in acquire_groups(staged, most) {
-            let request = match group {
-                Group::Alone(op) => op.into_request(),
-                Group::Batch(ops) => Request::AcquireMany(ops),
-            };
-            self.send(request, oldest + self.config.request_liveness);
+            self.send(group.into_request(), oldest + self.config.request_liveness);
         }
     }
 
@@ -189,25 +175,31 @@ impl Client {
 }
 
 /// Staged acquires and renewals as they go on the wire: a plain acquire (no
-/// `EVAL` fallback) joins the first batch of its subject and limit with room
+/// `EVAL` fallback) joins the first group of its subject and limit with room
 /// (at most `most`); renewals and fallbacks go alone. Staging order is kept
 /// within a group; each group comes with when its oldest member was staged.
 fn acquire_groups(staged: Vec<(Op, Instant)>, most: usize) -> Vec<(Group, Instant)> {
     let mut groups: Vec<(Group, Instant)> = Vec::new();
     for (op, at) in staged {
-        let joins = match &op {
+        match op {
             Op::Acquire(acquire) if !acquire.call.by_text => {
-                groups.iter().position(|(group, _)| group.takes(acquire, most))
+                let same = |ops: &Vec<AcquireOp>| {
+                    ops.len() < most
+                        && ops[0].limit == acquire.limit
+                        && ops[0].call.keys.leases() == acquire.call.keys.leases()
+                };
+                match groups.iter_mut().find_map(|(group, oldest)| match group {
+                    Group::Acquires(ops) if same(ops) => Some((ops, oldest)),
+                    _ => None,
+                }) {
+                    Some((ops, oldest)) => {
+                        ops.push(acquire);
+                        *oldest = (*oldest).min(at);
+                    }
+                    None => groups.push((Group::Acquires(vec![acquire]), at)),
+                }
             }
-            _ => None,
-        };
-        match (joins, op) {
-            (Some(index), Op::Acquire(acquire)) => {
-                let (group, oldest) = &mut groups[index];
-                group.add(acquire);
-                *oldest = (*oldest).min(at);
-            }
-            (_, op) => groups.push((Group::Alone(op), at)),
+            op => groups.push((Group::Alone(op), at)),
         }
     }
     groups
@@ -215,34 +207,19 @@ fn acquire_groups(staged: Vec<(Op, Instant)>, most: usize) -> Vec<(Group, Instan
 
 /// Acquires and renewals that go out in one request.
 enum Group {
+    /// Plain acquires of one subject and limit: one `ACQUIRE_MANY` when
+    /// there are two or more.
+    Acquires(Vec<AcquireOp>),
+    /// A renewal, or an acquire sent as `EVAL` text.
     Alone(Op),
-    /// Two or more plain acquires of one subject and limit.
-    Batch(Vec<AcquireOp>),
 }
 
 impl Group {
-    /// Whether `acquire` may join: a plain acquire of the same subject and
-    /// limit, while there is room.
-    fn takes(&self, acquire: &AcquireOp, most: usize) -> bool {
-        let fits = |first: &AcquireOp, len: usize| {
-            len < most && first.limit == acquire.limit && first.call.keys.leases() == acquire.call.keys.leases()
-        };
+    fn into_request(self) -> Request {
         match self {
-            Group::Alone(Op::Acquire(first)) => !first.call.by_text && fits(first, 1),
-            Group::Alone(Op::Renew(_)) => false,
-            Group::Batch(ops) => fits(&ops[0], ops.len()),
-        }
-    }
-
-    fn add(&mut self, acquire: AcquireOp) {
-        match std::mem::replace(self, Group::Batch(Vec::new())) {
-            Group::Alone(Op::Acquire(first)) => *self = Group::Batch(vec![first, acquire]),
-            Group::Batch(mut ops) => {
-                ops.push(acquire);
-                *self = Group::Batch(ops);
-            }
-            // `takes` refuses renewals; keep things as they were.
-            alone @ Group::Alone(Op::Renew(_)) => *self = alone,
+            Group::Acquires(mut ops) if ops.len() == 1 => Request::Acquire(ops.pop().expect("one")),
+            Group::Acquires(ops) => Request::AcquireMany(ops),
+            Group::Alone(op) => op.into_request(),
         }
     }
 }

@@ -235,7 +235,8 @@ impl Client {
     /// An error reply to an acquire or a renewal.
     fn on_call_error(&mut self, now: Instant, mut op: Op, message: &str) -> Result<(), ConnectionError> {
         let request = op.call().request;
-        let refused = || Unavailable::Server(ServerError::new(message.to_string()));
+        let error = ServerError::new(message);
+        let refused = || Unavailable::Server(error.clone());
         match classify(message) {
             ErrorClass::NoScript => {
                 if self.callers.contains(request) {
@@ -251,7 +252,7 @@ impl Client {
             }
             ErrorClass::NotExecutedRetire => {
                 self.fail(request, refused());
-                Err(ConnectionError::Server(ServerError::new(message.to_string())))
+                Err(ConnectionError::Server(error))
             }
             ErrorClass::Unknown => {
                 self.fail(request, refused());
