@@ -7,7 +7,41 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use crate::address::Endpoint;
 use crate::resp::ReplyLimits;
+
+/// Which Redis the client talks to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Servers {
+    /// One Redis (or Valkey) server, not in cluster mode.
+    Standalone(Endpoint),
+    /// A Redis Cluster, found through any of `seeds`: the client learns the
+    /// slot table from the first that answers and routes every request to
+    /// the primary that owns its subject's slot.
+    Cluster {
+        /// Nodes to learn the topology from, tried in order.
+        seeds: Vec<Endpoint>,
+        /// Connections are TLS: nodes are reached at their `tls-port`.
+        tls: bool,
+    },
+}
+
+impl Servers {
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Servers::Cluster { .. })
+    }
+}
+
+impl Default for Servers {
+    fn default() -> Self {
+        Servers::Standalone(Endpoint::Tcp {
+            host: "127.0.0.1".into(),
+            port: 6379,
+        })
+    }
+}
 
 /// What to do when Redis cannot give a trustworthy answer.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -95,8 +129,12 @@ pub struct Config {
     pub credentials: Option<Credentials>,
     /// Logical database (`SELECT`), 0 by default.
     pub database: u32,
-    /// Bounds on the replies accepted from the server.
+    /// Bounds on the replies accepted from the server. In cluster mode they
+    /// are raised to at least [`ReplyLimits::TOPOLOGY`], which a slot table
+    /// reply needs.
     pub reply_limits: ReplyLimits,
+    /// The server, or the cluster's seed nodes.
+    pub servers: Servers,
 }
 
 impl Default for Config {
@@ -115,6 +153,7 @@ impl Default for Config {
             credentials: None,
             database: 0,
             reply_limits: ReplyLimits::default(),
+            servers: Servers::default(),
         }
     }
 }
@@ -173,7 +212,31 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.check_positive()?;
         self.check_durations()?;
-        self.check_counts()
+        self.check_counts()?;
+        self.check_servers()
+    }
+
+    /// A cluster has seeds, reached over TCP, and only database 0.
+    fn check_servers(&self) -> Result<(), ConfigError> {
+        let Servers::Cluster { seeds, .. } = &self.servers else {
+            return Ok(());
+        };
+        if seeds.is_empty() {
+            return Err(ConfigError::Zero { field: "servers.seeds" });
+        }
+        if seeds.iter().any(|seed| seed.as_tcp().is_none()) {
+            return Err(ConfigError::OutOfRange {
+                field: "servers.seeds",
+                reason: "Redis Cluster nodes are reached over TCP, not Unix sockets",
+            });
+        }
+        if self.database != 0 {
+            return Err(ConfigError::OutOfRange {
+                field: "database",
+                reason: "Redis Cluster has only database 0 (drop the /db from the URL)",
+            });
+        }
+        Ok(())
     }
 
     /// Durations that must not be zero.
@@ -326,6 +389,39 @@ mod tests {
             ConfigError::KeyPrefix(_)
         ));
         assert_eq!(limit(0), Err(ConfigError::Zero { field: "limit" }));
+        fn seed() -> Endpoint {
+            Endpoint::Tcp {
+                host: "127.0.0.1".into(),
+                port: 7000,
+            }
+        }
+        assert!(matches!(
+            bad(|c| {
+                c.servers = Servers::Cluster {
+                    seeds: vec![seed()],
+                    tls: false,
+                };
+                c.database = 3;
+            }),
+            ConfigError::OutOfRange { field: "database", .. }
+        ));
+        assert_eq!(
+            bad(|c| c.servers = Servers::Cluster {
+                seeds: vec![],
+                tls: false
+            }),
+            ConfigError::Zero { field: "servers.seeds" }
+        );
+        assert!(matches!(
+            bad(|c| c.servers = Servers::Cluster {
+                seeds: vec![seed(), Endpoint::Unix("/tmp/r.sock".into())],
+                tls: false
+            }),
+            ConfigError::OutOfRange {
+                field: "servers.seeds",
+                ..
+            }
+        ));
         assert_eq!(limit(3).unwrap().get(), 3);
     }
 }

@@ -111,6 +111,10 @@ pub enum Unavailable {
     /// Redis refused the command; [`ServerError::kind`] says why.
     #[error("Redis answered with an error: {0}")]
     Server(ServerError),
+    /// No cluster primary serves the subject's slot for now (the cluster is
+    /// failing over or being resharded).
+    #[error("no Redis Cluster primary serves the key's slot for now")]
+    NoPrimary,
     /// The script found the lease id tombstoned (already compensated).
     #[error("Redis refused the lease id as already released")]
     Refused,
@@ -142,9 +146,13 @@ pub enum ConnectionError {
     /// A reply of a shape the request cannot have.
     #[error("a reply of an unexpected shape: {0}")]
     UnexpectedReply(String),
-    /// The server is a Redis Cluster node, which this client does not route.
-    #[error("the server is a Redis Cluster node; inflight does not route cluster slots yet")]
+    /// The server is a Redis Cluster node, and the client was not set up for
+    /// a cluster (it would send most subjects to the wrong node).
+    #[error("the server is a Redis Cluster node: connect in cluster mode (`Builder::cluster`, or several seed URLs)")]
     ClusterMode,
+    /// Cluster mode was asked for, and the server is not a cluster node.
+    #[error("the server is not in cluster mode (cluster_enabled:0): connect to it as a standalone server")]
+    NotCluster,
     /// The server refused the login (`NOAUTH`, `WRONGPASS`), in its words.
     #[error("authentication failed: {0}")]
     Auth(String),
@@ -204,10 +212,11 @@ pub enum Event {
 }
 
 /// Work for the driver's sockets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Open a connection and report `handle_connected` or `handle_closed` for it.
-    Connect(ConnectionId),
+    /// Open a connection to the endpoint and report `handle_connected` or
+    /// `handle_closed` for it.
+    Connect(ConnectionId, crate::Endpoint),
     /// Close it; ignore anything it still delivers.
     Close(ConnectionId),
 }
@@ -247,4 +256,12 @@ pub struct Stats {
     pub renewals: u64,
     /// Renewals that found their lease gone.
     pub leases_lost: u64,
+    /// `MOVED` redirects followed (Redis Cluster: a slot lives elsewhere).
+    pub moved: u64,
+    /// `ASK` redirects followed (Redis Cluster: a slot is migrating).
+    pub asked: u64,
+    /// `TRYAGAIN` replies waited out (a subject split by a migration).
+    pub try_again: u64,
+    /// Slot table reads after a redirect or a lost node.
+    pub topology_refreshes: u64,
 }

@@ -134,7 +134,7 @@ pub fn client_ops(data: &[u8], start: Instant) {
 pub fn reply_decode(data: &[u8], start: Instant) {
     let (chunking, payload) = data.split_first().map_or((0u8, &[][..]), |(c, rest)| (*c, rest));
     let mut client = Client::new(Config::default(), [7; 16], start).expect("valid config");
-    let Some(Action::Connect(connection)) = client.poll_action() else {
+    let Some(Action::Connect(connection, _)) = client.poll_action() else {
         panic!("a new client asks for a connection");
     };
     client.handle_connected(start, connection);

@@ -82,6 +82,8 @@ pub struct SubjectKeys {
     leases: Bytes,
     /// Length of the `{prefix}:{{ns|subject}}` part that every key of the subject shares.
     base_len: usize,
+    /// The Redis Cluster slot of every key of the subject (one hash tag).
+    slot: u16,
 }
 
 impl SubjectKeys {
@@ -96,15 +98,22 @@ impl SubjectKeys {
         text.push('}');
         let base_len = text.len();
         text.push_str(":leases");
+        let slot = crate::slot::slot_of(text.as_bytes());
         Self {
             leases: Bytes::from(text),
             base_len,
+            slot,
         }
     }
 
     /// The sorted set of live leases, scored by expiry (server milliseconds).
     pub fn leases(&self) -> &Bytes {
         &self.leases
+    }
+
+    /// The Redis Cluster slot all of the subject's keys live in.
+    pub fn slot(&self) -> u16 {
+        self.slot
     }
 
     /// The tombstone left by a compensating release of `lease`.

@@ -14,6 +14,7 @@
 
 mod address;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod event;
 #[cfg(feature = "fault-injection")]
@@ -40,6 +41,7 @@ pub mod resp;
 pub mod script;
 mod server_clock;
 mod server_error;
+pub mod slot;
 #[cfg(any(test, feature = "model"))]
 #[allow(missing_docs)] // test support (feature `model`), not the library's API
 #[doc(hidden)]
@@ -47,7 +49,7 @@ pub mod testkit;
 
 pub use address::{redact_url, Endpoint, ServerAddress};
 pub use client::Client;
-pub use config::{Config, ConfigError, Credentials, ReleasePolicy, UnavailablePolicy};
+pub use config::{Config, ConfigError, Credentials, ReleasePolicy, Servers, UnavailablePolicy};
 pub use event::{
     Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
     Unavailable,

@@ -29,6 +29,27 @@ pub struct ReplyLimits {
     pub max_depth: usize,
 }
 
+impl ReplyLimits {
+    /// What a cluster's slot table reply needs at least: `CLUSTER SHARDS` of
+    /// a large, fragmented cluster runs to thousands of items.
+    pub const TOPOLOGY: ReplyLimits = ReplyLimits {
+        max_frame_bytes: 4 * 1024 * 1024,
+        max_line_bytes: 4 * 1024,
+        max_array_len: 32 * 1024,
+        max_depth: 4,
+    };
+
+    /// The larger of each bound.
+    pub fn at_least(self, other: ReplyLimits) -> ReplyLimits {
+        ReplyLimits {
+            max_frame_bytes: self.max_frame_bytes.max(other.max_frame_bytes),
+            max_line_bytes: self.max_line_bytes.max(other.max_line_bytes),
+            max_array_len: self.max_array_len.max(other.max_array_len),
+            max_depth: self.max_depth.max(other.max_depth),
+        }
+    }
+}
+
 impl Default for ReplyLimits {
     fn default() -> Self {
         Self {

@@ -248,7 +248,7 @@ impl<C: Connector> Driver<C> {
         loop {
             while let Some(action) = self.client.poll_action() {
                 match action {
-                    Action::Connect(id) => self.open(id),
+                    Action::Connect(id, _) => self.open(id),
                     Action::Close(id) => self.forget(id),
                 }
             }

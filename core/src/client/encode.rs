@@ -39,6 +39,7 @@ impl Request {
                 encode_command(out, &command);
             }
             Request::Compensate(job) => encode_compensate(job, scripts, out),
+            Request::Asking => encode_command(out, &[b"ASKING"]),
         }
     }
 }
@@ -56,6 +57,8 @@ fn encode_step(step: Step, config: &Config, scripts: &Scripts, out: &mut BytesMu
         Step::Select => encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()]),
         Step::Ping => encode_command(out, &[b"PING"]),
         Step::ClusterCheck => encode_command(out, &[b"INFO", b"cluster"]),
+        Step::Shards => encode_command(out, &[b"CLUSTER", b"SHARDS"]),
+        Step::Slots => encode_command(out, &[b"CLUSTER", b"SLOTS"]),
         Step::Time => encode_command(out, &[b"TIME"]),
         Step::Load(kind) => scripts.encode_load(out, kind),
     }
@@ -116,9 +119,12 @@ fn encode_compensate(job: &ReleaseJob, scripts: &Scripts, out: &mut BytesMut) {
 }
 
 impl Client {
-    /// Writes `request` on the current connection; its reply is due by `deadline`.
-    pub(super) fn send(&mut self, request: Request, deadline: Instant) {
-        let conn = self.node.connection.as_mut().expect("sent on the current connection");
+    /// Writes `request` on `node`'s current connection; its reply is due by `deadline`.
+    pub(super) fn send(&mut self, node: usize, request: Request, deadline: Instant) {
+        let conn = self.nodes[node]
+            .connection
+            .as_mut()
+            .expect("sent on the current connection");
         let (config, scripts, ttl_ms) = (&self.config, &self.scripts, &self.ttl_ms);
         conn.pipeline.send(request, deadline, |request, out| {
             request.encode(config, scripts, ttl_ms, out)

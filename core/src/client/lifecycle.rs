@@ -3,47 +3,43 @@
 use std::time::{Duration, Instant};
 
 use super::request::{AcquireOp, Op, ReleaseJob, Request, Step};
+use super::topology::{Route, Topology};
 use super::{Client, Connection, RequestId};
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Unavailable};
 use crate::script::{ScriptKind, MAX_BATCH, MAX_RELEASE_BATCH};
 
 impl Client {
-    pub(super) fn start_connect(&mut self, now: Instant) {
+    /// Opens a connection to `node`.
+    pub(super) fn start_connect(&mut self, now: Instant, node: usize) {
         let id = ConnectionId(self.next_connection);
         self.next_connection += 1;
-        self.node.reconnect.attempting();
-        self.node.connection = Some(Connection::new(
+        let target = &mut self.nodes[node];
+        target.reconnect.attempting();
+        target.connection = Some(Connection::new(
             id,
             now + self.config.connect_timeout,
             self.config.reply_limits,
         ));
-        self.actions.push_back(Action::Connect(id));
+        self.actions.push_back(Action::Connect(id, target.endpoint.clone()));
     }
 
-    /// Gives up the current connection: a failed attempt backs off before the
-    /// next; a ready connection that is retired is replaced at once.
-    pub(super) fn drop_connection(&mut self, now: Instant, error: ConnectionError) {
-        let Some(mut conn) = self.node.connection.take() else {
+    /// Gives up `node`'s current connection: a failed attempt backs off
+    /// before the next; a ready connection that is retired is replaced at
+    /// once (in a cluster, only while the node still owns slots). Other
+    /// nodes' requests are untouched.
+    pub(super) fn drop_connection(&mut self, now: Instant, node: usize, error: ConnectionError) {
+        let Some(mut conn) = self.nodes[node].connection.take() else {
             return;
         };
         self.actions.push_back(Action::Close(conn.id()));
         if !conn.is_ready() {
-            self.node.reconnect.failed(now, error.clone());
-            self.events.push_back(Event::ConnectFailed(conn.id(), error.clone()));
-            // Nothing was sent for them; the server is not there for now.
-            for op in std::mem::take(&mut self.node.waiting) {
-                self.fail(op.call().request, Unavailable::NotConnected(error.clone()));
-            }
-            return;
+            return self.connect_failed(now, node, conn.id(), error);
         }
         self.stats.connections_replaced += 1;
         self.events.push_back(Event::Retired(conn.id(), error.clone()));
         // Never written: they wait for the next connection like any other.
         for (op, _) in conn.take_staged().into_iter().rev() {
-            self.node.waiting.push_front(op);
-        }
-        for (job, _) in self.releases.take_staged() {
-            self.queue_release(job);
+            self.nodes[node].waiting.push_front(op);
         }
         let pending: Vec<Request> = conn.pipeline.drain().collect();
         for request in pending {
@@ -65,36 +61,91 @@ impl Client {
                         self.retry_release(now, job);
                     }
                 }
-                Request::Handshake(_) | Request::Reload(_) => {}
+                Request::Handshake(Step::Shards | Step::Slots) => self.topology.refreshed(),
+                Request::Handshake(_) | Request::Reload(_) | Request::Asking => {}
             }
         }
-        self.start_connect(now);
+        if self.topology.wanted(node) {
+            self.start_connect(now, node);
+        } else {
+            // A node that owns no slot any more: what waited for it goes
+            // where its slot lives now.
+            for op in std::mem::take(&mut self.nodes[node].waiting) {
+                self.route_op(now, op);
+            }
+        }
+        if self.topology.is_cluster() {
+            // A node that failed may have failed over.
+            self.refresh_topology(now);
+        }
     }
 
-    /// Sends what can be sent on a ready connection.
-    pub(super) fn drive(&mut self, now: Instant) {
-        if !self.node.connection.as_ref().is_some_and(Connection::is_ready) {
+    /// An attempt to open `node`'s connection failed. Before any slot table
+    /// is known, the next seed is tried at once; only when every seed has
+    /// failed is the failure reported (and the client backs off).
+    fn connect_failed(&mut self, now: Instant, node: usize, id: ConnectionId, error: ConnectionError) {
+        let waiting = std::mem::take(&mut self.nodes[node].waiting);
+        if let Some(seed) = self.topology.next_seed(node) {
+            self.nodes[node].reconnect.forget();
+            self.nodes[seed].waiting.extend(waiting);
+            if self.nodes[seed].connection.is_none() {
+                self.start_connect(now, seed);
+            }
             return;
         }
-        while let Some(op) = self.node.waiting.pop_front() {
-            self.send_acquire(now, op);
+        self.nodes[node].reconnect.failed(now, error.clone());
+        self.events.push_back(Event::ConnectFailed(id, error.clone()));
+        // Nothing was sent for them; the server is not there for now.
+        for op in waiting {
+            self.fail(op.call().request, Unavailable::NotConnected(error.clone()));
         }
-        for job in self.releases.take_due(now) {
-            self.send_release(now, job);
+        if self.topology.is_cluster() {
+            for op in self.deferred.take_awaiting_topology() {
+                if self.topology.known() {
+                    self.route_op(now, op);
+                } else {
+                    self.fail(op.call().request, Unavailable::NotConnected(error.clone()));
+                }
+            }
+            self.refresh_topology(now);
         }
     }
 
-    /// Takes `op` for the ready connection; `poll_transmit` writes it. It is
-    /// valid for its liveness budget: its reply is due by then, and a script
-    /// that runs later refuses it.
-    pub(super) fn send_acquire(&mut self, now: Instant, mut op: Op) {
+    /// Sends what can be sent on ready connections.
+    pub(super) fn drive(&mut self, now: Instant) {
+        for node in 0..self.nodes.len() {
+            if !self.nodes[node].is_ready() {
+                continue;
+            }
+            while let Some(op) = self.nodes[node].waiting.pop_front() {
+                self.send_acquire(now, node, op);
+            }
+        }
+        if self.releases.has_due(now) {
+            let ready: Vec<bool> = self.nodes.iter().map(super::node::Node::is_ready).collect();
+            let topology = &self.topology;
+            let sendable = |job: &ReleaseJob| release_route(topology, job).is_some_and(|node| ready[node]);
+            for job in self.releases.take_due(now, sendable) {
+                self.submit_release(now, job);
+            }
+        }
+    }
+
+    /// Takes `op` for `node`'s ready connection; `poll_transmit` writes it.
+    /// It is valid for its liveness budget: its reply is due by then, and a
+    /// script that runs later refuses it.
+    pub(super) fn send_acquire(&mut self, now: Instant, node: usize, mut op: Op) {
         let call = op.call_mut();
         call.sent_at.get_or_insert(now);
         let no_deadline = self.bug_skip_stale_check();
-        let conn = self.node.connection.as_mut().expect("sent on the current connection");
+        let conn = self.nodes[node]
+            .connection
+            .as_mut()
+            .expect("sent on the current connection");
         let valid_until = now + self.config.request_liveness;
         // Without a reading (never, on a ready connection) the request is
-        // written as already stale: refused, never over-admitted.
+        // written as already stale: refused, never over-admitted. Each node
+        // has its own clock: a redirected request is dated again.
         let (valid_until_ms, margin) = conn.clock.map_or((0, Duration::ZERO), |clock| {
             (clock.server_ms(valid_until), clock.margin(valid_until))
         });
@@ -108,16 +159,22 @@ impl Client {
         conn.resyncing |= resync;
         conn.stage(op, now);
         if resync {
-            self.send(Request::Handshake(Step::Time), valid_until);
+            self.send(node, Request::Handshake(Step::Time), valid_until);
         }
     }
 
     /// Forgets a request that has not been written yet (its caller is gone):
     /// nothing reached Redis, so nothing needs compensating.
     pub(super) fn unsend(&mut self, request: RequestId) {
-        self.node.waiting.retain(|op| op.call().request != request);
-        if let Some(conn) = self.node.connection.as_mut() {
-            conn.unstage(request);
+        if self.deferred.remove(request) {
+            return;
+        }
+        for node in &mut self.nodes {
+            let before = node.waiting.len();
+            node.waiting.retain(|op| op.call().request != request);
+            if node.waiting.len() != before || node.connection.as_mut().is_some_and(|c| c.unstage(request)) {
+                return;
+            }
         }
     }
 
@@ -128,49 +185,87 @@ impl Client {
     /// loses nothing by going first.
     pub(super) fn write_staged(&mut self) {
         self.write_staged_releases();
-        self.write_staged_acquires();
+        for node in 0..self.nodes.len() {
+            self.write_staged_acquires(node);
+        }
     }
 
-    /// Writes the staged acquires: those of one subject and limit together,
-    /// as one `ACQUIRE_MANY` of up to `MAX_BATCH`; renewals, `EVAL` fallbacks
-    /// and lone acquires one by one. Order within a subject is kept.
-    fn write_staged_acquires(&mut self) {
+    /// Writes `node`'s staged acquires: those of one subject and limit
+    /// together, as one `ACQUIRE_MANY` of up to `MAX_BATCH`; renewals, `EVAL`
+    /// fallbacks and `ASK` targets one by one. Order within a subject is kept.
+    fn write_staged_acquires(&mut self, node: usize) {
         // A batch's reply has two items per acquire; it must fit the reply limits.
         let most = MAX_BATCH.min(self.config.reply_limits.max_array_len / 2).max(1);
-        let Some(conn) = self.node.connection.as_mut() else {
+        let Some(conn) = self.nodes[node].connection.as_mut() else {
             return;
         };
         let staged = conn.take_staged();
+        if staged.is_empty() {
+            return;
+        }
         for (group, oldest) in acquire_groups(staged, most) {
-            self.send(group.into_request(), oldest + self.config.request_liveness);
+            let deadline = oldest + self.config.request_liveness;
+            let mut request = group.into_request();
+            if request.take_ask() {
+                self.send(node, Request::Asking, deadline);
+            }
+            self.send(node, request, deadline);
         }
     }
 
     /// Writes the staged releases: those of one subject as one `ZREM` of up
-    /// to `MAX_RELEASE_BATCH` ids.
+    /// to `MAX_RELEASE_BATCH` ids, on the node that owns the subject. One
+    /// whose node is not ready waits for it.
     fn write_staged_releases(&mut self) {
         let staged = self.releases.take_staged();
-        let same_subject = |a: &ReleaseJob, b: &ReleaseJob| a.keys.leases() == b.keys.leases();
+        if staged.is_empty() {
+            return;
+        }
+        let same_subject = |a: &ReleaseJob, b: &ReleaseJob| a.keys.leases() == b.keys.leases() && a.ask == b.ask;
         for (mut jobs, oldest) in batches(staged, MAX_RELEASE_BATCH, same_subject) {
+            let node = release_route(&self.topology, &jobs[0]).filter(|node| self.nodes[*node].is_ready());
+            let Some(node) = node else {
+                for job in jobs {
+                    self.queue_release(job);
+                }
+                continue;
+            };
+            let deadline = oldest + self.config.request_liveness;
+            if jobs
+                .iter_mut()
+                .fold(false, |asked, job| job.ask.take().is_some() | asked)
+            {
+                self.send(node, Request::Asking, deadline);
+            }
             let request = match jobs.len() {
                 1 => Request::Release(jobs.pop().expect("one")),
                 _ => Request::ReleaseMany(jobs),
             };
-            self.send(request, oldest + self.config.request_liveness);
+            self.send(node, request, deadline);
         }
     }
 
-    /// Queues a `SCRIPT LOAD` on the ready connection, once per script at a time.
-    pub(super) fn reload(&mut self, now: Instant, kind: ScriptKind) {
-        let conn = self
-            .node
+    /// Queues a `SCRIPT LOAD` on `node`'s ready connection, once per script at a time.
+    pub(super) fn reload(&mut self, now: Instant, node: usize, kind: ScriptKind) {
+        let conn = self.nodes[node]
             .connection
             .as_mut()
             .expect("replies come from the current connection");
         if !conn.start_reload(kind) {
             return;
         }
-        self.send(Request::Reload(kind), now + self.config.request_liveness);
+        self.send(node, Request::Reload(kind), now + self.config.request_liveness);
+    }
+}
+
+/// The node a release goes to: an `ASK` target once, else its slot's owner.
+pub(super) fn release_route(topology: &Topology, job: &ReleaseJob) -> Option<usize> {
+    if let Some(node) = job.ask {
+        return Some(node);
+    }
+    match topology.route(job.keys.slot()) {
+        Route::Node(node) => Some(node),
+        Route::AwaitTopology | Route::NoOwner => None,
     }
 }
 
@@ -182,7 +277,7 @@ fn acquire_groups(staged: Vec<(Op, Instant)>, most: usize) -> Vec<(Group, Instan
     let mut groups: Vec<(Group, Instant)> = Vec::new();
     for (op, at) in staged {
         match op {
-            Op::Acquire(acquire) if !acquire.call.by_text => {
+            Op::Acquire(acquire) if !acquire.call.by_text && acquire.call.ask.is_none() => {
                 let same = |ops: &Vec<AcquireOp>| {
                     ops.len() < most
                         && ops[0].limit == acquire.limit
@@ -210,7 +305,7 @@ enum Group {
     /// Plain acquires of one subject and limit: one `ACQUIRE_MANY` when
     /// there are two or more.
     Acquires(Vec<AcquireOp>),
-    /// A renewal, or an acquire sent as `EVAL` text.
+    /// A renewal, an acquire sent as `EVAL` text, or one sent to an `ASK` target.
     Alone(Op),
 }
 

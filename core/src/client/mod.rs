@@ -9,31 +9,38 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::config::{Config, ConfigError};
+use crate::address::Endpoint;
+use crate::config::{Config, ConfigError, Servers};
 use crate::event::{
     Action, ConnectionError, ConnectionId, Event, Lease, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
     Unavailable,
 };
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{LeaseId, LeaseIds};
+use crate::resp::ReplyLimits;
 use crate::script::{ScriptKind, Scripts};
 use callers::{Awaits, Callers};
 use connection::{Connection, Phase};
+use deferred::Deferred;
 use node::Node;
 use reconnect::Reconnect;
 use releases::ReleaseQueue;
 use request::{AcquireOp, Call, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Step};
+use topology::{Route, Topology};
 
 mod callers;
 mod connection;
+mod deferred;
 mod encode;
 mod lifecycle;
 mod node;
 mod outcomes;
 mod reconnect;
+mod redirects;
 mod releases;
 mod replies;
 mod request;
+mod topology;
 
 /// The sans-IO state machine of `inflight`: it owns every request, every
 /// reply and every compensation decision; a driver only moves bytes and time.
@@ -102,7 +109,7 @@ mod request;
 /// loop {
 ///     while let Some(action) = client.poll_action() {
 ///         match action {
-///             Action::Connect(id) => match TcpStream::connect("127.0.0.1:6379") {
+///             Action::Connect(id, _) => match TcpStream::connect("127.0.0.1:6379") {
 ///                 Ok(stream) => {
 ///                     socket = Some((id, stream));
 ///                     client.handle_connected(Instant::now(), id);
@@ -152,10 +159,18 @@ pub struct Client {
     /// `lease_ttl` in milliseconds, as the scripts take it.
     ttl_ms: Bytes,
     lease_ids: LeaseIds,
+    entropy: [u8; 16],
     next_request: u64,
     next_connection: u64,
-    /// The Redis node requests go to (one today).
-    node: Node,
+    /// The Redis nodes requests go to: the one server, or the cluster's
+    /// seeds and every primary heard of since. Never removed, so an index
+    /// names one node for the client's life.
+    nodes: Vec<Node>,
+    /// Which node serves which subject.
+    topology: Topology,
+    /// Acquires and renewals that a redirect sent back: to be routed again
+    /// at their time, or once a slot table is known.
+    deferred: Deferred,
     /// Callers still waiting for an outcome, with their deadline.
     callers: Callers,
     /// Releases staged for the next write, or waiting for a connection or
@@ -172,19 +187,28 @@ pub struct Client {
 impl Client {
     /// A client that immediately asks for its first connection. `entropy` must
     /// be 16 random bytes, fresh for every client: lease ids are built from it.
-    pub fn new(config: Config, entropy: [u8; 16], now: Instant) -> Result<Self, ConfigError> {
+    pub fn new(mut config: Config, entropy: [u8; 16], now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
         let ttl_ms = Bytes::from(config.lease_ttl.as_millis().to_string());
         let releases = ReleaseQueue::new(config.release.max_retrying);
-        let reconnect = Reconnect::new(config.reconnect_initial_backoff, config.reconnect_max_backoff, entropy);
+        let (endpoints, topology) = match &config.servers {
+            Servers::Standalone(endpoint) => (vec![endpoint.clone()], Topology::standalone()),
+            Servers::Cluster { seeds, tls } => {
+                config.reply_limits = config.reply_limits.at_least(ReplyLimits::TOPOLOGY);
+                (seeds.clone(), Topology::cluster(seeds.len(), *tls))
+            }
+        };
         let mut client = Self {
             config,
             scripts: Scripts::default(),
             ttl_ms,
             lease_ids: LeaseIds::new(entropy),
+            entropy,
             next_request: 1,
             next_connection: 1,
-            node: Node::new(reconnect),
+            nodes: Vec::new(),
+            topology,
+            deferred: Deferred::default(),
             callers: Callers::default(),
             releases,
             events: VecDeque::new(),
@@ -193,7 +217,14 @@ impl Client {
             bugs: crate::InjectedBugs::default(),
             stats: Stats::default(),
         };
-        client.start_connect(now);
+        for endpoint in endpoints {
+            client.node_at(&endpoint);
+        }
+        if let Servers::Cluster { tls, .. } = client.config.servers {
+            // The same seed given twice is one node.
+            client.topology = Topology::cluster(client.nodes.len(), tls);
+        }
+        client.start_connect(now, 0);
         Ok(client)
     }
 
@@ -219,30 +250,48 @@ impl Client {
         self.lease_ids.id(request.0)
     }
 
-    /// The current connection and whether it is ready.
+    /// The first node's current connection and whether it is ready: the
+    /// server's, standalone; the first seed's, in cluster mode.
     pub fn connection(&self) -> Option<(ConnectionId, bool)> {
-        self.node.connection.as_ref().map(|c| (c.id(), c.is_ready()))
+        self.nodes[0].connection.as_ref().map(|c| (c.id(), c.is_ready()))
+    }
+
+    /// Every current connection: its id, where it goes, whether it is ready.
+    pub fn connections(&self) -> impl Iterator<Item = (ConnectionId, &Endpoint, bool)> + '_ {
+        self.nodes.iter().filter_map(|node| {
+            let conn = node.connection.as_ref()?;
+            Some((conn.id(), &node.endpoint, conn.is_ready()))
+        })
+    }
+
+    /// Where `connection` goes, while it is current.
+    pub fn endpoint(&self, connection: ConnectionId) -> Option<&Endpoint> {
+        self.nodes
+            .iter()
+            .find(|node| node.has(connection))
+            .map(|node| &node.endpoint)
     }
 
     /// Releases (and compensations) not yet done or given up.
     pub fn outstanding_releases(&self) -> usize {
-        let in_flight = self.node.connection.as_ref().map_or(0, |c| {
-            c.pipeline
-                .pending()
-                .map(|r| match r {
-                    Request::Release(_) | Request::Compensate(_) => 1,
-                    Request::ReleaseMany(jobs) => jobs.len(),
-                    _ => 0,
-                })
-                .sum()
-        });
+        let in_flight: usize = self
+            .nodes
+            .iter()
+            .filter_map(|node| node.connection.as_ref())
+            .flat_map(|c| c.pipeline.pending())
+            .map(|r| match r {
+                Request::Release(_) | Request::Compensate(_) => 1,
+                Request::ReleaseMany(jobs) => jobs.len(),
+                _ => 0,
+            })
+            .sum();
         self.releases.len() + in_flight
     }
 
     /// Acquires waiting for a connection or for their reply, abandoned ones
     /// included (their reply may still call for a compensation).
     pub fn in_flight_acquires(&self) -> usize {
-        self.node.in_flight()
+        self.nodes.iter().map(Node::in_flight).sum::<usize>() + self.deferred.len()
     }
 
     // ---- calls from users -------------------------------------------------
@@ -290,15 +339,40 @@ impl Client {
         if self.in_flight_acquires() >= self.config.max_in_flight {
             return self.fail(op.call().request, Unavailable::Overloaded);
         }
-        match self.node.connection.as_ref().map(|c| c.phase) {
-            Some(Phase::Ready) => self.send_acquire(now, op),
-            Some(_) => self.node.waiting.push_back(op),
+        self.route_op(now, op);
+    }
+
+    /// Sends `op` to the node that serves it (an `ASK` target once, else
+    /// the slot's owner), or keeps it until a slot table is known.
+    fn route_op(&mut self, now: Instant, op: Op) {
+        let route = match op.call().ask {
+            Some(node) => Route::Node(node),
+            None => self.topology.route(op.call().keys.slot()),
+        };
+        let node = match route {
+            Route::Node(node) => node,
+            Route::AwaitTopology => return self.deferred.until_topology(op),
+            Route::NoOwner => {
+                self.refresh_topology(now);
+                return self.fail(op.call().request, Unavailable::NoPrimary);
+            }
+        };
+        let target = &mut self.nodes[node];
+        match target.connection.as_ref().map(|c| c.phase) {
+            Some(Phase::Ready) => self.send_acquire(now, node, op),
+            Some(_) => target.waiting.push_back(op),
             // Backing off after failed connection attempts: say so at once
             // rather than make every caller wait out its timeout.
-            None => self.fail(
-                op.call().request,
-                Unavailable::NotConnected(self.node.reconnect.last_error().clone()),
-            ),
+            None if target.reconnect.backing_off() => {
+                let error = target.reconnect.last_error().clone();
+                self.refresh_topology(now);
+                self.fail(op.call().request, Unavailable::NotConnected(error));
+            }
+            // A primary not connected yet: connect on first use.
+            None => {
+                target.waiting.push_back(op);
+                self.start_connect(now, node);
+            }
         }
     }
 
@@ -337,13 +411,14 @@ impl Client {
 
     /// The socket for `connection` is open.
     pub fn handle_connected(&mut self, _now: Instant, connection: ConnectionId) {
-        let Some(conn) = self.node.connection.as_mut().filter(|c| c.id() == connection) else {
+        let Some(node) = self.node_of(connection) else {
             return;
         };
+        let conn = self.nodes[node].connection.as_mut().expect("node_of found it");
         let Phase::Connecting { deadline } = conn.phase else {
             return;
         };
-        let mut steps = Vec::with_capacity(6);
+        let mut steps = Vec::with_capacity(7);
         if self.config.credentials.is_some() {
             steps.push(Step::Auth);
         }
@@ -352,6 +427,9 @@ impl Client {
         }
         steps.push(Step::Ping);
         steps.push(Step::ClusterCheck);
+        if self.topology.is_cluster() {
+            steps.push(Step::Shards);
+        }
         steps.push(Step::Time);
         steps.extend(ScriptKind::ALL.map(Step::Load));
         conn.phase = Phase::Handshaking {
@@ -359,28 +437,29 @@ impl Client {
             steps: steps.len(),
         };
         for step in steps {
-            self.send(Request::Handshake(step), deadline);
+            self.send(node, Request::Handshake(step), deadline);
         }
     }
 
     /// Bytes arrived on `connection`.
     pub fn handle_input(&mut self, now: Instant, connection: ConnectionId, data: &[u8]) {
-        let Some(conn) = self.node.connection.as_mut().filter(|c| c.id() == connection) else {
+        let Some(node) = self.node_of(connection) else {
             return; // A retired generation: nothing it says is trusted.
         };
+        let conn = self.nodes[node].connection.as_mut().expect("node_of found it");
         conn.pipeline.receive(data);
-        while let Some(conn) = self.node.connection.as_mut().filter(|c| c.id() == connection) {
+        while let Some(conn) = self.nodes[node].connection.as_mut().filter(|c| c.id() == connection) {
             let reply = match conn.pipeline.next_reply() {
                 Ok(Some(reply)) => reply,
                 Ok(None) => break,
                 Err(error) => {
-                    self.drop_connection(now, error.into());
+                    self.drop_connection(now, node, error.into());
                     break;
                 }
             };
             conn.answered(&reply.0);
-            if let Err(error) = self.on_reply(now, reply.0, reply.1) {
-                self.drop_connection(now, error);
+            if let Err(error) = self.on_reply(now, node, reply.0, reply.1) {
+                self.drop_connection(now, node, error);
                 break;
             }
         }
@@ -389,8 +468,8 @@ impl Client {
 
     /// `connection` closed, or could not be opened.
     pub fn handle_closed(&mut self, now: Instant, connection: ConnectionId) {
-        if self.node.connection.as_ref().is_some_and(|c| c.id() == connection) {
-            self.drop_connection(now, ConnectionError::Closed);
+        if let Some(node) = self.node_of(connection) {
+            self.drop_connection(now, node, ConnectionError::Closed);
             self.drive(now);
         }
     }
@@ -401,14 +480,26 @@ impl Client {
             self.unsend(request);
             self.fail(request, Unavailable::Timeout);
         }
-        if let Some(error) = self.node.connection.as_ref().and_then(|conn| conn.overdue(now)) {
-            self.drop_connection(now, error);
-        }
-        if self.node.connection.is_none() && self.node.reconnect.due(now) {
-            self.start_connect(now);
+        for node in 0..self.nodes.len() {
+            if let Some(error) = self.nodes[node].connection.as_ref().and_then(|conn| conn.overdue(now)) {
+                self.drop_connection(now, node, error);
+            }
+            if self.nodes[node].connection.is_none() && self.nodes[node].reconnect.due(now) {
+                if self.topology.wanted(node) {
+                    self.start_connect(now, node);
+                } else {
+                    self.nodes[node].reconnect.forget();
+                }
+            }
         }
         for job in self.releases.take_expired(now) {
             self.abandon_release(job, ReleaseFailure::Expired);
+        }
+        if self.topology.next_deadline().is_some_and(|at| at <= now) {
+            self.refresh_topology(now);
+        }
+        for op in self.deferred.take_due(now) {
+            self.route_op(now, op);
         }
         self.drive(now);
     }
@@ -423,14 +514,16 @@ impl Client {
     /// The next bytes to write, if any; staged calls are written here, in one go.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.write_staged();
-        let conn = self.node.connection.as_mut()?;
-        if matches!(conn.phase, Phase::Connecting { .. }) {
-            return None;
-        }
-        let data = conn.pipeline.take_outgoing()?;
-        Some(Transmit {
-            connection: conn.id(),
-            data,
+        self.nodes.iter_mut().find_map(|node| {
+            let conn = node.connection.as_mut()?;
+            if matches!(conn.phase, Phase::Connecting { .. }) {
+                return None;
+            }
+            let data = conn.pipeline.take_outgoing()?;
+            Some(Transmit {
+                connection: conn.id(),
+                data,
+            })
         })
     }
 
@@ -441,16 +534,50 @@ impl Client {
 
     /// The next instant at which `handle_timeout` has work to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let ready = self.node.connection.as_ref().is_some_and(Connection::is_ready);
+        let nodes = self.nodes.iter().flat_map(|node| {
+            [
+                node.connection.as_ref().and_then(Connection::next_deadline),
+                node.reconnect.next_deadline(),
+            ]
+        });
+        let sendable = |job: &ReleaseJob| {
+            lifecycle::release_route(&self.topology, job).is_some_and(|node| self.nodes[node].is_ready())
+        };
         [
             self.callers.next_deadline(),
-            self.node.connection.as_ref().and_then(Connection::next_deadline),
-            self.node.reconnect.next_deadline(),
-            self.releases.next_deadline(ready),
+            self.releases.next_deadline(sendable),
+            self.topology.next_deadline(),
+            self.deferred.next_deadline(),
         ]
         .into_iter()
+        .chain(nodes)
         .flatten()
         .min()
+    }
+
+    // ---- nodes ------------------------------------------------------------
+
+    /// The node whose current connection is `connection`.
+    fn node_of(&self, connection: ConnectionId) -> Option<usize> {
+        self.nodes.iter().position(|node| node.has(connection))
+    }
+
+    /// The node at `endpoint`, added if new.
+    pub(super) fn node_at(&mut self, endpoint: &Endpoint) -> usize {
+        if let Some(node) = self.nodes.iter().position(|node| node.endpoint == *endpoint) {
+            return node;
+        }
+        // Each node's reconnect jitter draws from its own stream.
+        let mut entropy = self.entropy;
+        entropy[15] ^= self.nodes.len() as u8;
+        entropy[14] ^= (self.nodes.len() >> 8) as u8;
+        let reconnect = Reconnect::new(
+            self.config.reconnect_initial_backoff,
+            self.config.reconnect_max_backoff,
+            entropy,
+        );
+        self.nodes.push(Node::new(endpoint.clone(), reconnect));
+        self.nodes.len() - 1
     }
 }
 

@@ -1,18 +1,21 @@
-//! One Redis node, as the client sees it: its current connection
-//! generation, the backoff between attempts to open one, and the requests
-//! waiting for its handshake. The `Client` talks to one node today; a
-//! cluster client holds one per primary and routes each request to the
-//! node that owns its subject's slot.
+//! One Redis node, as the client sees it: where it listens, its current
+//! connection generation, the backoff between attempts to open one, and the
+//! requests waiting for its handshake. A standalone client holds one; a
+//! cluster client holds one per node it has heard of (seeds and primaries)
+//! and routes each request to the node that owns its subject's slot.
 
 use std::collections::VecDeque;
 
 use super::connection::Connection;
 use super::reconnect::Reconnect;
 use super::request::Op;
+use crate::address::Endpoint;
 
 #[derive(Debug)]
 pub(super) struct Node {
-    /// The current generation; none while backing off after a failure.
+    pub(super) endpoint: Endpoint,
+    /// The current generation; none while backing off after a failure, or
+    /// while nothing needs this node.
     pub(super) connection: Option<Connection>,
     /// When to try again while there is no connection.
     pub(super) reconnect: Reconnect,
@@ -21,8 +24,9 @@ pub(super) struct Node {
 }
 
 impl Node {
-    pub(super) fn new(reconnect: Reconnect) -> Self {
+    pub(super) fn new(endpoint: Endpoint, reconnect: Reconnect) -> Self {
         Self {
+            endpoint,
             connection: None,
             reconnect,
             waiting: VecDeque::new(),
@@ -32,5 +36,15 @@ impl Node {
     /// Acquires and renewals waiting for this node or in flight on it.
     pub(super) fn in_flight(&self) -> usize {
         self.waiting.len() + self.connection.as_ref().map_or(0, Connection::in_flight)
+    }
+
+    /// Whether its connection is ready for requests.
+    pub(super) fn is_ready(&self) -> bool {
+        self.connection.as_ref().is_some_and(Connection::is_ready)
+    }
+
+    /// Whether its current connection is `id`.
+    pub(super) fn has(&self, id: crate::ConnectionId) -> bool {
+        self.connection.as_ref().is_some_and(|c| c.id() == id)
     }
 }

@@ -44,6 +44,18 @@ impl Reconnect {
         self.at = Some(now + delay);
     }
 
+    /// Backing off: an attempt failed and the next is scheduled.
+    pub(super) fn backing_off(&self) -> bool {
+        self.at.is_some()
+    }
+
+    /// Nothing needs the node any more: no attempt is scheduled, and the
+    /// next use starts afresh.
+    pub(super) fn forget(&mut self) {
+        self.at = None;
+        self.failures = 0;
+    }
+
     /// A connection became ready: the backoff starts over.
     pub(super) fn succeeded(&mut self) {
         self.failures = 0;

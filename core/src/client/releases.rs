@@ -2,9 +2,10 @@
 
 use std::time::Instant;
 
+use super::lifecycle::release_route;
 use super::reconnect::backoff;
 use super::replies::{classify, unexpected, ErrorClass};
-use super::request::{AcquireOp, ReleaseJob, ReleaseKind};
+use super::request::{AcquireOp, ReleaseJob, ReleaseKind, Request};
 use super::Client;
 use crate::event::ConnectionError;
 use crate::event::{Event, ReleaseFailure};
@@ -50,14 +51,17 @@ impl ReleaseQueue {
         std::mem::take(&mut self.staged)
     }
 
-    /// The waiting jobs whose retry time has come, in queue order.
-    pub(super) fn take_due(&mut self, now: Instant) -> Vec<ReleaseJob> {
-        if !self.waiting.iter().any(|job| job.not_before <= now) {
-            return Vec::new();
-        }
+    /// Whether a waiting job's retry time has come.
+    pub(super) fn has_due(&self, now: Instant) -> bool {
+        self.waiting.iter().any(|job| job.not_before <= now)
+    }
+
+    /// The waiting jobs whose retry time has come and that are `sendable`
+    /// (their node is ready), in queue order.
+    pub(super) fn take_due(&mut self, now: Instant, sendable: impl Fn(&ReleaseJob) -> bool) -> Vec<ReleaseJob> {
         let (due, later) = std::mem::take(&mut self.waiting)
             .into_iter()
-            .partition(|job| job.not_before <= now);
+            .partition(|job| job.not_before <= now && sendable(job));
         self.waiting = later;
         due
     }
@@ -81,13 +85,13 @@ impl ReleaseQueue {
         self.waiting.len() + self.staged.len()
     }
 
-    /// When a waiting job next needs attention: its deadline, or (with a
-    /// ready connection to send it on) its retry time.
-    pub(super) fn next_deadline(&self, ready: bool) -> Option<Instant> {
+    /// When a waiting job next needs attention: its deadline, or (when it is
+    /// `sendable`: its node is ready) its retry time.
+    pub(super) fn next_deadline(&self, sendable: impl Fn(&ReleaseJob) -> bool) -> Option<Instant> {
         self.waiting
             .iter()
             .map(|job| {
-                if ready {
+                if sendable(job) {
                     job.not_before.min(job.deadline)
                 } else {
                     job.deadline
@@ -126,16 +130,27 @@ impl Client {
             deadline: ran_by + self.config.lease_ttl,
             not_before: now,
             by_text: false,
+            ask: None,
+            redirects: 0,
         };
         self.submit_release(now, job);
     }
 
+    /// Sends `job` to the node that owns its subject if that node is ready;
+    /// else it waits (and a primary not connected yet is connected).
     pub(super) fn submit_release(&mut self, now: Instant, job: ReleaseJob) {
-        if self.node.connection.as_ref().is_some_and(|c| c.is_ready()) {
-            self.send_release(now, job);
-        } else {
+        let Some(node) = release_route(&self.topology, &job) else {
+            self.refresh_topology(now);
             self.queue_release(job);
+            return;
+        };
+        if self.nodes[node].is_ready() {
+            return self.send_release(now, node, job);
         }
+        if self.nodes[node].connection.is_none() && !self.nodes[node].reconnect.backing_off() {
+            self.start_connect(now, node);
+        }
+        self.queue_release(job);
     }
 
     /// Queues `job` for a ready connection or its retry time; whether there
@@ -178,13 +193,17 @@ impl Client {
     }
 
     /// Ordinary releases are staged so that `poll_transmit` can write those of
-    /// one subject as one `ZREM`; compensations (a script each) go at once.
-    pub(super) fn send_release(&mut self, now: Instant, job: ReleaseJob) {
-        if job.is_compensation() {
-            self.send(job.into_request(), now + self.config.request_liveness);
-        } else {
-            self.releases.stage(job, now);
+    /// one subject as one `ZREM`; compensations (a script each) go at once,
+    /// to `node`.
+    pub(super) fn send_release(&mut self, now: Instant, node: usize, mut job: ReleaseJob) {
+        if !job.is_compensation() {
+            return self.releases.stage(job, now);
         }
+        let deadline = now + self.config.request_liveness;
+        if job.ask.take().is_some() {
+            self.send(node, Request::Asking, deadline);
+        }
+        self.send(node, job.into_request(), deadline);
     }
 
     // ---- replies ----------------------------------------------------------
@@ -192,6 +211,7 @@ impl Client {
     pub(super) fn on_release_reply(
         &mut self,
         now: Instant,
+        node: usize,
         mut job: ReleaseJob,
         frame: Frame,
     ) -> Result<(), ConnectionError> {
@@ -209,8 +229,12 @@ impl Client {
                 return match classify(&message) {
                     ErrorClass::NoScript if job.is_compensation() => {
                         job.by_text = true;
-                        self.reload(now, ScriptKind::Compensate);
-                        self.send_release(now, job);
+                        self.reload(now, node, ScriptKind::Compensate);
+                        self.send_release(now, node, job);
+                        Ok(())
+                    }
+                    ErrorClass::Redirect(redirect) if self.topology.is_cluster() => {
+                        self.redirect_release(now, node, job, redirect, &message);
                         Ok(())
                     }
                     ErrorClass::NotExecutedRetire => {
@@ -242,6 +266,7 @@ impl Client {
     pub(super) fn on_release_many_reply(
         &mut self,
         now: Instant,
+        node: usize,
         jobs: Vec<ReleaseJob>,
         frame: Frame,
     ) -> Result<(), ConnectionError> {
@@ -254,6 +279,16 @@ impl Client {
                 });
             }
             return Ok(());
+        }
+        if let Frame::Error(message) = &frame {
+            if let ErrorClass::Redirect(redirect) = classify(message) {
+                if self.topology.is_cluster() {
+                    for job in jobs {
+                        self.redirect_release(now, node, job, redirect, message);
+                    }
+                    return Ok(());
+                }
+            }
         }
         for job in jobs {
             self.retry_release(now, job);

@@ -13,23 +13,40 @@ use crate::server_error::{ServerError, ServerErrorKind};
 impl Client {
     /// Acts on one reply. An `Err` retires the connection; the request itself
     /// has been dealt with by then.
-    pub(super) fn on_reply(&mut self, now: Instant, request: Request, frame: Frame) -> Result<(), ConnectionError> {
+    pub(super) fn on_reply(
+        &mut self,
+        now: Instant,
+        node: usize,
+        request: Request,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
         match request {
-            Request::Handshake(step) => self.on_handshake_reply(now, step, frame),
+            Request::Handshake(step) => self.on_handshake_reply(now, node, step, frame),
             // A reload answers as the handshake's load does (on a ready
             // connection, where a failed load is not fatal).
-            Request::Reload(kind) => self.on_handshake_reply(now, Step::Load(kind), frame),
-            Request::Acquire(op) => self.on_call_reply(now, Op::Acquire(op), frame),
-            Request::Renew(op) => self.on_call_reply(now, Op::Renew(op), frame),
-            Request::AcquireMany(ops) => self.on_batch_reply(now, ops, frame),
-            Request::Release(job) | Request::Compensate(job) => self.on_release_reply(now, job, frame),
-            Request::ReleaseMany(jobs) => self.on_release_many_reply(now, jobs, frame),
+            Request::Reload(kind) => self.on_handshake_reply(now, node, Step::Load(kind), frame),
+            Request::Acquire(op) => self.on_call_reply(now, node, Op::Acquire(op), frame),
+            Request::Renew(op) => self.on_call_reply(now, node, Op::Renew(op), frame),
+            Request::AcquireMany(ops) => self.on_batch_reply(now, node, ops, frame),
+            Request::Release(job) | Request::Compensate(job) => self.on_release_reply(now, node, job, frame),
+            Request::ReleaseMany(jobs) => self.on_release_many_reply(now, node, jobs, frame),
+            // Whatever it says, the command after it answers for itself.
+            Request::Asking => Ok(()),
         }
     }
 
-    pub(super) fn on_handshake_reply(&mut self, now: Instant, step: Step, frame: Frame) -> Result<(), ConnectionError> {
-        let conn = self
-            .node
+    pub(super) fn on_handshake_reply(
+        &mut self,
+        now: Instant,
+        node: usize,
+        step: Step,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
+        if let Step::Shards | Step::Slots = step {
+            return self.on_topology_reply(now, node, step, frame);
+        }
+        let cluster = self.topology.is_cluster();
+        let conn = self.nodes[node]
             .connection
             .as_mut()
             .expect("replies come from the current connection");
@@ -37,15 +54,15 @@ impl Client {
         let ok = match (&step, &frame) {
             (Step::Auth | Step::Select, Frame::SimpleString(s)) => &s[..] == b"OK",
             (Step::Ping, Frame::SimpleString(s)) => &s[..] == b"PONG",
-            (Step::ClusterCheck, Frame::BulkString(info)) => {
-                if cluster_enabled(info) {
-                    return Err(ConnectionError::ClusterMode);
-                }
-                true
-            }
+            (Step::ClusterCheck, Frame::BulkString(info)) => match (cluster_enabled(info), cluster) {
+                (Some(true), false) => return Err(ConnectionError::ClusterMode),
+                (Some(false), true) => return Err(ConnectionError::NotCluster),
+                _ => true,
+            },
             // A server (or an ACL) that will not say: go on. A cluster node
             // that stays silent here still cannot misroute quietly: its
-            // `MOVED` replies fail the acquires as unavailable.
+            // `MOVED` replies fail the acquires as unavailable, and in
+            // cluster mode `CLUSTER SHARDS` must answer.
             (Step::ClusterCheck, Frame::Error(message)) => !is_auth_error(message),
             (Step::Load(kind), Frame::BulkString(sha)) => &sha[..] == self.scripts.get(*kind).sha.as_bytes(),
             (Step::Load(kind), Frame::Error(_)) if !handshaking => {
@@ -80,20 +97,30 @@ impl Client {
         if let Step::Load(kind) = step {
             conn.reloaded(kind);
         }
+        self.step_done(node);
+        Ok(())
+    }
+
+    /// One handshake step of `node`'s connection is answered; the last one
+    /// makes it ready.
+    pub(super) fn step_done(&mut self, node: usize) {
+        let target = &mut self.nodes[node];
+        let Some(conn) = target.connection.as_mut() else {
+            return;
+        };
         if let Phase::Handshaking { steps, .. } = &mut conn.phase {
             *steps -= 1;
             if *steps == 0 {
                 conn.phase = Phase::Ready;
-                self.node.reconnect.succeeded();
+                target.reconnect.succeeded();
                 self.events.push_back(Event::Connected(conn.id()));
             }
         }
-        Ok(())
     }
 
     /// The reply to one acquire or renewal: `{status, own id}`, checked for
     /// shape and echo before the status is believed.
-    fn on_call_reply(&mut self, now: Instant, op: Op, frame: Frame) -> Result<(), ConnectionError> {
+    fn on_call_reply(&mut self, now: Instant, node: usize, op: Op, frame: Frame) -> Result<(), ConnectionError> {
         let what = match op {
             Op::Acquire(_) => "acquire",
             Op::Renew(_) => "renew",
@@ -104,7 +131,7 @@ impl Client {
                 Ok(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items.into())))),
                 Err(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items)))),
             },
-            Frame::Error(message) => return self.on_call_error(now, op, &message),
+            Frame::Error(message) => return self.on_call_error(now, node, op, &message),
             other => return Err(self.ambiguous(now, op, unexpected(what, &other))),
         };
         if echo != op.call().lease_bytes && !self.bug_skip_echo_check() {
@@ -182,17 +209,18 @@ impl Client {
     pub(super) fn on_batch_reply(
         &mut self,
         now: Instant,
+        node: usize,
         ops: Vec<AcquireOp>,
         frame: Frame,
     ) -> Result<(), ConnectionError> {
         let items = match frame {
             Frame::Error(message) => {
                 if matches!(classify(&message), ErrorClass::NoScript) {
-                    self.reload(now, ScriptKind::AcquireMany);
+                    self.reload(now, node, ScriptKind::AcquireMany);
                 }
                 let mut result = Ok(());
                 for op in ops {
-                    let outcome = self.on_call_error(now, Op::Acquire(op), &message);
+                    let outcome = self.on_call_error(now, node, Op::Acquire(op), &message);
                     result = result.and(outcome);
                 }
                 return result;
@@ -233,20 +261,27 @@ impl Client {
     }
 
     /// An error reply to an acquire or a renewal.
-    fn on_call_error(&mut self, now: Instant, mut op: Op, message: &str) -> Result<(), ConnectionError> {
+    fn on_call_error(&mut self, now: Instant, node: usize, mut op: Op, message: &str) -> Result<(), ConnectionError> {
         let request = op.call().request;
         let error = ServerError::new(message);
         let refused = || Unavailable::Server(error.clone());
-        match classify(message) {
+        match self.error_class(message) {
             ErrorClass::NoScript => {
                 if self.callers.contains(request) {
                     op.call_mut().by_text = true;
-                    self.reload(now, op.script());
-                    self.send_acquire(now, op);
+                    self.reload(now, node, op.script());
+                    self.send_acquire(now, node, op);
                 }
                 Ok(())
             }
+            ErrorClass::Redirect(redirect) => {
+                self.redirect_op(now, node, op, redirect, message);
+                Ok(())
+            }
             ErrorClass::NotExecuted => {
+                if error.kind() == ServerErrorKind::ClusterDown {
+                    self.refresh_topology(now);
+                }
                 self.fail(request, refused());
                 Ok(())
             }
@@ -291,6 +326,8 @@ impl Client {
 pub(super) enum ErrorClass {
     /// The script is not cached: resend it as `EVAL`.
     NoScript,
+    /// The cluster sends it elsewhere (or later); it did not run.
+    Redirect(Redirect),
     /// Refused before execution; the connection can go on.
     NotExecuted,
     /// Refused before execution, and this connection is of no further use
@@ -300,29 +337,66 @@ pub(super) enum ErrorClass {
     Unknown,
 }
 
+/// A reply that sends a command elsewhere, or later: it did not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Redirect {
+    /// `MOVED`: the slot lives on another primary for good.
+    Moved,
+    /// `ASK`: the slot is migrating; ask the other node, this once.
+    Ask,
+    /// `TRYAGAIN`: the subject's keys are split by a migration; soon.
+    TryAgain,
+    /// `READONLY` in a cluster: the node was demoted by a failover.
+    ReadOnly,
+}
+
+/// What an error reply means, on its own. A standalone client reads a
+/// redirect as a refusal (see [`Client::error_class`]).
 pub(super) fn classify(message: &str) -> ErrorClass {
     use ServerErrorKind as Kind;
     match ServerErrorKind::of(message) {
         Kind::NoScript => ErrorClass::NoScript,
+        Kind::Moved => ErrorClass::Redirect(Redirect::Moved),
+        Kind::Ask => ErrorClass::Redirect(Redirect::Ask),
+        Kind::TryAgain => ErrorClass::Redirect(Redirect::TryAgain),
+        Kind::ReadOnly => ErrorClass::Redirect(Redirect::ReadOnly),
         Kind::Busy
         | Kind::OutOfMemory
         | Kind::Loading
-        | Kind::TryAgain
         | Kind::ClusterDown
         | Kind::MasterDown
         | Kind::Misconf
         | Kind::NoPerm
         | Kind::CrossSlot
         | Kind::ExecAbort => ErrorClass::NotExecuted,
-        Kind::ReadOnly | Kind::Moved | Kind::Ask | Kind::NoAuth | Kind::WrongPass => ErrorClass::NotExecutedRetire,
+        Kind::NoAuth | Kind::WrongPass => ErrorClass::NotExecutedRetire,
         Kind::Other => ErrorClass::Unknown,
     }
 }
 
-/// Whether an `INFO cluster` text says `cluster_enabled:1`.
-fn cluster_enabled(info: &[u8]) -> bool {
+impl Client {
+    /// What an error reply means here. Standalone, a redirect is a refusal:
+    /// `READONLY` means a replica, of no use for writes (retire, and find
+    /// the primary again); `MOVED` and `ASK` cannot be followed (the
+    /// handshake refuses cluster nodes, so only a server that hid its mode
+    /// says them) and `TRYAGAIN` is not ours to wait for.
+    pub(super) fn error_class(&self, message: &str) -> ErrorClass {
+        match classify(message) {
+            ErrorClass::Redirect(Redirect::ReadOnly) if !self.topology.is_cluster() => ErrorClass::NotExecutedRetire,
+            ErrorClass::Redirect(_) if !self.topology.is_cluster() => ErrorClass::NotExecuted,
+            class => class,
+        }
+    }
+}
+
+/// What an `INFO cluster` text says of `cluster_enabled`, if anything.
+fn cluster_enabled(info: &[u8]) -> Option<bool> {
     info.split(|byte| *byte == b'\n')
-        .any(|line| line.strip_suffix(b"\r").unwrap_or(line) == b"cluster_enabled:1")
+        .find_map(|line| match line.strip_suffix(b"\r").unwrap_or(line) {
+            b"cluster_enabled:1" => Some(true),
+            b"cluster_enabled:0" => Some(false),
+            _ => None,
+        })
 }
 
 /// `TIME`'s reply: seconds and microseconds, as bulk strings of digits.

@@ -29,6 +29,19 @@ pub(super) enum Request {
     ReleaseMany(Vec<ReleaseJob>),
     /// A release of a lease no caller got: the `COMPENSATE` script.
     Compensate(ReleaseJob),
+    /// `ASKING`, right before the one command an `ASK` redirect sent here.
+    Asking,
+}
+
+impl Request {
+    /// Whether an `ASK` redirect sent it here, which it answers once:
+    /// `ASKING` is written right before it, and the mark is used up.
+    pub(super) fn take_ask(&mut self) -> bool {
+        match self {
+            Request::Acquire(AcquireOp { call, .. }) | Request::Renew(RenewOp { call }) => call.ask.take().is_some(),
+            _ => false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,9 +49,14 @@ pub(super) enum Step {
     Auth,
     Select,
     Ping,
-    /// `INFO cluster`: a Redis Cluster node is refused, since requests are
-    /// not routed by slot yet (each `MOVED` would fail them).
+    /// `INFO cluster`: the server must be in cluster mode exactly when the
+    /// client is (a cluster node reached as a standalone server would
+    /// answer `MOVED` for most subjects, and the reverse cannot route).
     ClusterCheck,
+    /// `CLUSTER SHARDS`: the slot table (Redis 7 and later).
+    Shards,
+    /// `CLUSTER SLOTS`: the slot table, from servers without `SHARDS`.
+    Slots,
     /// Reads the server's clock (see `server_clock`).
     Time,
     Load(ScriptKind),
@@ -64,6 +82,10 @@ pub(super) struct Call {
     pub(super) runnable_until: Option<Instant>,
     /// Send `EVAL` with the script text (after `NOSCRIPT`).
     pub(super) by_text: bool,
+    /// An `ASK` redirect names this node for the next attempt only.
+    pub(super) ask: Option<usize>,
+    /// Redirects followed so far; a request bounced around too often fails.
+    pub(super) redirects: u8,
 }
 
 impl Call {
@@ -77,6 +99,8 @@ impl Call {
             valid_until_ms: 0,
             runnable_until: None,
             by_text: false,
+            ask: None,
+            redirects: 0,
         }
     }
 }
@@ -161,6 +185,11 @@ pub(super) struct ReleaseJob {
     /// Next attempt not before.
     pub(super) not_before: Instant,
     pub(super) by_text: bool,
+    /// An `ASK` redirect names this node for the next attempt only.
+    pub(super) ask: Option<usize>,
+    /// Redirects followed so far (they are not failures: a slot may move
+    /// while its leases are held).
+    pub(super) redirects: u8,
 }
 
 impl ReleaseJob {
@@ -177,6 +206,8 @@ impl ReleaseJob {
             deadline: lease.expires_at,
             not_before: now,
             by_text: false,
+            ask: None,
+            redirects: 0,
         }
     }
 

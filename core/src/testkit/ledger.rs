@@ -18,7 +18,7 @@ impl Pair {
             while let Some(action) = self.client.poll_action() {
                 progressed = true;
                 match action {
-                    Action::Connect(id) => self.connects.push(id),
+                    Action::Connect(id, _) => self.connects.push(id),
                     Action::Close(id) => {
                         self.connects.retain(|c| *c != id);
                         if self.link.as_ref().is_some_and(|l| l.id == id) {

@@ -49,7 +49,7 @@ fn a_batch_member_abandoned_before_it_is_written_is_never_sent() {
 fn a_batch_reply_with_one_wrong_echo_makes_every_member_ambiguous() {
     use crate::model::{ModelConnection, RedisModel};
     let mut client = crate::Client::new(config(), [7; 16], start()).unwrap();
-    let Some(crate::event::Action::Connect(id)) = client.poll_action() else {
+    let Some(crate::event::Action::Connect(id, _)) = client.poll_action() else {
         panic!("a new client connects");
     };
     client.handle_connected(start(), id);

@@ -54,7 +54,7 @@ pub(super) fn reconnect_delays(entropy: [u8; 16], attempts: usize) -> Vec<Durati
     let mut client = Client::new(config(), entropy, now).unwrap();
     let mut delays = Vec::new();
     for _ in 0..attempts {
-        let Some(Action::Connect(id)) = client.poll_action() else {
+        let Some(Action::Connect(id, _)) = client.poll_action() else {
             panic!("a connect was asked for")
         };
         client.handle_closed(now, id); // refused
