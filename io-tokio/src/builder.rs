@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use inflight_core::{Client, Config, Endpoint, ReleasePolicy, ServerAddress, UnavailablePolicy};
+use inflight_core::{Client, Config, ConfigError, Endpoint, ReleasePolicy, ServerAddress, Servers, UnavailablePolicy};
 
 use crate::connector::{Connector, TcpConnector};
 use crate::driver::Driver;
@@ -34,6 +34,10 @@ enum Start {
 #[derive(Clone)]
 pub struct Builder {
     url: String,
+    /// More seed URLs of a cluster (`Limiter::cluster_builder`).
+    more_seeds: Vec<String>,
+    /// Route by slot across a Redis Cluster.
+    cluster: bool,
     config: Config,
     default_limit: u32,
     liveness: Option<Duration>,
@@ -50,6 +54,15 @@ impl std::fmt::Debug for Builder {
         let mut debug = f.debug_struct("Builder");
         debug
             .field("url", &inflight_core::redact_url(&self.url))
+            .field(
+                "more_seeds",
+                &self
+                    .more_seeds
+                    .iter()
+                    .map(|url| inflight_core::redact_url(url))
+                    .collect::<Vec<_>>(),
+            )
+            .field("cluster", &self.cluster)
             .field("config", &self.config)
             .field("default_limit", &self.default_limit)
             .field("liveness", &self.liveness)
@@ -65,6 +78,8 @@ impl Builder {
     pub(crate) fn new(url: String) -> Self {
         Self {
             url,
+            more_seeds: Vec::new(),
+            cluster: false,
             config: Config::default(),
             default_limit: 100,
             liveness: None,
@@ -75,6 +90,23 @@ impl Builder {
             #[cfg(all(feature = "tls", not(madsim)))]
             tls: Default::default(),
         }
+    }
+
+    /// A Redis Cluster: the URL is a seed node, from which the limiter learns
+    /// which primary owns which slot (`CLUSTER SHARDS`), then sends every
+    /// request to the primary of its key's slot, following `MOVED` and `ASK`
+    /// when slots move. Credentials and TLS of the URL apply to every node;
+    /// the URL may not name a database other than 0. Without this, a
+    /// cluster node is refused at `connect` ([`ConnectError::ClusterMode`]).
+    pub fn cluster(mut self) -> Self {
+        self.cluster = true;
+        self
+    }
+
+    pub(crate) fn with_seeds(mut self, more: Vec<String>) -> Self {
+        self.more_seeds = more;
+        self.cluster = true;
+        self
     }
 
     /// First component of every Redis key (default `inflight`).
@@ -206,29 +238,53 @@ impl Builder {
     /// decides the transport: it is handed the URL's endpoint, and a
     /// `rediss://` scheme does not wrap it in TLS.
     pub async fn connect_with<C: Connector>(self, connector: C) -> Result<Limiter, ConnectError> {
-        let address = ServerAddress::parse(&self.url)?;
+        let address = self.address()?;
         self.start_with(address, connector, Start::WhenReady).await
     }
 
     /// As [`Builder::connect_lazy`], over any [`Connector`].
     pub async fn connect_lazy_with<C: Connector>(self, connector: C) -> Result<Limiter, ConnectError> {
-        let address = ServerAddress::parse(&self.url)?;
+        let address = self.address()?;
         self.start_with(address, connector, Start::Lazy).await
+    }
+
+    /// The URL, parsed, with the servers it names: one, or a cluster's seeds
+    /// (all URLs must agree on TLS and credentials).
+    fn address(&self) -> Result<(ServerAddress, Servers), ConfigError> {
+        let address = ServerAddress::parse(&self.url)?;
+        if !self.cluster {
+            let endpoint = address.endpoint.clone();
+            return Ok((address, Servers::Standalone(endpoint)));
+        }
+        let mut seeds = vec![address.endpoint.clone()];
+        for url in &self.more_seeds {
+            let seed = ServerAddress::parse(url)?;
+            if seed.tls != address.tls || seed.credentials != address.credentials || seed.database != address.database {
+                return Err(ConfigError::Url {
+                    url: inflight_core::redact_url(url),
+                    reason: "every seed URL of a cluster needs the same scheme, credentials and database as the first"
+                        .into(),
+                });
+            }
+            seeds.push(seed.endpoint);
+        }
+        let tls = address.tls;
+        Ok((address, Servers::Cluster { seeds, tls }))
     }
 
     /// Picks the connector the URL asks for.
     async fn start(self, start: Start) -> Result<Limiter, ConnectError> {
-        let address = ServerAddress::parse(&self.url)?;
-        if let Endpoint::Unix(_) = address.endpoint {
+        let address = self.address()?;
+        if let Endpoint::Unix(_) = address.0.endpoint {
             #[cfg(all(unix, not(madsim)))]
             return self.start_with(address, crate::connector::UnixConnector, start).await;
             #[cfg(not(all(unix, not(madsim))))]
             return Err(ConnectError::Unreachable {
-                addr: address.endpoint.to_string(),
+                addr: address.0.endpoint.to_string(),
                 reason: "Unix sockets are not available on this platform".into(),
             });
         }
-        if address.tls {
+        if address.0.tls {
             #[cfg(all(feature = "tls", not(madsim)))]
             {
                 let connector = crate::tls::TlsConnector::new(&self.tls)?;
@@ -242,7 +298,7 @@ impl Builder {
 
     async fn start_with<C: Connector>(
         self,
-        address: ServerAddress,
+        (address, servers): (ServerAddress, Servers),
         connector: C,
         start: Start,
     ) -> Result<Limiter, ConnectError> {
@@ -250,6 +306,7 @@ impl Builder {
         let mut config = self.config;
         config.credentials = address.credentials.clone();
         config.database = address.database;
+        config.servers = servers;
         config.request_liveness = self
             .liveness
             .unwrap_or_else(|| Config::default_request_liveness(config.acquire_timeout));
@@ -273,7 +330,7 @@ impl Builder {
         let mut client = Client::new(config, entropy, crate::clock::now())?;
         #[cfg(feature = "fault-injection")]
         client.inject_bugs(self.bugs);
-        let spawned = Driver::spawn(client, address, connector, start == Start::Lazy, metric_labels.clone())?;
+        let spawned = Driver::spawn(client, connector, start == Start::Lazy, metric_labels.clone())?;
         if start == Start::WhenReady {
             spawned.started.await.unwrap_or(Err(ConnectError::Stopped))?;
         }

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use inflight_core::{
-    Action, Client, ConnectionError, ConnectionId, Event, Lease, LeaseId, Outcome, Renewal, RequestId, ServerAddress,
-    Stats,
+    Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Lease, LeaseId, Outcome, Renewal, RequestId,
+    Servers, Stats,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -19,7 +19,7 @@ use crate::clock::{now, timer_at};
 use crate::connector::Connector;
 use crate::error::{ConnectError, Error, ReleaseError, RenewError};
 use crate::mailbox::{Command, HeldLease};
-use crate::socket::{read_from, run_connection, IoEvent, Reader};
+use crate::socket::{read_any, run_connection, IoEvent, Reader};
 use crate::telemetry;
 
 /// A started driver: where to send commands, when it is connected, its counters.
@@ -39,14 +39,15 @@ enum Caller {
 
 pub(crate) struct Driver<C: Connector> {
     client: Client,
-    address: ServerAddress,
     connector: Arc<C>,
     /// Our own command sender, handed to every permit so that its drop can
     /// release. The receiver side closes when no limiter or permit is left.
     commands: mpsc::WeakUnboundedSender<Command>,
     io_tx: mpsc::UnboundedSender<IoEvent<Reader<C>>>,
-    /// The ready connection's read half, and a buffer to read into.
-    reader: Option<(ConnectionId, Reader<C>)>,
+    /// The open connections' read halves (one per node), and a buffer to
+    /// read into; reads start at a rotating index, fairly.
+    readers: Vec<(ConnectionId, Reader<C>)>,
+    next_reader: usize,
     read_buf: Vec<u8>,
     connections: HashMap<ConnectionId, Connection>,
     tickets: HashMap<u64, RequestId>,
@@ -73,7 +74,6 @@ impl<C: Connector> Driver<C> {
     /// is ready, or with the reason it could not be made.
     pub(crate) fn spawn(
         client: Client,
-        address: ServerAddress,
         connector: C,
         lazy: bool,
         metric_labels: Vec<metrics::Label>,
@@ -84,11 +84,11 @@ impl<C: Connector> Driver<C> {
         let (stats_tx, stats) = tokio::sync::watch::channel(Stats::default());
         let driver = Driver {
             client,
-            address,
             connector: Arc::new(connector),
             commands: commands.downgrade(),
             io_tx,
-            reader: None,
+            readers: Vec::new(),
+            next_reader: 0,
             read_buf: vec![0; 16 * 1024],
             connections: HashMap::new(),
             tickets: HashMap::new(),
@@ -131,7 +131,8 @@ impl<C: Connector> Driver<C> {
             tokio::select! {
                 biased;
                 Some(event) = io.recv() => self.on_io(event),
-                read = read_from(&mut self.reader, &mut self.read_buf), if self.reader.is_some() => {
+                read = read_any(&mut self.readers, &mut self.read_buf, self.next_reader), if !self.readers.is_empty() => {
+                    self.next_reader = self.next_reader.wrapping_add(1);
                     self.on_read(read)
                 }
                 command = commands.recv(), if !users_gone => match command {
@@ -157,7 +158,7 @@ impl<C: Connector> Driver<C> {
             }
         }
         self.published.withdraw(&self.metric_labels);
-        self.reader = None;
+        self.readers.clear();
         for (_, connection) in self.connections.drain() {
             connection.task.abort();
         }
@@ -206,7 +207,7 @@ impl<C: Connector> Driver<C> {
         match event {
             // A connection closed meanwhile: its reader is dropped here.
             IoEvent::Connected(id, reader) if self.connections.contains_key(&id) => {
-                self.reader = Some((id, reader));
+                self.readers.push((id, reader));
                 self.client.handle_connected(now, id);
             }
             IoEvent::Connected(..) => {}
@@ -233,9 +234,7 @@ impl<C: Connector> Driver<C> {
 
     /// Drops connection `id`: its reader, and its task (which holds the writer).
     fn forget(&mut self, id: ConnectionId) {
-        if self.reader.as_ref().is_some_and(|(reading, _)| *reading == id) {
-            self.reader = None;
-        }
+        self.readers.retain(|(reading, _)| *reading != id);
         if let Some(connection) = self.connections.remove(&id) {
             connection.task.abort();
         }
@@ -248,7 +247,7 @@ impl<C: Connector> Driver<C> {
         loop {
             while let Some(action) = self.client.poll_action() {
                 match action {
-                    Action::Connect(id, _) => self.open(id),
+                    Action::Connect(id, endpoint) => self.open(id, endpoint),
                     Action::Close(id) => self.forget(id),
                 }
             }
@@ -372,7 +371,7 @@ impl<C: Connector> Driver<C> {
     /// A connection attempt failed: the first one ends `connect()` with an
     /// error; later ones are retried by the core.
     fn on_connect_failed(&mut self, id: ConnectionId, error: ConnectionError) {
-        let addr = self.address.endpoint.to_string();
+        let addr = servers(&self.client.config().servers);
         if let Some(startup) = self.startup.take() {
             let reason = self.last_io_error.clone();
             let timeout = self.client.config().connect_timeout;
@@ -383,11 +382,11 @@ impl<C: Connector> Driver<C> {
         }
     }
 
-    fn open(&mut self, id: ConnectionId) {
+    fn open(&mut self, id: ConnectionId, endpoint: Endpoint) {
         let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(run_connection(
             self.connector.clone(),
-            self.address.endpoint.clone(),
+            endpoint,
             id,
             self.io_tx.clone(),
             outgoing_rx,
@@ -398,10 +397,22 @@ impl<C: Connector> Driver<C> {
     /// Publishes what the core counted since the last call, and the gauges.
     fn report_metrics(&mut self) {
         let stats = self.client.stats();
-        let up = usize::from(self.client.connection().is_some_and(|(_, ready)| ready));
+        let up = self.client.connections().filter(|(_, _, ready)| *ready).count();
         let in_flight = self.client.in_flight_acquires();
         if self.published.report(&self.metric_labels, stats, up, in_flight) {
             self.stats.send_replace(stats);
         }
+    }
+}
+
+/// The server, or the cluster's seeds, for messages.
+fn servers(servers: &Servers) -> String {
+    match servers {
+        Servers::Standalone(endpoint) => endpoint.to_string(),
+        Servers::Cluster { seeds, .. } => {
+            let seeds: Vec<String> = seeds.iter().map(ToString::to_string).collect();
+            format!("cluster seeds {}", seeds.join(", "))
+        }
+        other => format!("{other:?}"),
     }
 }

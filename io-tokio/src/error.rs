@@ -59,11 +59,20 @@ pub enum ConnectError {
         /// Redis's own words (`NOAUTH …`, `WRONGPASS …`).
         reason: String,
     },
-    /// The server is a Redis Cluster node: requests would be refused with
-    /// `MOVED` wherever the subject's slot lives elsewhere. Point the limiter
-    /// at a standalone Redis (or the primary of a replicated one).
-    #[error("Redis at {addr} runs in cluster mode, which inflight does not support yet: use a standalone Redis")]
+    /// The server is a Redis Cluster node, and the limiter was built for a
+    /// standalone server: requests would be refused with `MOVED` wherever
+    /// the subject's slot lives elsewhere. Build it with
+    /// [`Builder::cluster`](crate::Builder::cluster) or
+    /// [`Limiter::cluster_builder`](crate::Limiter::cluster_builder).
+    #[error("Redis at {addr} runs in cluster mode: build the limiter with .cluster() (or Limiter::cluster_builder with the seed URLs)")]
     ClusterMode {
+        /// The server.
+        addr: String,
+    },
+    /// The limiter was built for a Redis Cluster, and the server is not in
+    /// cluster mode (`cluster_enabled:0`): drop `.cluster()`.
+    #[error("Redis at {addr} is not in cluster mode (cluster_enabled:0): build the limiter without .cluster()")]
+    NotCluster {
         /// The server.
         addr: String,
     },
@@ -111,6 +120,7 @@ impl ConnectError {
             },
             ConnectionError::Auth(reason) => ConnectError::Auth { addr, reason },
             ConnectionError::ClusterMode => ConnectError::ClusterMode { addr },
+            ConnectionError::NotCluster => ConnectError::NotCluster { addr },
             // Redis's own words; the variant already says it was the handshake.
             ConnectionError::Handshake(reason) => ConnectError::Handshake { addr, reason },
             other => ConnectError::Handshake {

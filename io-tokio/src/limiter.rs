@@ -37,6 +37,20 @@ impl Limiter {
         Builder::new(url.into())
     }
 
+    /// A builder for a Redis Cluster reached through any of `seed_urls`
+    /// (tried in order until one answers; all with the same scheme and
+    /// credentials): the same as `builder(first).cluster()` with more seeds.
+    /// An empty list is refused at `connect`.
+    pub fn cluster_builder<I, S>(seed_urls: I) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut urls = seed_urls.into_iter().map(Into::into);
+        let first = urls.next().unwrap_or_default();
+        Builder::new(first).with_seeds(urls.collect())
+    }
+
     /// A handle on a started driver.
     pub(crate) fn new(
         commands: Commands,

@@ -2,11 +2,13 @@
 //! the driver does itself.
 
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use bytes::Bytes;
 use inflight_core::{ConnectionId, Endpoint};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadHalf};
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf, ReadHalf};
 use tokio::sync::mpsc;
 
 use crate::connector::Connector;
@@ -57,11 +59,25 @@ pub(crate) async fn run_connection<C: Connector>(
     }
 }
 
-/// Reads what the ready connection has; the select guards `reader.is_some()`.
-pub(crate) async fn read_from<R: AsyncRead + Unpin>(
-    reader: &mut Option<(ConnectionId, R)>,
+/// Reads from whichever connection has bytes first (one per cluster node),
+/// trying them from `start` on so that a busy one does not starve the rest.
+/// The select guards `!readers.is_empty()`.
+pub(crate) async fn read_any<R: AsyncRead + Unpin>(
+    readers: &mut [(ConnectionId, R)],
     buf: &mut [u8],
+    start: usize,
 ) -> (ConnectionId, io::Result<usize>) {
-    let (id, reader) = reader.as_mut().expect("read only while a reader is held");
-    (*id, reader.read(buf).await)
+    std::future::poll_fn(|cx| {
+        let count = readers.len();
+        for offset in 0..count {
+            let (id, reader) = &mut readers[(start + offset) % count];
+            let mut read = ReadBuf::new(buf);
+            match Pin::new(reader).poll_read(cx, &mut read) {
+                Poll::Ready(result) => return Poll::Ready((*id, result.map(|()| read.filled().len()))),
+                Poll::Pending => {}
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }

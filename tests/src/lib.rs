@@ -8,6 +8,7 @@ pub mod alloc_counter;
 pub mod bench;
 pub mod hostile;
 pub mod pki;
+pub mod redis_cluster;
 pub mod redis_server;
 pub mod relay;
 pub mod resp_client;
@@ -19,6 +20,7 @@ pub use hostile::{HostilePeer, Lie};
 #[doc = include_str!("../../README.md")]
 pub struct MainReadme;
 pub use pki::TestPki;
+pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;
 pub use relay::{Mode, Relay};
 pub use resp_client::RespClient;

@@ -15,8 +15,12 @@ use crate::event::{ConnectionError, Unavailable};
 use crate::resp::Frame;
 use crate::server_error::ServerError;
 
-/// Redirects one request may follow; past that it fails (a cluster that
-/// bounces a slot back and forth is not serving it).
+/// `MOVED` and `ASK` redirects one request may follow in a row; past that
+/// it fails (a cluster that bounces a slot back and forth is not serving
+/// it). A `TRYAGAIN` wait starts the count again: a request that waits
+/// between tries cannot spin, and a migration may take a few rounds of
+/// `ASK` and `TRYAGAIN` (our scripts declare two keys), which the caller's
+/// timeout bounds.
 const MAX_REDIRECTS: u8 = 5;
 
 /// How long a `TRYAGAIN` (or a demoted primary) holds a request back.
@@ -30,8 +34,11 @@ impl Client {
             return; // Its caller is gone and nothing ran: nothing to do.
         }
         let call = op.call_mut();
-        call.redirects += 1;
         call.ask = None;
+        call.redirects = match redirect {
+            Redirect::Moved | Redirect::Ask => call.redirects + 1,
+            Redirect::TryAgain | Redirect::ReadOnly => 0,
+        };
         if call.redirects > MAX_REDIRECTS {
             return self.fail(request, Unavailable::Server(ServerError::new(message)));
         }
@@ -67,8 +74,11 @@ impl Client {
         redirect: Redirect,
         message: &str,
     ) {
-        job.redirects += 1;
         job.ask = None;
+        job.redirects = match redirect {
+            Redirect::Moved | Redirect::Ask => job.redirects + 1,
+            Redirect::TryAgain | Redirect::ReadOnly => 0,
+        };
         if job.redirects > MAX_REDIRECTS {
             return self.retry_release(now, job);
         }

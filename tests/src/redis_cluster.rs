@@ -1,0 +1,501 @@
+//! A real Redis Cluster owned by one test binary: 3 primaries and 3
+//! replicas of `redis-server --cluster-enabled yes` on free loopback ports,
+//! joined by `redis-cli --cluster create`, with helpers to move a slot
+//! under load, fail a primary over, or kill it. Node state lives in a
+//! temporary directory that is removed when the cluster is dropped.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use inflight_core::resp::Frame;
+
+use crate::redis_server::free_port;
+use crate::resp_client::RespClient;
+
+const INSTALL_HINT: &str = "redis-server and redis-cli were not found on PATH. These tests run a real Redis \
+Cluster. Install them with `apt-get update && apt-get install -y redis-server` (Debian/Ubuntu; redis-cli comes \
+with it) or `brew install redis` (macOS), then run the tests again.";
+
+/// `cluster-node-timeout` of the test cluster: a killed primary is failed
+/// over about this long after it stops answering.
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// One node of the cluster. The `redis-server` runs under a small shell
+/// that kills it when our end of its stdin closes, so a test binary that
+/// keeps its cluster in a `static` (never dropped) leaves no server behind.
+pub struct ClusterNode {
+    /// The watchdog shell; `None` once the node was killed.
+    child: Option<Child>,
+    /// The redis-server's own pid.
+    pid: u32,
+    port: u16,
+}
+
+impl ClusterNode {
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    pub fn client(&self) -> RespClient {
+        RespClient::connect(self.addr()).expect("connect to a cluster node")
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// SIGKILL, then the watchdog is reaped.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").args(["-9", &self.pid.to_string()]).status();
+            drop(child.stdin.take());
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ClusterNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// What `CLUSTER NODES` says of one node.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub id: String,
+    pub port: u16,
+    pub primary: bool,
+    pub failed: bool,
+    /// Inclusive slot ranges (primaries).
+    pub slots: Vec<(u16, u16)>,
+}
+
+pub struct RedisCluster {
+    nodes: Vec<ClusterNode>,
+    dir: PathBuf,
+}
+
+impl RedisCluster {
+    /// Starts 3 primaries with one replica each and waits until every node
+    /// says `cluster_state:ok` and agrees on who serves every slot.
+    pub fn start() -> Self {
+        Self::start_with(3, 1)
+    }
+
+    pub fn start_with(primaries: usize, replicas: usize) -> Self {
+        let dir = std::env::temp_dir().join(format!("inflight-cluster-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(&dir).expect("create the cluster's directory");
+        let count = primaries * (1 + replicas);
+        let mut cluster = Self { nodes: Vec::new(), dir };
+        for _ in 0..count {
+            let node = cluster.spawn_node();
+            cluster.nodes.push(node);
+        }
+        let addresses: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let output = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output();
+        let output = match output {
+            Ok(output) => output,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
+            Err(error) => panic!("could not run redis-cli: {error}"),
+        };
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        cluster.wait_healthy(Duration::from_secs(30));
+        cluster
+    }
+
+    fn spawn_node(&self) -> ClusterNode {
+        for _ in 0..5 {
+            let (port, bus_port) = (free_port(), free_port());
+            let node_dir = self.dir.join(port.to_string());
+            std::fs::create_dir_all(&node_dir).expect("create a node's directory");
+            let args: Vec<String> = [
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-port",
+                &bus_port.to_string(),
+                "--cluster-config-file",
+                "nodes.conf",
+                // Slots of live primaries keep serving while another fails
+                // over (the default refuses every slot meanwhile).
+                "--cluster-require-full-coverage",
+                "no",
+                // Any replica may take over, however recent its last sync.
+                "--cluster-replica-validity-factor",
+                "0",
+                "--cluster-node-timeout",
+                &NODE_TIMEOUT.as_millis().to_string(),
+                "--dir",
+                node_dir.to_str().expect("utf-8 temp dir"),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+                "--loglevel",
+                "warning",
+            ]
+            .iter()
+            .map(|arg| arg.to_string())
+            .collect();
+            let child = Command::new("sh")
+                .args([
+                    "-c",
+                    "command -v redis-server >/dev/null || exit 127; \
+                     redis-server \"$@\" >/dev/null 2>&1 & echo $!; read _; kill -9 $! 2>/dev/null",
+                    "sh",
+                ])
+                .args(&args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("run sh");
+            let mut child = child;
+            let mut line = String::new();
+            let stdout = child.stdout.take().expect("piped");
+            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+            let Ok(pid) = line.trim().parse::<u32>() else {
+                let _ = child.wait();
+                panic!("{INSTALL_HINT}");
+            };
+            let mut node = ClusterNode {
+                child: Some(child),
+                pid,
+                port,
+            };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+                if RespClient::connect(addr).and_then(|mut c| c.call(&[b"PING"])).is_ok() {
+                    return node;
+                }
+                let alive = Command::new("kill").args(["-0", &pid.to_string()]).status();
+                if !alive.is_ok_and(|status| status.success()) {
+                    break; // a port was taken: try others
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            node.kill();
+        }
+        panic!("a cluster node did not start on free loopback ports after 5 tries");
+    }
+
+    pub fn nodes(&self) -> &[ClusterNode] {
+        &self.nodes
+    }
+
+    /// A seed URL (the first running node).
+    pub fn url(&self) -> String {
+        let node = self.nodes.iter().find(|n| n.is_running()).expect("a running node");
+        format!("redis://127.0.0.1:{}", node.port)
+    }
+
+    /// Every running node's URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .map(|n| format!("redis://127.0.0.1:{}", n.port))
+            .collect()
+    }
+
+    pub fn node(&self, port: u16) -> &ClusterNode {
+        self.nodes
+            .iter()
+            .find(|n| n.port == port)
+            .expect("a node of this cluster")
+    }
+
+    /// `CLUSTER NODES`, as the first running node sees it.
+    pub fn topology(&self) -> Vec<NodeInfo> {
+        let node = self.nodes.iter().find(|n| n.is_running()).expect("a running node");
+        read_nodes(&mut node.client())
+    }
+
+    /// The port of the primary that serves `slot`.
+    pub fn owner(&self, slot: u16) -> u16 {
+        self.topology()
+            .into_iter()
+            .find(|n| n.primary && !n.failed && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+            .map(|n| n.port)
+            .expect("a primary serves every slot")
+    }
+
+    /// The slot of `key`, as the server computes it.
+    pub fn keyslot(&self, key: &[u8]) -> u16 {
+        let node = self.nodes.iter().find(|n| n.is_running()).expect("a running node");
+        match node
+            .client()
+            .call(&[b"CLUSTER", b"KEYSLOT", key])
+            .expect("CLUSTER KEYSLOT")
+        {
+            Frame::Integer(slot) => slot as u16,
+            other => panic!("CLUSTER KEYSLOT answered {other:?}"),
+        }
+    }
+
+    /// The ports of the running primaries.
+    pub fn primaries(&self) -> Vec<u16> {
+        self.topology()
+            .into_iter()
+            .filter(|n| n.primary && !n.failed && !n.slots.is_empty())
+            .map(|n| n.port)
+            .collect()
+    }
+
+    /// A replica of the primary at `primary`.
+    pub fn replica_of(&self, primary: u16) -> u16 {
+        let topology = self.topology();
+        let id = &topology.iter().find(|n| n.port == primary).expect("the primary").id;
+        let node = self.nodes.iter().find(|n| n.is_running()).expect("a running node");
+        let text = match node.client().call(&[b"CLUSTER", b"REPLICAS", id.as_bytes()]) {
+            Ok(Frame::Array(lines)) => lines,
+            other => panic!("CLUSTER REPLICAS answered {other:?}"),
+        };
+        let Some(Frame::BulkString(line)) = text.first() else {
+            panic!("the primary at {primary} has no replica")
+        };
+        parse_node_line(std::str::from_utf8(line).expect("text")).port
+    }
+
+    /// Moves `slot` to the primary at `to`, keys included, the way
+    /// `redis-cli --cluster reshard` does: IMPORTING on the target, MIGRATING
+    /// on the source, `MIGRATE` of its keys in batches, then `SETSLOT NODE`.
+    /// `between_batches` runs after every batch (the test's load goes on
+    /// meanwhile, and sees `ASK` and `TRYAGAIN`).
+    pub fn migrate_slot(&self, slot: u16, to: u16, mut between_batches: impl FnMut()) {
+        let topology = self.topology();
+        let from = self.owner(slot);
+        assert_ne!(from, to, "the slot is already there");
+        let id = |port: u16| topology.iter().find(|n| n.port == port).expect("a node").id.clone();
+        let (from_id, to_id) = (id(from), id(to));
+        let slot_text = slot.to_string();
+        let mut source = self.node(from).client();
+        let mut target = self.node(to).client();
+        expect_ok(target.call(&[
+            b"CLUSTER",
+            b"SETSLOT",
+            slot_text.as_bytes(),
+            b"IMPORTING",
+            from_id.as_bytes(),
+        ]));
+        expect_ok(source.call(&[
+            b"CLUSTER",
+            b"SETSLOT",
+            slot_text.as_bytes(),
+            b"MIGRATING",
+            to_id.as_bytes(),
+        ]));
+        between_batches();
+        loop {
+            let keys = match source.call(&[b"CLUSTER", b"GETKEYSINSLOT", slot_text.as_bytes(), b"1"]) {
+                Ok(Frame::Array(keys)) => keys,
+                other => panic!("GETKEYSINSLOT answered {other:?}"),
+            };
+            if keys.is_empty() {
+                break;
+            }
+            let port = to.to_string();
+            for key in keys {
+                let Frame::BulkString(key) = key else { continue };
+                let reply = source.call(&[
+                    b"MIGRATE",
+                    b"127.0.0.1",
+                    port.as_bytes(),
+                    &key,
+                    b"0",
+                    b"5000",
+                    b"REPLACE",
+                ]);
+                // NOKEY: the key expired or was deleted meanwhile.
+                assert!(
+                    matches!(&reply, Ok(Frame::SimpleString(_))),
+                    "MIGRATE answered {reply:?}"
+                );
+                between_batches();
+            }
+        }
+        for node in self.nodes.iter().filter(|n| n.is_running()) {
+            let reply = node
+                .client()
+                .call(&[b"CLUSTER", b"SETSLOT", slot_text.as_bytes(), b"NODE", to_id.as_bytes()]);
+            // A replica may refuse; the primaries' word is what counts.
+            let _ = reply;
+        }
+        self.wait_healthy(Duration::from_secs(30));
+    }
+
+    /// `CLUSTER FAILOVER` on a replica of `primary`: a coordinated switch,
+    /// no write lost. Returns the new primary's port.
+    pub fn failover(&self, primary: u16) -> u16 {
+        let replica = self.replica_of(primary);
+        self.wait_synced(replica);
+        expect_ok(self.node(replica).client().call(&[b"CLUSTER", b"FAILOVER"]));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if self
+                .topology()
+                .iter()
+                .any(|n| n.port == replica && n.primary && !n.slots.is_empty())
+            {
+                self.wait_healthy(Duration::from_secs(30));
+                return replica;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the replica at {replica} did not take over");
+    }
+
+    /// Kills the primary at `port` (SIGKILL): its replica is promoted after
+    /// about [`NODE_TIMEOUT`]. Returns the new primary's port once the
+    /// cluster is healthy again.
+    pub fn kill_primary(&mut self, port: u16) -> u16 {
+        let replica = self.replica_of(port);
+        self.wait_synced(replica);
+        self.nodes.iter_mut().find(|n| n.port == port).expect("a node").kill();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if self
+                .topology()
+                .iter()
+                .any(|n| n.port == replica && n.primary && !n.slots.is_empty())
+            {
+                self.wait_healthy(Duration::from_secs(30));
+                return replica;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the replica at {replica} was not promoted");
+    }
+
+    /// Waits until the replica at `port` is in sync with its primary.
+    fn wait_synced(&self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Frame::BulkString(info)) = self.node(port).client().call(&[b"INFO", b"replication"]) {
+                if String::from_utf8_lossy(&info).contains("master_link_status:up") {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the replica at {port} did not sync");
+    }
+
+    /// Waits until every running node says `cluster_state:ok` and sees the
+    /// same owner for every slot.
+    pub fn wait_healthy(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            match self.health() {
+                Ok(()) => return,
+                Err(why) => last = why,
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the cluster did not become healthy: {last}");
+    }
+
+    fn health(&self) -> Result<(), String> {
+        let mut views = Vec::new();
+        for node in self.nodes.iter().filter(|n| n.is_running()) {
+            let mut client = RespClient::connect(node.addr()).map_err(|e| e.to_string())?;
+            let info = match client.call(&[b"CLUSTER", b"INFO"]) {
+                Ok(Frame::BulkString(info)) => String::from_utf8_lossy(&info).into_owned(),
+                other => return Err(format!("CLUSTER INFO answered {other:?}")),
+            };
+            if !info.contains("cluster_state:ok") {
+                return Err(format!("node {} is not ok", node.port));
+            }
+            let mut owners: Vec<(u16, u16, u16)> = read_nodes(&mut client)
+                .into_iter()
+                .filter(|n| n.primary && !n.failed)
+                .flat_map(|n| n.slots.into_iter().map(move |(a, b)| (a, b, n.port)))
+                .collect();
+            owners.sort();
+            let covered: u32 = owners.iter().map(|(a, b, _)| u32::from(b - a) + 1).sum();
+            if covered != 16384 {
+                return Err(format!("node {} sees {covered} slots served", node.port));
+            }
+            views.push(owners);
+        }
+        if views.windows(2).any(|pair| pair[0] != pair[1]) {
+            return Err("nodes disagree on the slot table".into());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        self.nodes.clear(); // each node is killed as it drops
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn expect_ok(reply: std::io::Result<Frame>) {
+    match reply {
+        Ok(Frame::SimpleString(ok)) if &ok[..] == b"OK" => {}
+        other => panic!("expected OK, got {other:?}"),
+    }
+}
+
+fn read_nodes(client: &mut RespClient) -> Vec<NodeInfo> {
+    let text = match client.call(&[b"CLUSTER", b"NODES"]) {
+        Ok(Frame::BulkString(text)) => String::from_utf8_lossy(&text).into_owned(),
+        other => panic!("CLUSTER NODES answered {other:?}"),
+    };
+    text.lines().filter(|l| !l.is_empty()).map(parse_node_line).collect()
+}
+
+/// `<id> <ip:port@cport> <flags> <primary> <ping> <pong> <epoch> <link> <slot>…`
+fn parse_node_line(line: &str) -> NodeInfo {
+    let fields: Vec<&str> = line.split(' ').collect();
+    let port = fields[1]
+        .split('@')
+        .next()
+        .and_then(|addr| addr.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse().ok())
+        .expect("a node address");
+    let flags = fields[2];
+    let slots = fields[8..]
+        .iter()
+        .filter(|s| !s.starts_with('['))
+        .map(|s| match s.split_once('-') {
+            Some((a, b)) => (a.parse().expect("slot"), b.parse().expect("slot")),
+            None => {
+                let slot = s.parse().expect("slot");
+                (slot, slot)
+            }
+        })
+        .collect();
+    NodeInfo {
+        id: fields[0].to_string(),
+        port,
+        primary: flags.contains("master"),
+        failed: flags.contains("fail") && !flags.contains("fail?"),
+        slots,
+    }
+}

@@ -1,0 +1,432 @@
+//! The limiter on a real Redis Cluster: 3 primaries and 3 replicas on
+//! loopback, started once for this test binary. Tests take turns (some move
+//! slots or fail primaries over), and each uses its own key prefix.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use inflight_core::resp::Frame;
+use inflight_tests::{RedisCluster, RedisServer};
+use inflight_tokio::{Builder, ConfigError, ConnectError, Error, Key, Limiter, Stats};
+
+/// The one cluster of this binary, and the turn to use it.
+fn cluster() -> MutexGuard<'static, RedisCluster> {
+    static CLUSTER: OnceLock<Mutex<RedisCluster>> = OnceLock::new();
+    CLUSTER
+        .get_or_init(|| Mutex::new(RedisCluster::start()))
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn builder(url: &str, prefix: &str) -> Builder {
+    Limiter::builder(url)
+        .cluster()
+        .key_prefix(prefix)
+        .default_limit(1)
+        .lease_ttl(Duration::from_secs(30))
+        .timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(1000))
+}
+
+fn redis_key(prefix: &str, subject: &str) -> Vec<u8> {
+    format!("{prefix}:{{tenant|{subject}}}:leases").into_bytes()
+}
+
+/// Live leases of `subject`, read on the primary that owns its slot.
+fn live(cluster: &RedisCluster, prefix: &str, subject: &str) -> i64 {
+    let key = redis_key(prefix, subject);
+    let owner = cluster.owner(cluster.keyslot(&key));
+    match cluster.node(owner).client().call(&[b"ZCARD", &key]).unwrap() {
+        Frame::Integer(n) => n,
+        other => panic!("ZCARD answered {other:?}"),
+    }
+}
+
+/// Subjects whose slots cover every primary, `per_primary` on each.
+fn spread(cluster: &RedisCluster, prefix: &str, per_primary: usize) -> HashMap<u16, Vec<String>> {
+    let primaries = cluster.primaries();
+    let mut by_primary: HashMap<u16, Vec<String>> = primaries.iter().map(|p| (*p, Vec::new())).collect();
+    for n in 0.. {
+        if by_primary.values().all(|subjects| subjects.len() >= per_primary) {
+            break;
+        }
+        let subject = format!("t{n}");
+        let owner = cluster.owner(cluster.keyslot(&redis_key(prefix, &subject)));
+        let subjects = by_primary.get_mut(&owner).expect("a primary");
+        if subjects.len() < per_primary {
+            subjects.push(subject);
+        }
+    }
+    by_primary
+}
+
+fn key(subject: &str) -> Key {
+    Key::new("tenant", subject).unwrap()
+}
+
+#[test]
+fn slots_are_computed_as_redis_does() {
+    let cluster = cluster();
+    for subject in ["acme", "a{b}c", "%", "ünïcode", "t1", "t2", "t3"] {
+        let keys = inflight_core::key::SubjectKeys::new("p", &key(subject));
+        assert_eq!(keys.slot(), cluster.keyslot(keys.leases()), "{subject}");
+    }
+}
+
+/// The issue's scenario: a limiter pointed at one node, 100 acquires for a
+/// tenant on that node and 100 for one elsewhere, at once: every outcome
+/// exact (limit 50: 50 grants and 50 denials each), nothing compensated, no
+/// connection replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_here_and_elsewhere_get_exact_outcomes() {
+    let cluster = cluster();
+    let prefix = "c1";
+    let seed = cluster.primaries()[0];
+    let tenants = spread(&cluster, prefix, 1);
+    let here = tenants[&seed][0].clone();
+    let elsewhere = tenants.iter().find(|(p, _)| **p != seed).unwrap().1[0].clone();
+    let limiter = builder(&format!("redis://127.0.0.1:{seed}"), prefix)
+        .default_limit(50)
+        .connect()
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for subject in [&here, &elsewhere] {
+        for _ in 0..100 {
+            let (limiter, subject) = (limiter.clone(), subject.clone());
+            tasks.push(tokio::spawn(async move {
+                (subject.clone(), limiter.acquire(&key(&subject)).await)
+            }));
+        }
+    }
+    let mut permits = Vec::new();
+    let mut counts: HashMap<(String, &str), usize> = HashMap::new();
+    for task in tasks {
+        let (subject, outcome) = task.await.unwrap();
+        let kind = match &outcome {
+            Ok(_) => "granted",
+            Err(Error::Exceeded) => "denied",
+            Err(other) => panic!("{subject}: {other}"),
+        };
+        *counts.entry((subject, kind)).or_default() += 1;
+        permits.extend(outcome.ok());
+    }
+    for subject in [&here, &elsewhere] {
+        assert_eq!(counts[&(subject.clone(), "granted")], 50, "{subject}");
+        assert_eq!(counts[&(subject.clone(), "denied")], 50, "{subject}");
+        assert_eq!(live(&cluster, prefix, subject), 50);
+    }
+    let stats = limiter.stats();
+    assert_eq!((stats.compensations, stats.connections_replaced), (0, 0), "{stats:?}");
+    drop(permits);
+    limiter.drain().await;
+    for subject in [&here, &elsewhere] {
+        assert_eq!(live(&cluster, prefix, subject), 0);
+    }
+}
+
+/// Two limiters (different seeds) and tenants on every primary: each tenant's
+/// limit holds exactly, whoever asks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_hold_per_tenant_across_every_primary() {
+    let cluster = cluster();
+    let prefix = "c2";
+    let tenants: Vec<String> = spread(&cluster, prefix, 2).into_values().flatten().collect();
+    assert_eq!(tenants.len(), 6);
+    let urls = cluster.urls();
+    let a = Limiter::cluster_builder(urls.clone())
+        .key_prefix(prefix)
+        .default_limit(3)
+        .connect()
+        .await
+        .unwrap();
+    let b = Limiter::cluster_builder(urls.into_iter().rev())
+        .key_prefix(prefix)
+        .default_limit(3)
+        .connect()
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for subject in &tenants {
+        for round in 0..5 {
+            let limiter = if round % 2 == 0 { &a } else { &b };
+            match limiter.acquire(&key(subject)).await {
+                Ok(permit) => held.push((subject.clone(), permit)),
+                Err(Error::Exceeded) => assert!(round >= 3, "{subject}: denied at {round}"),
+                Err(other) => panic!("{subject}: {other}"),
+            }
+        }
+        assert_eq!(held.iter().filter(|(s, _)| s == subject).count(), 3);
+        assert_eq!(live(&cluster, prefix, subject), 3);
+    }
+    // Every limiter talks to every primary, and never needed a redirect
+    // beyond learning the table.
+    let stats = [a.stats(), b.stats()];
+    assert_eq!(sum(&stats, |s| s.granted), 18, "{stats:?}");
+    assert_eq!(sum(&stats, |s| s.denied), 12, "{stats:?}");
+    assert_eq!(
+        sum(&stats, |s| s.compensations + s.connections_replaced + s.unavailable),
+        0
+    );
+    drop(held);
+    a.drain().await;
+    b.drain().await;
+    for subject in &tenants {
+        assert_eq!(live(&cluster, prefix, subject), 0, "{subject}");
+    }
+}
+
+/// The load of the resharding and failover tests: `tasks` callers acquire
+/// and hold for about a millisecond, over and over, until `stop`; a ledger
+/// counts holders at every instant and remembers the peak.
+struct Load {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    peak: Arc<AtomicUsize>,
+    tasks: Vec<tokio::task::JoinHandle<HashMap<String, usize>>>,
+}
+
+impl Load {
+    fn start(limiters: &[Limiter], subject: &str, tasks: usize) -> Load {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let holders = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let handles = (0..tasks)
+            .map(|n| {
+                let limiter = limiters[n % limiters.len()].clone();
+                let (stop, holders, peak) = (stop.clone(), holders.clone(), peak.clone());
+                let subject = subject.to_string();
+                tokio::spawn(async move {
+                    let mut outcomes: HashMap<String, usize> = HashMap::new();
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
+                        let outcome = limiter.acquire(&key(&subject)).await;
+                        let kind = match &outcome {
+                            Ok(_) => "granted".to_string(),
+                            Err(Error::Exceeded) => "denied".to_string(),
+                            Err(other) => other.to_string(),
+                        };
+                        *outcomes.entry(kind).or_default() += 1;
+                        match outcome {
+                            Ok(permit) => {
+                                let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                                peak.fetch_max(now, Ordering::SeqCst);
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                                holders.fetch_sub(1, Ordering::SeqCst);
+                                drop(permit);
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(2)).await,
+                        }
+                    }
+                    outcomes
+                })
+            })
+            .collect();
+        Load {
+            stop,
+            peak,
+            tasks: handles,
+        }
+    }
+
+    async fn finish(self) -> (usize, HashMap<String, usize>) {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut total: HashMap<String, usize> = HashMap::new();
+        for task in self.tasks {
+            for (kind, n) in task.await.unwrap() {
+                *total.entry(kind).or_default() += n;
+            }
+        }
+        (self.peak.load(Ordering::SeqCst), total)
+    }
+}
+
+fn sum(stats: &[Stats], f: impl Fn(&Stats) -> u64) -> u64 {
+    stats.iter().map(f).sum()
+}
+
+/// A busy tenant's slot moves to another primary while 64 tasks on two
+/// limiters acquire and release on it: never more holders than the limit,
+/// no lease left behind, and the migration was seen (ASK or TRYAGAIN, then
+/// MOVED) and followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_resharding_under_load() {
+    let cluster = cluster();
+    let prefix = "c3";
+    let subject = "busy";
+    let limit = 8;
+    let limiters = [
+        builder(&cluster.url(), prefix)
+            .default_limit(limit)
+            .connect()
+            .await
+            .unwrap(),
+        builder(&cluster.urls()[3], prefix)
+            .default_limit(limit)
+            .connect()
+            .await
+            .unwrap(),
+    ];
+    let load = Load::start(&limiters, subject, 64);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let slot = cluster.keyslot(&redis_key(prefix, subject));
+    let from = cluster.owner(slot);
+    let to = *cluster.primaries().iter().find(|p| **p != from).unwrap();
+    let cluster = tokio::task::block_in_place(|| {
+        cluster.migrate_slot(slot, to, || std::thread::sleep(Duration::from_millis(100)));
+        cluster
+    });
+    assert_eq!(cluster.owner(slot), to);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (peak, outcomes) = load.finish().await;
+    for limiter in &limiters {
+        limiter.clone().drain().await;
+    }
+    let stats: Vec<Stats> = limiters.iter().map(Limiter::stats).collect();
+    println!("peak {peak}; outcomes {outcomes:?}; stats {stats:?}");
+    assert!(peak <= limit as usize, "{peak} holders for a limit of {limit}");
+    assert!(outcomes["granted"] > 100, "{outcomes:?}");
+    assert!(sum(&stats, |s| s.moved) > 0, "the move was followed: {stats:?}");
+    assert!(
+        sum(&stats, |s| s.asked + s.try_again) > 0,
+        "the migration was seen: {stats:?}"
+    );
+    assert_eq!(sum(&stats, |s| s.connections_replaced), 0, "{stats:?}");
+    assert_eq!(sum(&stats, |s| s.releases_abandoned), 0, "{stats:?}");
+    assert_eq!(live(&cluster, prefix, subject), 0, "no lease left behind");
+}
+
+/// Failovers under load: tenants on other primaries see no error, and the
+/// failed-over tenant is served again within a bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_under_load() {
+    let mut cluster = cluster();
+    let prefix = "c4";
+    let tenants = spread(&cluster, prefix, 1);
+    let limiter = builder(&cluster.url(), prefix)
+        .default_limit(4)
+        .connect()
+        .await
+        .unwrap();
+    let mut promoted = 0;
+    for kill in [false, true] {
+        let primaries = cluster.primaries();
+        // The kill spares the primary the coordinated failover just made.
+        let victim = *primaries.iter().find(|p| **p != promoted).unwrap();
+        let moved = tenants[&victim][0].clone();
+        let others: Vec<String> = tenants
+            .iter()
+            .filter(|(p, _)| **p != victim && primaries.contains(p))
+            .map(|(_, s)| s[0].clone())
+            .collect();
+        let bystanders: Vec<Load> = others
+            .iter()
+            .map(|s| Load::start(std::slice::from_ref(&limiter), s, 8))
+            .collect();
+        let victims = Load::start(std::slice::from_ref(&limiter), &moved, 8);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        let (guard, new_primary) = tokio::task::block_in_place(|| {
+            let new_primary = if kill {
+                cluster.kill_primary(victim)
+            } else {
+                cluster.failover(victim)
+            };
+            (cluster, new_primary)
+        });
+        cluster = guard;
+        promoted = new_primary;
+        let cluster_done = started.elapsed();
+        // Served again: a grant for the moved tenant, on the new primary.
+        let recovered = loop {
+            match limiter.acquire_with(&key(&moved), 100).await {
+                Ok(_) => break started.elapsed(),
+                Err(_) if started.elapsed() < Duration::from_secs(15) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await
+                }
+                Err(error) => panic!("not served 15 s after the failover began: {error}"),
+            }
+        };
+        let (_, moved_outcomes) = victims.finish().await;
+        let what = if kill { "SIGKILL" } else { "CLUSTER FAILOVER" };
+        println!(
+            "{what} of {victim} -> {new_primary}: cluster healthy after {cluster_done:?}, tenant served after \
+             {recovered:?}; its outcomes {moved_outcomes:?}"
+        );
+        for load in bystanders {
+            let (peak, outcomes) = load.finish().await;
+            assert!(peak <= 4);
+            let errors: usize = outcomes
+                .iter()
+                .filter(|(k, _)| *k != "granted" && *k != "denied")
+                .map(|(_, n)| n)
+                .sum();
+            assert_eq!(
+                errors, 0,
+                "{what}: a tenant on another primary saw errors: {outcomes:?}"
+            );
+        }
+        assert!(
+            recovered <= cluster_done + Duration::from_secs(3),
+            "{what}: served {recovered:?} after the start, the cluster was healthy after {cluster_done:?}"
+        );
+    }
+    limiter.clone().drain().await;
+    println!("stats {:?}", limiter.stats());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_cluster_setups_fail_clearly() {
+    let cluster = cluster();
+    // A standalone limiter pointed at a cluster node.
+    let error = Limiter::builder(cluster.url()).connect().await.unwrap_err();
+    assert!(matches!(error, ConnectError::ClusterMode { .. }), "{error}");
+    assert!(error.to_string().contains(".cluster()"), "{error}");
+    // A cluster limiter pointed at a standalone server.
+    let server = RedisServer::start();
+    let error = Limiter::builder(server.url()).cluster().connect().await.unwrap_err();
+    assert!(matches!(error, ConnectError::NotCluster { .. }), "{error}");
+    // A database other than 0.
+    let error = Limiter::builder(format!("{}/3", cluster.url()))
+        .cluster()
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            ConnectError::Config(ConfigError::OutOfRange { field: "database", .. })
+        ),
+        "{error}"
+    );
+    // Seeds that do not agree on credentials.
+    let error = Limiter::cluster_builder([cluster.url(), "redis://:pw@127.0.0.1:1".into()])
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ConnectError::Config(ConfigError::Url { .. })),
+        "{error}"
+    );
+    // No seed answers: every one is tried, and the error names them all.
+    let dead: Vec<String> = (0..3)
+        .map(|_| format!("redis://127.0.0.1:{}", inflight_tests::redis_server::free_port()))
+        .collect();
+    let error = Limiter::cluster_builder(dead.clone()).connect().await.unwrap_err();
+    assert!(matches!(error, ConnectError::Unreachable { .. }), "{error}");
+    for url in &dead {
+        assert!(
+            error.to_string().contains(url.trim_start_matches("redis://")),
+            "{error}"
+        );
+    }
+    // A dead seed first, a live one after: it connects.
+    let limiter = Limiter::cluster_builder([dead[0].clone(), cluster.url()])
+        .key_prefix("c5")
+        .connect()
+        .await
+        .unwrap();
+    drop(limiter.acquire(&key("x")).await.unwrap());
+    limiter.drain().await;
+}
