@@ -189,18 +189,6 @@ async fn errors_that_condemn_the_connection_retire_it() {
     )
     .await;
     case(
-        refused(b"-MOVED 3999 127.0.0.1:6381\r\n"),
-        server_error(ServerErrorKind::Moved, "MOVED"),
-        true,
-    )
-    .await;
-    case(
-        refused(b"-ASK 3999 127.0.0.1:6381\r\n"),
-        server_error(ServerErrorKind::Ask, "ASK"),
-        true,
-    )
-    .await;
-    case(
         refused(b"-NOAUTH Authentication required.\r\n"),
         server_error(ServerErrorKind::NoAuth, "NOAUTH"),
         true,
@@ -210,6 +198,30 @@ async fn errors_that_condemn_the_connection_retire_it() {
         refused(b"-WRONGPASS invalid username-password pair\r\n"),
         server_error(ServerErrorKind::WrongPass, "WRONGPASS"),
         true,
+    )
+    .await;
+}
+
+/// A standalone client cannot follow a redirect (its server hid that it is a
+/// cluster node): the acquire is refused, and the healthy connection stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_to_a_standalone_client_are_refusals_that_keep_the_connection() {
+    case(
+        refused(b"-MOVED 3999 127.0.0.1:6381\r\n"),
+        server_error(ServerErrorKind::Moved, "MOVED"),
+        false,
+    )
+    .await;
+    case(
+        refused(b"-ASK 3999 127.0.0.1:6381\r\n"),
+        server_error(ServerErrorKind::Ask, "ASK"),
+        false,
+    )
+    .await;
+    case(
+        refused(b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n"),
+        server_error(ServerErrorKind::TryAgain, "TRYAGAIN"),
+        false,
     )
     .await;
 }

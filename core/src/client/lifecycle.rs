@@ -11,6 +11,9 @@ use crate::script::{ScriptKind, MAX_BATCH, MAX_RELEASE_BATCH};
 impl Client {
     /// Opens a connection to `node`.
     pub(super) fn start_connect(&mut self, now: Instant, node: usize) {
+        if self.nodes[node].connection.is_some() {
+            return; // one generation at a time
+        }
         let id = ConnectionId(self.next_connection);
         self.next_connection += 1;
         let target = &mut self.nodes[node];
@@ -41,6 +44,12 @@ impl Client {
         for (op, _) in conn.take_staged().into_iter().rev() {
             self.nodes[node].waiting.push_front(op);
         }
+        // The replacement first: what the old one leaves behind (releases
+        // to retry, compensations) waits for it.
+        let wanted = self.topology.wanted(node);
+        if wanted {
+            self.start_connect(now, node);
+        }
         let pending: Vec<Request> = conn.pipeline.drain().collect();
         for request in pending {
             match request {
@@ -65,9 +74,7 @@ impl Client {
                 Request::Handshake(_) | Request::Reload(_) | Request::Asking => {}
             }
         }
-        if self.topology.wanted(node) {
-            self.start_connect(now, node);
-        } else {
+        if !wanted {
             // A node that owns no slot any more: what waited for it goes
             // where its slot lives now.
             for op in std::mem::take(&mut self.nodes[node].waiting) {
