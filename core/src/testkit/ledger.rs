@@ -18,7 +18,16 @@ impl Pair {
             while let Some(action) = self.client.poll_action() {
                 progressed = true;
                 match action {
-                    Action::Connect(id, _) => self.connects.push(id),
+                    Action::Connect(id, _) => {
+                        // One generation at a time: the old one is closed
+                        // (or never opened) before a new one is asked for.
+                        assert!(
+                            self.connects.is_empty(),
+                            "{id:?} asked for while {:?} is still open",
+                            self.connects
+                        );
+                        self.connects.push(id)
+                    }
                     Action::Close(id) => {
                         self.connects.retain(|c| *c != id);
                         if self.link.as_ref().is_some_and(|l| l.id == id) {
