@@ -30,6 +30,14 @@ pub mod names {
     pub const RENEWED: &str = "inflight_renewals_total";
     /// Counter: renewals that found their lease gone.
     pub const LEASE_LOST: &str = "inflight_leases_lost_total";
+    /// Counter: `MOVED` redirects followed (Redis Cluster).
+    pub const MOVED: &str = "inflight_cluster_moved_total";
+    /// Counter: `ASK` redirects followed (Redis Cluster, slot migrating).
+    pub const ASKED: &str = "inflight_cluster_ask_total";
+    /// Counter: `TRYAGAIN` replies waited out (Redis Cluster, slot migrating).
+    pub const TRY_AGAIN: &str = "inflight_cluster_try_again_total";
+    /// Counter: slot table reads after a redirect or a lost node.
+    pub const TOPOLOGY_REFRESHED: &str = "inflight_cluster_topology_refreshes_total";
     /// Histogram, labelled `outcome` = `granted`, `denied`, `unavailable` or `fail_open`.
     pub const ACQUIRE_SECONDS: &str = "inflight_acquire_seconds";
     /// Gauge: ready connections to Redis.
@@ -41,7 +49,7 @@ pub mod names {
 /// A counter: its name, its help text, and its figure in [`Stats`].
 type CounterSpec = (&'static str, &'static str, fn(&Stats) -> u64);
 
-const COUNTERS: [CounterSpec; 10] = [
+const COUNTERS: [CounterSpec; 14] = [
     (names::GRANTED, "Permits granted (enforced).", |s| s.granted),
     (
         names::DENIED,
@@ -83,6 +91,26 @@ const COUNTERS: [CounterSpec; 10] = [
         names::LEASE_LOST,
         "Renewals that found their lease already gone.",
         |s| s.leases_lost,
+    ),
+    (
+        names::MOVED,
+        "MOVED redirects followed: a subject's slot lives on another primary (Redis Cluster).",
+        |s| s.moved,
+    ),
+    (
+        names::ASKED,
+        "ASK redirects followed: a subject's slot is migrating (Redis Cluster).",
+        |s| s.asked,
+    ),
+    (
+        names::TRY_AGAIN,
+        "TRYAGAIN replies waited out: a subject's keys are split by a slot migration (Redis Cluster).",
+        |s| s.try_again,
+    ),
+    (
+        names::TOPOLOGY_REFRESHED,
+        "Slot table reads after a redirect or a lost node (Redis Cluster).",
+        |s| s.topology_refreshes,
     ),
 ];
 
