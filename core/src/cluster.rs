@@ -113,7 +113,7 @@ fn map(frame: &Frame) -> Result<Vec<(&str, &Frame)>, TopologyError> {
     let Frame::Array(items) = frame else {
         return Err(TopologyError("a map that is not an array"));
     };
-    if items.len() % 2 != 0 {
+    if !items.len().is_multiple_of(2) {
         return Err(TopologyError("a map with an odd number of items"));
     }
     items
@@ -147,7 +147,7 @@ fn integer(frame: Option<&Frame>) -> Option<i64> {
 
 /// `[first, last, first, last…]`.
 fn ranges(bounds: &[Frame]) -> Result<Vec<(u16, u16)>, TopologyError> {
-    if bounds.len() % 2 != 0 {
+    if !bounds.len().is_multiple_of(2) {
         return Err(TopologyError("slot bounds that do not pair up"));
     }
     bounds.chunks_exact(2).map(|pair| range(&pair[0], &pair[1])).collect()

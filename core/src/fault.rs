@@ -10,4 +10,7 @@ pub struct InjectedBugs {
     pub skip_echo_check: bool,
     /// Requests carry no valid-until (as if the scripts did not check it).
     pub skip_stale_check: bool,
+    /// A cluster redirect (`MOVED`, `ASK`, `TRYAGAIN`) answering an acquire
+    /// is read as a denial, as a client that takes any error for "no" would.
+    pub redirect_as_denial: bool,
 }

@@ -14,6 +14,7 @@
 
 mod address;
 pub mod client;
+#[doc(hidden)]
 pub mod cluster;
 pub mod config;
 pub mod event;
@@ -30,6 +31,10 @@ pub mod lease_id;
 #[allow(missing_docs)] // test support (feature `model`), not the library's API
 #[doc(hidden)]
 pub mod model;
+#[cfg(any(test, feature = "model"))]
+#[allow(missing_docs)] // test support (feature `model`), not the library's API
+#[doc(hidden)]
+pub mod model_cluster;
 // The wire internals stay reachable for the test harness, the simulator and
 // the fuzzers (which speak RESP with the core's own codec), but are not the
 // library's API: a driver needs none of them.

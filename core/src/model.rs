@@ -101,6 +101,18 @@ impl RedisModel {
     /// Feeds bytes from a client and returns each reply separately, so a
     /// simulator can lose exactly one of them.
     pub fn handle_each(&mut self, conn: &mut ModelConnection, data: &[u8]) -> Result<Vec<Bytes>, ModelProtocolError> {
+        self.handle_each_with(conn, data, |_, _| None)
+    }
+
+    /// As [`RedisModel::handle_each`], with `intercept` asked first about
+    /// every command: a reply it gives is sent instead of executing the
+    /// command (a cluster node's `MOVED`, say; see `model_cluster`).
+    pub fn handle_each_with(
+        &mut self,
+        conn: &mut ModelConnection,
+        data: &[u8],
+        mut intercept: impl FnMut(&mut RedisModel, &[Bytes]) -> Option<Frame>,
+    ) -> Result<Vec<Bytes>, ModelProtocolError> {
         conn.reader.push(data);
         let mut replies = Vec::new();
         while let Some(frame) = conn.reader.next_frame().map_err(|_| ModelProtocolError)? {
@@ -114,7 +126,10 @@ impl RedisModel {
                     _ => return Err(ModelProtocolError),
                 }
             }
-            let reply = self.execute(conn, &args);
+            let reply = match intercept(self, &args) {
+                Some(reply) => reply,
+                None => self.execute(conn, &args),
+            };
             let mut out = BytesMut::new();
             redis_protocol::resp2::encode::extend_encode(&mut out, &reply, false).map_err(|_| ModelProtocolError)?;
             replies.push(out.freeze());
@@ -337,6 +352,12 @@ impl RedisModel {
             .collect();
         all.sort();
         all
+    }
+
+    /// Whether `key` (a lease set or a tombstone) is alive now.
+    pub fn exists(&mut self, key: &[u8]) -> bool {
+        self.expire();
+        self.sets.contains_key(key) || self.strings.contains_key(key)
     }
 
     /// Keys alive now: lease sets and tombstones.

@@ -14,6 +14,14 @@ use crate::ledger::Ledger;
 use crate::rng::Rng;
 use crate::scenario::Scenario;
 
+/// The key prefix of every simulated limiter; subjects are `load|<key>`.
+pub const KEY_PREFIX: &str = "sim";
+
+/// The Redis keys of scenario key `name`.
+pub fn subject_keys(name: &str) -> inflight_core::key::SubjectKeys {
+    inflight_core::key::SubjectKeys::new(KEY_PREFIX, &Key::new("load", name).expect("valid key"))
+}
+
 /// The caller latency budget every simulated limiter uses.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -70,8 +78,12 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
     } else {
         UnavailablePolicy::Deny
     };
-    let builder = Limiter::builder(&plan.url)
-        .key_prefix("sim")
+    let mut builder = Limiter::builder(&plan.url);
+    if plan.scenario.cluster {
+        builder = builder.cluster();
+    }
+    let builder = builder
+        .key_prefix(KEY_PREFIX)
         .lease_ttl(plan.scenario.lease_ttl)
         .timeout(ACQUIRE_TIMEOUT)
         .request_liveness(LIVENESS)
@@ -238,7 +250,12 @@ impl Caller {
                 // Counted out before the slot is given back.
                 self.ledger.lock().unwrap().unhold(at(), &who, key, lease);
                 if self.rng.chance(1, 2) {
-                    let _ = permit.release().await;
+                    if let Err(error) = permit.release().await {
+                        self.ledger
+                            .lock()
+                            .unwrap()
+                            .note(at(), format!("{who}'s release of {key}: {error}"));
+                    }
                 } else {
                     drop(permit);
                 }

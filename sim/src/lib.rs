@@ -18,6 +18,8 @@ pub mod server;
 #[cfg(madsim)]
 pub mod madsim_harness;
 #[cfg(not(madsim))]
+pub mod turmoil_cluster;
+#[cfg(not(madsim))]
 pub mod turmoil_harness;
 
 use std::time::Duration;
@@ -40,16 +42,24 @@ pub enum Bug {
     NoEchoCheck,
     /// Requests carry no valid-until: a script that runs late still acts.
     NoStaleCheck,
+    /// A cluster redirect answering an acquire is taken for a denial.
+    RedirectAsDenial,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 3] = [Bug::NoLateGrantCompensation, Bug::NoEchoCheck, Bug::NoStaleCheck];
+    pub const ALL: [Bug; 4] = [
+        Bug::NoLateGrantCompensation,
+        Bug::NoEchoCheck,
+        Bug::NoStaleCheck,
+        Bug::RedirectAsDenial,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Bug::NoLateGrantCompensation => "no-late-grant-compensation",
             Bug::NoEchoCheck => "no-echo-check",
             Bug::NoStaleCheck => "no-stale-check",
+            Bug::RedirectAsDenial => "redirect-as-denial",
         }
     }
 
@@ -62,6 +72,7 @@ impl Bug {
             skip_late_grant_compensation: bug == Some(Bug::NoLateGrantCompensation),
             skip_echo_check: bug == Some(Bug::NoEchoCheck),
             skip_stale_check: bug == Some(Bug::NoStaleCheck),
+            redirect_as_denial: bug == Some(Bug::RedirectAsDenial),
         }
     }
 }

@@ -17,10 +17,28 @@ use crate::callers::{run_client, ClientPlan, S10_WINDOW};
 use crate::ledger::Ledger;
 use crate::rng::Rng;
 use crate::scenario::Scenario;
-use crate::server::{serve_connection, ServerState, PORT};
+use crate::server::{promote_spare, serve_connection, start_migration, ServerState, PORT};
 use crate::{check_no_ghosts, finish, Bug, Report};
 
 const REDIS: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+
+/// The cluster scenario's hosts: three primaries and a spare replica.
+const CLUSTER_HOSTS: usize = 4;
+const CLUSTER_PRIMARIES: usize = 3;
+
+/// Host `host`'s address: the server's (10.0.0.1) and the ones after it.
+fn host_ip(host: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 0, 0, 1 + host as u8)
+}
+
+fn host_name(host: usize) -> String {
+    host_ip(host).to_string()
+}
+
+/// What the cluster announces: IPs (madsim dials only IPs).
+fn cluster_addresses() -> Vec<(String, u16)> {
+    (0..CLUSTER_HOSTS).map(|host| (host_name(host), PORT)).collect()
+}
 
 /// madsim's simulated TCP, plugged into the real driver.
 #[derive(Clone, Copy)]
@@ -56,30 +74,44 @@ pub fn run_seed(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Rep
 pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Report {
     let faults = scenario.faults;
     let ledger = Arc::new(Mutex::new(Ledger::new(scenario.keys, scenario.exact)));
-    let server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
+    let mut server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
+    if scenario.cluster {
+        server = server.with_cluster(cluster_addresses(), CLUSTER_PRIMARIES);
+    }
     let handle = Handle::current();
     let net = NetSim::current();
     if faults.jitter {
         net.update_config(|c| c.send_latency = Duration::from_millis(1)..Duration::from_millis(12));
     }
 
-    let redis_state = server.clone();
-    let redis = handle
-        .create_node()
-        .name("redis")
-        .ip(REDIS.into())
-        .init(move || {
-            let state = redis_state.clone();
-            async move {
-                let listener = madsim::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, PORT))
-                    .await
-                    .expect("bind 6379");
-                while let Ok((stream, _)) = listener.accept().await {
-                    madsim::task::spawn(serve_connection(stream, state.clone()));
-                }
-            }
+    // One server, or a cluster's hosts (the first at the server's address).
+    let hosts = if scenario.cluster { CLUSTER_HOSTS } else { 1 };
+    let redis_nodes: Vec<_> = (0..hosts)
+        .map(|host| {
+            let redis_state = server.clone();
+            handle
+                .create_node()
+                .name(if hosts == 1 {
+                    "redis".to_string()
+                } else {
+                    format!("redis{host}")
+                })
+                .ip(host_ip(host).into())
+                .init(move || {
+                    let state = redis_state.clone();
+                    async move {
+                        let listener = madsim::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, PORT))
+                            .await
+                            .expect("bind 6379");
+                        while let Ok((stream, _)) = listener.accept().await {
+                            madsim::task::spawn(serve_connection(stream, state.clone(), host));
+                        }
+                    }
+                })
+                .build()
         })
-        .build();
+        .collect();
+    let redis = &redis_nodes[0];
 
     let root = Rng::new(seed);
     let finished = Arc::new(AtomicUsize::new(0));
@@ -120,6 +152,8 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
         (faults.partitions || faults.stalls, 0),
         (faults.reply_loss, 1),
         (faults.bounce, 2),
+        (faults.migrations, 3),
+        (faults.failovers, 4),
     ]
     .into_iter()
     .filter_map(|(on, choice)| on.then_some(choice))
@@ -154,6 +188,36 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
             1 => {
                 note("the server will lose one reply".into());
                 server.lose_one_reply();
+            }
+            3 => {
+                // A slot migrates: keys moved, then the new owner serves it.
+                let cluster = server.cluster.as_ref().expect("a cluster scenario");
+                let started = start_migration(&mut cluster.lock().unwrap(), scenario.keys, &mut chaos, host_name);
+                note(started);
+                madsim::time::sleep(Duration::from_millis(chaos.range(20, 400))).await;
+                if let Some(migration) = cluster.lock().unwrap().migration.as_mut() {
+                    migration.keys_moved = true;
+                }
+                madsim::time::sleep(Duration::from_millis(chaos.range(20, 400))).await;
+                cluster.lock().unwrap().finish_migration();
+                ledger.lock().unwrap().note(elapsed(), "the migration is over");
+            }
+            4 => {
+                // A primary cut off from everyone; its replica takes over,
+                // then it comes back as the spare (answering MOVED).
+                let cluster = server.cluster.as_ref().expect("a cluster scenario");
+                let primaries = cluster.lock().unwrap().primaries();
+                let failed = primaries[chaos.range(0, primaries.len() as u64) as usize];
+                let lasting = Duration::from_millis(chaos.range(300, 1500));
+                note(format!("{} cut off for {lasting:?}", host_name(failed)));
+                net.clog_node(redis_nodes[failed].id());
+                madsim::time::sleep(lasting).await;
+                let spare = promote_spare(&mut cluster.lock().unwrap(), failed, CLUSTER_HOSTS);
+                net.unclog_node(redis_nodes[failed].id());
+                ledger.lock().unwrap().note(
+                    elapsed(),
+                    format!("{} promoted in place of {}", host_name(spare), host_name(failed)),
+                );
             }
             _ => {
                 note("the server restarts, losing its data".into());

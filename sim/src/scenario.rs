@@ -21,6 +21,9 @@ pub struct Scenario {
     /// The lease TTL of each replica's main limiter (its callers hold for
     /// at most 300 ms; the renewing limiter has its own, shorter TTL).
     pub lease_ttl: Duration,
+    /// A Redis Cluster of 3 primaries and a spare instead of one server;
+    /// the limiters run in cluster mode.
+    pub cluster: bool,
 }
 
 /// Which faults the seed's schedule may inject, and how often.
@@ -41,6 +44,13 @@ pub struct Faults {
     /// Stalls last 1.5–4 s (longer than the ghosts scenario's TTL and any
     /// request's liveness) instead of up to 3 s.
     pub long_stalls: bool,
+    /// Cluster: a key's slot migrates to another primary (IMPORTING and
+    /// MIGRATING, its keys moved, then the new owner), under load.
+    pub migrations: bool,
+    /// Cluster: a primary crashes and its replica is promoted 0.3–1.5 s
+    /// later (in sync: nothing is lost); the old primary comes back as the
+    /// spare.
+    pub failovers: bool,
 }
 
 impl Faults {
@@ -52,6 +62,8 @@ impl Faults {
         jitter: false,
         bounce: false,
         long_stalls: false,
+        migrations: false,
+        failovers: false,
     };
 
     /// How long a stall (a held link) lasts, in milliseconds.
@@ -81,6 +93,7 @@ pub const SCENARIOS: &[Scenario] = &[
         faults: Faults::NONE,
         exact: true,
         lease_ttl: LONG_TTL,
+        cluster: false,
     },
     Scenario {
         name: "stalls",
@@ -96,6 +109,7 @@ pub const SCENARIOS: &[Scenario] = &[
         },
         exact: true,
         lease_ttl: LONG_TTL,
+        cluster: false,
     },
     Scenario {
         name: "partitions",
@@ -111,6 +125,7 @@ pub const SCENARIOS: &[Scenario] = &[
         },
         exact: true,
         lease_ttl: LONG_TTL,
+        cluster: false,
     },
     Scenario {
         name: "resets",
@@ -126,6 +141,7 @@ pub const SCENARIOS: &[Scenario] = &[
         },
         exact: true,
         lease_ttl: LONG_TTL,
+        cluster: false,
     },
     Scenario {
         name: "reply-loss",
@@ -140,6 +156,7 @@ pub const SCENARIOS: &[Scenario] = &[
         },
         exact: true,
         lease_ttl: LONG_TTL,
+        cluster: false,
     },
     Scenario {
         name: "mixed",
@@ -158,6 +175,7 @@ pub const SCENARIOS: &[Scenario] = &[
         },
         exact: true,
         lease_ttl: LONG_TTL,
+        cluster: false,
     },
     Scenario {
         name: "bounce",
@@ -173,6 +191,7 @@ pub const SCENARIOS: &[Scenario] = &[
         },
         exact: false,
         lease_ttl: LONG_TTL,
+        cluster: false,
     },
     Scenario {
         name: "ghosts",
@@ -190,6 +209,25 @@ pub const SCENARIOS: &[Scenario] = &[
         },
         exact: true,
         lease_ttl: Duration::from_secs(2),
+        cluster: false,
+    },
+    Scenario {
+        name: "cluster",
+        about: "a 3-primary Redis Cluster: slots migrate (ASK, TRYAGAIN, MOVED) and primaries fail over under load",
+        clients: 3,
+        callers: 12,
+        keys: KEYS,
+        active: Duration::from_secs(8),
+        faults: Faults {
+            migrations: true,
+            failovers: true,
+            resets: 0.0005,
+            jitter: true,
+            ..Faults::NONE
+        },
+        exact: true,
+        lease_ttl: LONG_TTL,
+        cluster: true,
     },
 ];
 

@@ -7,6 +7,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use inflight_core::model::{ModelConnection, RedisModel};
+use inflight_core::model_cluster::{ClusterConnection, Migration, ModelCluster};
+
+use crate::rng::Rng;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::ledger::Ledger;
@@ -29,6 +32,9 @@ pub struct ServerState {
     /// Bumped by [`ServerState::restart`]: every connection of the old
     /// incarnation closes.
     restarts: Arc<tokio::sync::watch::Sender<u64>>,
+    /// A Redis Cluster's slot map, when the scenario runs one: each host
+    /// then answers for its own slots (the data is the cluster's, in `model`).
+    pub cluster: Option<Arc<Mutex<ModelCluster>>>,
 }
 
 impl ServerState {
@@ -40,7 +46,21 @@ impl ServerState {
             keys,
             elapsed_ms,
             restarts: Arc::new(tokio::sync::watch::Sender::new(0)),
+            cluster: None,
         }
+    }
+
+    /// The state of a cluster whose hosts are `addresses`, the first
+    /// `primaries` of them owning the slots, each scenario key on primary
+    /// `index % primaries` so that every primary is busy.
+    pub fn with_cluster(mut self, addresses: Vec<(String, u16)>, primaries: usize) -> Self {
+        let mut cluster = ModelCluster::new(addresses, primaries);
+        for (index, (key, _)) in self.keys.iter().enumerate() {
+            cluster.assign(crate::callers::subject_keys(key).slot(), index % primaries);
+        }
+        self.model.lock().unwrap().cluster_enabled = true;
+        self.cluster = Some(Arc::new(Mutex::new(cluster)));
+        self
     }
 
     /// A restart in place: data forgotten, every connection closed. (turmoil
@@ -62,9 +82,11 @@ impl ServerState {
     }
 }
 
-/// Serves one client connection until it closes or sends garbage.
-pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, state: ServerState) {
+/// Serves one client connection of cluster host `host` (0 for a lone
+/// server) until it closes or sends garbage.
+pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, state: ServerState, host: usize) {
     let mut connection = ModelConnection::new();
+    let mut cluster_connection = ClusterConnection::default();
     let mut restarted = state.restarts.subscribe();
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -80,7 +102,15 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
         let replies = {
             let mut model = state.model.lock().unwrap();
             model.now_ms = EPOCH_MS + (state.elapsed_ms)();
-            let replies = model.handle_each(&mut connection, &buf[..n]);
+            let replies = match &state.cluster {
+                Some(cluster) => {
+                    let cluster = cluster.lock().unwrap();
+                    model.handle_each_with(&mut connection, &buf[..n], |model, args| {
+                        cluster.intercept(host, &mut cluster_connection, model, args)
+                    })
+                }
+                None => model.handle_each(&mut connection, &buf[..n]),
+            };
             let denied: Vec<_> = model.acquires.drain(..).filter(|r| r.status == 0).collect();
             drop(model);
             let mut ledger = state.ledger.lock().unwrap();
@@ -114,4 +144,36 @@ fn key_name(keys: &'static [(&'static str, u32)], redis_key: &[u8]) -> Option<&'
     let text = std::str::from_utf8(redis_key).ok()?;
     let subject = text.split('|').nth(1)?.split('}').next()?;
     keys.iter().map(|(k, _)| *k).find(|k| *k == subject)
+}
+
+/// Starts moving the slot of one of `keys` (drawn by `chaos`) to another
+/// primary: IMPORTING and MIGRATING, keys not moved yet. Returns the note.
+pub fn start_migration(
+    map: &mut ModelCluster,
+    keys: &[(&str, u32)],
+    chaos: &mut Rng,
+    name: impl Fn(usize) -> String,
+) -> String {
+    let (key, _) = keys[chaos.range(0, keys.len() as u64) as usize];
+    let slot = crate::callers::subject_keys(key).slot();
+    let from = map.owner(slot);
+    let others: Vec<usize> = map.primaries().into_iter().filter(|p| *p != from).collect();
+    let to = others[chaos.range(0, others.len() as u64) as usize];
+    map.migration = Some(Migration {
+        slot,
+        from,
+        to,
+        keys_moved: false,
+    });
+    format!("slot {slot} ({key}) migrates from {} to {}", name(from), name(to))
+}
+
+/// A failover: the spare host (of `hosts`) takes every slot of `failed`.
+pub fn promote_spare(map: &mut ModelCluster, failed: usize, hosts: usize) -> usize {
+    let primaries = map.primaries();
+    let spare = (0..hosts)
+        .find(|host| *host != failed && !primaries.contains(host))
+        .expect("a spare host");
+    map.promote(failed, spare);
+    spare
 }

@@ -14,6 +14,7 @@ use crate::ledger::Ledger;
 use crate::rng::Rng;
 use crate::scenario::Scenario;
 use crate::server::{serve_connection, ServerState, PORT};
+use crate::turmoil_cluster as cluster;
 use crate::{check_no_ghosts, finish, panic_message, Bug, Report};
 
 /// One simulated tick.
@@ -45,14 +46,17 @@ async fn redis_host(state: ServerState) -> turmoil::Result {
     let listener = turmoil::net::TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), PORT)).await?;
     loop {
         let (stream, _) = listener.accept().await?;
-        tokio::task::spawn_local(serve_connection(stream, state.clone()));
+        tokio::task::spawn_local(serve_connection(stream, state.clone(), 0));
     }
 }
 
 /// Runs one seed of one scenario.
 pub fn run_seed(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Report {
     let ledger = Arc::new(Mutex::new(Ledger::new(scenario.keys, scenario.exact)));
-    let server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
+    let mut server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
+    if scenario.cluster {
+        server = server.with_cluster(cluster::addresses(), cluster::PRIMARIES);
+    }
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| simulate(scenario, seed, bug, &server)));
     if let Err(panic) = outcome {
         ledger
@@ -86,15 +90,27 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
         .fail_rate(faults.resets);
     let mut sim = builder.build();
 
-    let host_state = server.clone();
-    sim.host("redis", move || redis_host(host_state.clone()));
+    let url = if scenario.cluster {
+        for host in 0..cluster::HOSTS {
+            let host_state = server.clone();
+            sim.host(cluster::host_name(host), move || {
+                cluster::cluster_host(host_state.clone(), host)
+            });
+        }
+        format!("redis://{}:{PORT}", cluster::host_name(0))
+    } else {
+        let host_state = server.clone();
+        sim.host("redis", move || redis_host(host_state.clone()));
+        format!("redis://redis:{PORT}")
+    };
+    let mut cluster_chaos = cluster::ClusterChaos::default();
 
     let root = Rng::new(seed);
     let clients: Vec<String> = (0..scenario.clients).map(|i| format!("client{i}")).collect();
     for (index, name) in clients.iter().enumerate() {
         let plan = ClientPlan {
             name: name.clone(),
-            url: format!("redis://redis:{PORT}"),
+            url: url.clone(),
             fail_open: index == 0,
             scenario,
             rng: root.fork(1000 + index as u64),
@@ -149,6 +165,11 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
             ghosts_checked = true;
             check_no_ghosts(server);
         }
+        if scenario.cluster {
+            for note in cluster_chaos.advance(&mut sim, server, now, &mut chaos, now >= scenario.active) {
+                ledger.lock().unwrap().note(now, note);
+            }
+        }
         if now >= scenario.active && !healed {
             healed = true;
             sim.set_fail_rate(0.0);
@@ -159,6 +180,13 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
             next_fault = now + Duration::from_millis(chaos.range(200, 1200));
             let client = chaos.range(0, scenario.clients as u64) as usize;
             let name = clients[client].clone();
+            if faults.migrations || faults.failovers {
+                if let Some(note) = cluster_chaos.inject(&mut sim, server, now, &mut chaos, faults.failovers) {
+                    let mut ledger = ledger.lock().unwrap();
+                    ledger.counters.faults += 1;
+                    ledger.note(now, note);
+                }
+            }
             let options: Vec<u8> = [
                 (faults.partitions, 0),
                 (faults.stalls, 1),

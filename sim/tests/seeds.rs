@@ -90,3 +90,9 @@ fn a_missing_stale_check_is_caught_within_200_seeds() {
     let caught = seeds_to_catch(Bug::NoStaleCheck, 200);
     assert!(caught.is_some(), "the simulator cannot see ghost leases");
 }
+
+#[test]
+fn a_redirect_taken_for_a_denial_is_caught_within_200_seeds() {
+    let caught = seeds_to_catch(Bug::RedirectAsDenial, 200);
+    assert!(caught.is_some(), "the simulator cannot see cluster redirects misread");
+}

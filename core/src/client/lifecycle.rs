@@ -129,6 +129,17 @@ impl Client {
             }
         }
         if self.releases.has_due(now) {
+            // Releases due on a node nobody connects to (a primary that
+            // took over their slot): connect it.
+            let idle: Vec<usize> = self
+                .releases
+                .due(now)
+                .filter_map(|job| release_route(&self.topology, job))
+                .filter(|node| self.nodes[*node].connection.is_none() && !self.nodes[*node].reconnect.backing_off())
+                .collect();
+            for node in idle {
+                self.start_connect(now, node);
+            }
             let ready: Vec<bool> = self.nodes.iter().map(super::node::Node::is_ready).collect();
             let topology = &self.topology;
             let sendable = |job: &ReleaseJob| release_route(topology, job).is_some_and(|node| ready[node]);

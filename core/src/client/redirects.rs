@@ -33,6 +33,10 @@ impl Client {
         if !self.callers.contains(request) {
             return; // Its caller is gone and nothing ran: nothing to do.
         }
+        if self.bug_redirect_as_denial() && matches!(op, Op::Acquire(_)) {
+            self.finish(request, crate::event::Outcome::Exceeded);
+            return;
+        }
         let call = op.call_mut();
         call.ask = None;
         call.redirects = match redirect {
@@ -193,5 +197,12 @@ impl Client {
         for op in self.deferred.take_awaiting_topology() {
             self.route_op(now, op);
         }
+    }
+
+    fn bug_redirect_as_denial(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.bugs.redirect_as_denial;
+        #[cfg(not(feature = "fault-injection"))]
+        false
     }
 }

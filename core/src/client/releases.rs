@@ -56,6 +56,11 @@ impl ReleaseQueue {
         self.waiting.iter().any(|job| job.not_before <= now)
     }
 
+    /// The waiting jobs whose retry time has come.
+    pub(super) fn due(&self, now: Instant) -> impl Iterator<Item = &ReleaseJob> {
+        self.waiting.iter().filter(move |job| job.not_before <= now)
+    }
+
     /// The waiting jobs whose retry time has come and that are `sendable`
     /// (their node is ready), in queue order.
     pub(super) fn take_due(&mut self, now: Instant, sendable: impl Fn(&ReleaseJob) -> bool) -> Vec<ReleaseJob> {
