@@ -180,6 +180,106 @@ pub fn reply_decode(data: &[u8], start: Instant) {
     }
 }
 
+/// `cluster_replies`: a hostile Redis Cluster. A cluster-mode client learns
+/// a two-primary slot table, has acquires pending on both primaries, then
+/// arbitrary bytes (redirects among them: `MOVED`, `ASK`, `TRYAGAIN`, topology
+/// replies) arrive in arbitrary chunks on either connection. Whatever they
+/// say: no panic, at most one outcome per request, none after abandon, and
+/// every request answered once its deadlines pass.
+pub fn cluster_replies(data: &[u8], start: Instant) {
+    let (header, payload) = data.split_at(data.len().min(2));
+    let chunking = header.first().copied().unwrap_or(0);
+    let mut spread = header.get(1).copied().unwrap_or(0);
+    let endpoint = |port| crate::Endpoint::Tcp {
+        host: "127.0.0.1".into(),
+        port,
+    };
+    let config = Config {
+        servers: crate::Servers::Cluster {
+            seeds: vec![endpoint(7000)],
+            tls: false,
+        },
+        ..Config::default()
+    };
+    let mut client = Client::new(config, [7; 16], start).expect("valid config");
+    let mut connections = Vec::new();
+    let mut answered: HashMap<RequestId, usize> = HashMap::new();
+    let abandoned = std::cell::RefCell::new(Vec::new());
+    // Opens what the client asks for, with an honest handshake, and checks
+    // every event.
+    let mut pump = |client: &mut Client, connections: &mut Vec<crate::ConnectionId>, honest: bool| loop {
+        let mut progressed = false;
+        while let Some(action) = client.poll_action() {
+            progressed = true;
+            if let Action::Connect(id, _) = action {
+                client.handle_connected(start, id);
+                connections.push(id);
+                if honest {
+                    client.handle_input(start, id, &cluster_handshake());
+                }
+            }
+        }
+        while client.poll_transmit().is_some() {
+            progressed = true;
+        }
+        while let Some(event) = client.poll_event() {
+            progressed = true;
+            if let Event::Acquired(request, _) = event {
+                assert!(!abandoned.borrow().contains(&request), "an outcome after abandon");
+                *answered.entry(request).or_default() += 1;
+                assert_eq!(answered[&request], 1, "a second outcome for {request:?}");
+            }
+        }
+        if !progressed {
+            break;
+        }
+    };
+    pump(&mut client, &mut connections, true);
+    let limit = NonZeroU32::new(2).expect("non-zero");
+    let requests: Vec<RequestId> = (0..6)
+        .map(|n| client.acquire(start, &Key::new("ns", &format!("s{n}")).expect("valid"), limit))
+        .collect();
+    abandoned.borrow_mut().push(requests[1]);
+    client.abandon(start, requests[1]);
+    pump(&mut client, &mut connections, true);
+    let ready = client.connections().filter(|(_, _, ready)| *ready).count();
+    assert_eq!(ready, 2, "both primaries are connected, with acquires pending on each");
+    let chunk = usize::from(chunking % 16) + 1;
+    for part in payload.chunks(chunk) {
+        let target = connections[usize::from(spread) % connections.len()];
+        spread = spread.rotate_left(1);
+        client.handle_input(start, target, part);
+        pump(&mut client, &mut connections, false);
+    }
+    // Every deadline passes: everyone still waiting hears something.
+    let later = start + Duration::from_secs(10);
+    client.handle_timeout(later);
+    pump(&mut client, &mut connections, false);
+    for request in requests.iter().filter(|r| **r != requests[1]) {
+        assert_eq!(answered.get(request), Some(&1), "{request:?} never answered");
+    }
+}
+
+/// The replies to a cluster handshake: PING, INFO cluster, CLUSTER SHARDS
+/// (slots 0-8191 on port 7000, the rest on 7001), TIME, the script loads.
+fn cluster_handshake() -> Vec<u8> {
+    let shard = |first: u16, last: u16, port: u16| {
+        format!(
+            "*4\r\n$5\r\nslots\r\n*2\r\n:{first}\r\n:{last}\r\n$5\r\nnodes\r\n*1\r\n*6\r\n\
+             $4\r\nport\r\n:{port}\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n"
+        )
+    };
+    let mut replies = String::from("+PONG\r\n$30\r\n# Cluster\r\ncluster_enabled:1\r\n\r\n*2\r\n");
+    replies += &shard(0, 8191, 7000);
+    replies += &shard(8192, 16383, 7001);
+    replies += "*2\r\n$10\r\n1700000000\r\n$6\r\n000000\r\n";
+    let scripts = Scripts::default();
+    for kind in ScriptKind::ALL {
+        replies += &format!("$40\r\n{}\r\n", scripts.get(kind).sha);
+    }
+    replies.into_bytes()
+}
+
 /// `key_encoding`: two arbitrary (namespace, subject) pairs. Distinct pairs get
 /// distinct keys; every key has exactly one hash tag, shared by its tombstones.
 pub fn key_encoding(data: &[u8]) {
@@ -252,6 +352,18 @@ mod tests {
             reply_decode(data, start());
             key_encoding(data);
             config_url(data, start());
+            cluster_replies(data, start());
+        }
+    }
+
+    #[test]
+    fn cluster_replies_follow_redirects_and_survive_lies() {
+        for lie in [
+            &b"\x00\x00-MOVED 1 127.0.0.1:7002\r\n"[..],
+            b"\x00\x01-ASK 9000 127.0.0.1:7000\r\n-TRYAGAIN x\r\n",
+            b"\x02\x55-MOVED 99999 nowhere\r\n-ASK\r\n-READONLY no\r\n-CLUSTERDOWN down\r\n",
+        ] {
+            cluster_replies(lie, start());
         }
     }
 

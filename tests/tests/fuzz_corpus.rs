@@ -53,3 +53,9 @@ fn config_url_corpus() {
     let start = Instant::now();
     replay("config_url", |data| fuzzing::config_url(data, start));
 }
+
+#[test]
+fn cluster_replies_corpus() {
+    let start = Instant::now();
+    replay("cluster_replies", |data| fuzzing::cluster_replies(data, start));
+}
