@@ -237,7 +237,7 @@ pub fn cluster_replies(data: &[u8], start: Instant) {
     pump(&mut client, &mut connections, true);
     let limit = NonZeroU32::new(2).expect("non-zero");
     let requests: Vec<RequestId> = (0..6)
-        .map(|n| client.acquire(start, &Key::new("ns", &format!("s{n}")).expect("valid"), limit))
+        .map(|n| client.acquire(start, &Key::new("ns", format!("s{n}")).expect("valid"), limit))
         .collect();
     abandoned.borrow_mut().push(requests[1]);
     client.abandon(start, requests[1]);
