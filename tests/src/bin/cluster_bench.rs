@@ -21,7 +21,9 @@ async fn main() {
     let measure = Duration::from_secs(seconds);
     let server = RedisServer::start_with(&["--maxclients", "10000"]);
     let cluster = RedisCluster::start_with(3, 0);
-    println!("| tasks | round | standalone cycles/s | cluster cycles/s | cluster ÷ standalone | redirects while measuring |");
+    println!(
+        "| tasks | round | standalone cycles/s | cluster cycles/s | cluster ÷ standalone | redirects while measuring |"
+    );
     println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
     for tasks in [64usize, 512] {
         for round in 0..3 {

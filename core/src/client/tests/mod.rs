@@ -9,6 +9,8 @@ use crate::{Config, Credentials, ServerErrorKind, UnavailablePolicy};
 
 mod acquires;
 mod batching;
+#[cfg(feature = "model")]
+mod cluster;
 mod connections;
 mod releases;
 mod renewals;
