@@ -31,6 +31,7 @@ pub struct ClusterNode {
     /// The redis-server's own pid.
     pid: u32,
     port: u16,
+    password: Option<String>,
 }
 
 impl ClusterNode {
@@ -43,7 +44,11 @@ impl ClusterNode {
     }
 
     pub fn client(&self) -> RespClient {
-        RespClient::connect(self.addr()).expect("connect to a cluster node")
+        let mut client = RespClient::connect(self.addr()).expect("connect to a cluster node");
+        if let Some(password) = &self.password {
+            client.call(&[b"AUTH", password.as_bytes()]).expect("AUTH");
+        }
+        client
     }
 
     pub fn is_running(&self) -> bool {
@@ -80,6 +85,9 @@ pub struct NodeInfo {
 pub struct RedisCluster {
     nodes: Vec<ClusterNode>,
     dir: PathBuf,
+    /// Extra options of every node.
+    options: Vec<String>,
+    password: Option<String>,
 }
 
 impl RedisCluster {
@@ -90,16 +98,49 @@ impl RedisCluster {
     }
 
     pub fn start_with(primaries: usize, replicas: usize) -> Self {
+        Self::start_inner(primaries, replicas, Vec::new(), None)
+    }
+
+    /// Primaries only, every node requiring `password` (`requirepass`, and
+    /// `masterauth` for its replicas) and announcing itself by the host name
+    /// `localhost` (`cluster-announce-hostname`, preferred endpoint type
+    /// `hostname`): `CLUSTER SHARDS` and redirects then name `localhost`.
+    pub fn start_with_password_and_hostnames(primaries: usize, password: &str) -> Self {
+        let options = [
+            "--requirepass",
+            password,
+            "--masterauth",
+            password,
+            "--cluster-announce-hostname",
+            "localhost",
+            "--cluster-preferred-endpoint-type",
+            "hostname",
+        ];
+        let options = options.iter().map(|o| o.to_string()).collect();
+        Self::start_inner(primaries, 0, options, Some(password.to_string()))
+    }
+
+    fn start_inner(primaries: usize, replicas: usize, options: Vec<String>, password: Option<String>) -> Self {
         let dir = std::env::temp_dir().join(format!("inflight-cluster-{}-{}", std::process::id(), free_port()));
         std::fs::create_dir_all(&dir).expect("create the cluster's directory");
         let count = primaries * (1 + replicas);
-        let mut cluster = Self { nodes: Vec::new(), dir };
+        let mut cluster = Self {
+            nodes: Vec::new(),
+            dir,
+            options,
+            password,
+        };
         for _ in 0..count {
             let node = cluster.spawn_node();
             cluster.nodes.push(node);
         }
         let addresses: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let auth: Vec<&str> = match &cluster.password {
+            Some(password) => vec!["-a", password, "--no-auth-warning"],
+            None => Vec::new(),
+        };
         let output = Command::new("redis-cli")
+            .args(&auth)
             .args(["--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
@@ -157,6 +198,7 @@ impl RedisCluster {
             ]
             .iter()
             .map(|arg| arg.to_string())
+            .chain(self.options.iter().cloned())
             .collect();
             let child = Command::new("sh")
                 .args([
@@ -183,6 +225,7 @@ impl RedisCluster {
                 child: Some(child),
                 pid,
                 port,
+                password: self.password.clone(),
             };
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
@@ -205,10 +248,13 @@ impl RedisCluster {
         &self.nodes
     }
 
-    /// A seed URL (the first running node).
+    /// A seed URL (the first running node), with the password if any.
     pub fn url(&self) -> String {
         let node = self.nodes.iter().find(|n| n.is_running()).expect("a running node");
-        format!("redis://127.0.0.1:{}", node.port)
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}", node.port),
+            None => format!("redis://127.0.0.1:{}", node.port),
+        }
     }
 
     /// Every running node's URL.
@@ -421,7 +467,10 @@ impl RedisCluster {
     fn health(&self) -> Result<(), String> {
         let mut views = Vec::new();
         for node in self.nodes.iter().filter(|n| n.is_running()) {
-            let mut client = RespClient::connect(node.addr()).map_err(|e| e.to_string())?;
+            if RespClient::connect(node.addr()).is_err() {
+                return Err(format!("node {} does not answer", node.port));
+            }
+            let mut client = node.client();
             let info = match client.call(&[b"CLUSTER", b"INFO"]) {
                 Ok(Frame::BulkString(info)) => String::from_utf8_lossy(&info).into_owned(),
                 other => return Err(format!("CLUSTER INFO answered {other:?}")),

@@ -435,3 +435,53 @@ async fn bad_cluster_setups_fail_clearly() {
     drop(limiter.acquire(&key("x")).await.unwrap());
     limiter.drain().await;
 }
+
+/// Nodes that want a password and announce themselves by host name: the
+/// credentials go to every node, and `localhost` endpoints (in `CLUSTER
+/// SHARDS` and in redirects) are followed. Its own small cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_and_announced_host_names_apply_to_every_node() {
+    let _turn = cluster();
+    let cluster = RedisCluster::start_with_password_and_hostnames(3, "s3cret");
+    let prefix = "c6";
+    // The nodes do say `localhost` where they would say an IP.
+    let primaries = cluster.primaries();
+    let subject = spread(&cluster, prefix, 1)[&primaries[1]][0].clone();
+    let key_bytes = redis_key(prefix, &subject);
+    match cluster
+        .node(primaries[0])
+        .client()
+        .call(&[b"ZREM", &key_bytes, b"x"])
+        .unwrap()
+    {
+        Frame::Error(message) => assert!(message.contains(" localhost:"), "{message}"),
+        other => panic!("expected MOVED, got {other:?}"),
+    }
+    let error = Limiter::builder(cluster.url().replace(":s3cret@", ":wrong@"))
+        .cluster()
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ConnectError::Auth { .. }), "{error}");
+    let limiter = builder(&cluster.url(), prefix)
+        .default_limit(2)
+        .connect()
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for subjects in spread(&cluster, prefix, 1).values() {
+        for _ in 0..2 {
+            held.push(limiter.acquire(&key(&subjects[0])).await.unwrap());
+        }
+        assert_eq!(limiter.acquire(&key(&subjects[0])).await.unwrap_err(), Error::Exceeded);
+    }
+    let stats = limiter.stats();
+    assert_eq!(
+        (stats.moved, stats.compensations, stats.unavailable),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+    drop(held);
+    limiter.drain().await;
+    assert_eq!(live(&cluster, prefix, &subject), 0);
+}
