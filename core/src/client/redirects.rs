@@ -128,15 +128,16 @@ impl Client {
         if !self.topology.is_cluster() {
             return;
         }
+        if !self.topology.want_refresh(now) {
+            return;
+        }
         let ready = (0..self.nodes.len()).find(|node| self.nodes[*node].is_ready() && self.topology.wanted(*node));
         let ready = ready.or_else(|| (0..self.nodes.len()).find(|node| self.nodes[*node].is_ready()));
         // With no ready node, the next handshake reads the table anyway.
         let Some(node) = ready else {
+            self.topology.refreshed();
             return;
         };
-        if !self.topology.want_refresh(now) {
-            return;
-        }
         self.stats.topology_refreshes += 1;
         self.send(
             node,

@@ -39,6 +39,9 @@ enum Mode {
 struct Cluster {
     /// The owning node per slot, `NONE` where unknown; empty until learned.
     owners: Vec<u16>,
+    /// Per node: whether it owns a slot (kept with `owners`, so that asking
+    /// costs no scan of 16384 slots).
+    owning: Vec<bool>,
     /// Nodes 0..seeds are the seeds, tried in order until a table is known.
     seeds: usize,
     /// Seeds that failed in a row while no table is known.
@@ -64,6 +67,7 @@ impl Topology {
         Self {
             mode: Mode::Cluster(Cluster {
                 owners: Vec::new(),
+                owning: Vec::new(),
                 seeds,
                 seed_failures: 0,
                 tls,
@@ -108,7 +112,7 @@ impl Topology {
         match &self.mode {
             Mode::Standalone => true,
             Mode::Cluster(cluster) if cluster.owners.is_empty() => node < cluster.seeds,
-            Mode::Cluster(cluster) => cluster.owners.iter().any(|owner| usize::from(*owner) == node),
+            Mode::Cluster(cluster) => cluster.owning.get(node).copied().unwrap_or(false),
         }
     }
 
@@ -124,6 +128,12 @@ impl Topology {
                 owners[usize::from(first)..=usize::from(last)].fill(node);
             }
         }
+        cluster.owning = vec![false; owners_by_shard.iter().max().map_or(0, |n| n + 1)];
+        for &owner in &owners {
+            if let Some(owning) = cluster.owning.get_mut(usize::from(owner)) {
+                *owning = true;
+            }
+        }
         cluster.owners = owners;
         cluster.seed_failures = 0;
     }
@@ -133,6 +143,12 @@ impl Topology {
         if let Mode::Cluster(cluster) = &mut self.mode {
             if !cluster.owners.is_empty() {
                 cluster.owners[usize::from(slot)] = u16::try_from(node).unwrap_or(NONE);
+                // The old owner may have lost its last slot; it stays
+                // `owning` until the next table, which only keeps it connected.
+                if cluster.owning.len() <= node {
+                    cluster.owning.resize(node + 1, false);
+                }
+                cluster.owning[node] = true;
             }
         }
     }
