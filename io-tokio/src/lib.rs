@@ -31,6 +31,13 @@
 //! your own CA instead, `Builder::tls_client_certificate` presents a client
 //! certificate. Without the feature a `rediss://` URL is refused at `connect`.
 //!
+//! ## Redis Cluster
+//! [`Builder::cluster`] (or [`Limiter::cluster_builder`] with several seed
+//! URLs) routes every request to the primary that owns its key's slot, with
+//! one connection per primary, and follows `MOVED`, `ASK` and `TRYAGAIN`
+//! while slots migrate or fail over. A cluster node reached without it is
+//! refused at `connect` ([`ConnectError::ClusterMode`]).
+//!
 //! ## Cancellation safety
 //! The acquire future may be dropped at any point (a `select!`, a timeout, a
 //! client hanging up). The driver is told, and should Redis grant the lease
@@ -42,7 +49,8 @@
 //! Counters `inflight_acquire_{granted,denied,unavailable,fail_open}_total`,
 //! `inflight_compensations_total`, `inflight_release_retries_total`,
 //! `inflight_releases_abandoned_total`, `inflight_connections_replaced_total`,
-//! `inflight_renewals_total`, `inflight_leases_lost_total`; the histogram
+//! `inflight_renewals_total`, `inflight_leases_lost_total`,
+//! `inflight_cluster_{moved,ask,try_again,topology_refreshes}_total`; the histogram
 //! `inflight_acquire_seconds` labelled by `outcome`; the gauges
 //! `inflight_connections_up` and `inflight_acquires_in_flight`. All are
 //! described (unit, help) when a limiter starts, and carry a `namespace` label

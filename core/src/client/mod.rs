@@ -56,7 +56,7 @@ mod topology;
 /// | inputs (`handle_*`) | [`handle_connected`](Client::handle_connected), [`handle_input`](Client::handle_input), [`handle_closed`](Client::handle_closed), [`handle_timeout`](Client::handle_timeout) |
 /// | calls from users | [`acquire`](Client::acquire) (or [`acquire_keys`](Client::acquire_keys) with the key already encoded), [`renew`](Client::renew), [`abandon`](Client::abandon), [`release`](Client::release) |
 /// | outputs (`poll_*`) | [`poll_action`](Client::poll_action), [`poll_transmit`](Client::poll_transmit), [`poll_event`](Client::poll_event), [`poll_timeout`](Client::poll_timeout) |
-/// | getters | [`config`](Client::config), [`stats`](Client::stats), [`connection`](Client::connection), [`outstanding_releases`](Client::outstanding_releases), [`in_flight_acquires`](Client::in_flight_acquires), [`lease_id`](Client::lease_id) |
+/// | getters | [`config`](Client::config), [`stats`](Client::stats), [`connection`](Client::connection), [`connections`](Client::connections), [`endpoint`](Client::endpoint), [`outstanding_releases`](Client::outstanding_releases), [`in_flight_acquires`](Client::in_flight_acquires), [`lease_id`](Client::lease_id) |
 ///
 /// After any input or call, the driver drains `poll_action` (open/close
 /// sockets), then `poll_transmit` (write bytes), then `poll_event` (wake
@@ -71,6 +71,12 @@ mod topology;
 /// backwards. A `now` earlier than the last one panics nowhere; deadlines just
 /// fire late, as if time had stood still. Entropy: 16 random bytes per client,
 /// fresh from the OS (lease ids and reconnect jitter are drawn from it).
+///
+/// Servers: [`Config::servers`] names one server, or a Redis Cluster's seeds.
+/// Every `Action::Connect` names the endpoint to open; in a cluster several
+/// connections (one per primary in use) are open at once, and the driver
+/// reads all of them. `MOVED`, `ASK`, `TRYAGAIN` and `READONLY` replies are
+/// followed inside the client: the driver sees only more connections.
 ///
 /// # Words
 ///
@@ -109,7 +115,7 @@ mod topology;
 /// loop {
 ///     while let Some(action) = client.poll_action() {
 ///         match action {
-///             Action::Connect(id, _) => match TcpStream::connect("127.0.0.1:6379") {
+///             Action::Connect(id, endpoint) => match TcpStream::connect(endpoint.as_tcp().unwrap()) {
 ///                 Ok(stream) => {
 ///                     socket = Some((id, stream));
 ///                     client.handle_connected(Instant::now(), id);
