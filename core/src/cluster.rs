@@ -179,7 +179,7 @@ fn shard_node_endpoint(node: &[(&str, &Frame)], asked: &Endpoint, tls: bool) -> 
     };
     let Some(port) = port.and_then(|port| u16::try_from(port).ok()).filter(|port| *port != 0) else {
         return Err(TopologyError(if tls {
-            "a primary without a tls-port (is TLS on for the cluster's client ports?)"
+            "a primary without a tls-port: over TLS, nodes announce their TLS ports only with tls-cluster yes"
         } else {
             "a primary without a plain-text port (a TLS-only cluster needs rediss://)"
         }));

@@ -32,6 +32,8 @@ pub struct ClusterNode {
     pid: u32,
     port: u16,
     password: Option<String>,
+    /// The TLS port, for a cluster from [`RedisCluster::start_tls`].
+    tls_port: Option<u16>,
 }
 
 impl ClusterNode {
@@ -53,6 +55,11 @@ impl ClusterNode {
 
     pub fn is_running(&self) -> bool {
         self.child.is_some()
+    }
+
+    /// The TLS port of a node of [`RedisCluster::start_tls`].
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port.expect("this cluster was started without TLS")
     }
 
     /// SIGKILL, then the watchdog is reaped.
@@ -88,6 +95,20 @@ pub struct RedisCluster {
     /// Extra options of every node.
     options: Vec<String>,
     password: Option<String>,
+    /// Every node also listens for TLS, with these certificate files.
+    tls: Option<TlsFiles>,
+}
+
+/// Certificate, key and CA files for TLS nodes.
+#[derive(Clone)]
+struct TlsFiles {
+    cert: String,
+    key: String,
+    ca: String,
+    /// The certificate nodes present to each other on the cluster bus,
+    /// which always asks for one (the server's is for serverAuth only).
+    client_cert: String,
+    client_key: String,
 }
 
 impl RedisCluster {
@@ -98,7 +119,27 @@ impl RedisCluster {
     }
 
     pub fn start_with(primaries: usize, replicas: usize) -> Self {
-        Self::start_inner(primaries, replicas, Vec::new(), None)
+        Self::start_inner(primaries, replicas, Vec::new(), None, None)
+    }
+
+    /// Primaries only, each also listening for TLS (clients only: the
+    /// cluster bus and the plain port stay plain, so the fixture can watch
+    /// it) with `pki`'s server certificate. Over TLS, `CLUSTER SHARDS` names
+    /// each node's `tls-port` and redirects point there.
+    pub fn start_tls(primaries: usize, pki: &crate::TestPki) -> Self {
+        let client = |name: &str, pem: &str| {
+            let path = std::path::Path::new(&pki.file("ca.pem")).with_file_name(name);
+            std::fs::write(&path, pem).expect("write the bus certificate");
+            path.to_str().expect("utf-8 temp dir").to_string()
+        };
+        let tls = TlsFiles {
+            cert: pki.file("server.pem"),
+            key: pki.file("server.key"),
+            ca: pki.file("ca.pem"),
+            client_cert: client("bus.pem", &pki.client_chain_pem),
+            client_key: client("bus.key", &pki.client_key_pem),
+        };
+        Self::start_inner(primaries, 0, Vec::new(), None, Some(tls))
     }
 
     /// Primaries only, every node requiring `password` (`requirepass`, and
@@ -117,10 +158,16 @@ impl RedisCluster {
             "hostname",
         ];
         let options = options.iter().map(|o| o.to_string()).collect();
-        Self::start_inner(primaries, 0, options, Some(password.to_string()))
+        Self::start_inner(primaries, 0, options, Some(password.to_string()), None)
     }
 
-    fn start_inner(primaries: usize, replicas: usize, options: Vec<String>, password: Option<String>) -> Self {
+    fn start_inner(
+        primaries: usize,
+        replicas: usize,
+        options: Vec<String>,
+        password: Option<String>,
+        tls: Option<TlsFiles>,
+    ) -> Self {
         let dir = std::env::temp_dir().join(format!("inflight-cluster-{}-{}", std::process::id(), free_port()));
         std::fs::create_dir_all(&dir).expect("create the cluster's directory");
         let count = primaries * (1 + replicas);
@@ -129,33 +176,53 @@ impl RedisCluster {
             dir,
             options,
             password,
+            tls,
         };
         for _ in 0..count {
             let node = cluster.spawn_node();
             cluster.nodes.push(node);
         }
-        let addresses: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
-        let auth: Vec<&str> = match &cluster.password {
+        // redis-cli speaks TLS to a TLS cluster, at the TLS ports.
+        let addresses: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.tls_port.unwrap_or(n.port)))
+            .collect();
+        let mut auth: Vec<&str> = match &cluster.password {
             Some(password) => vec!["-a", password, "--no-auth-warning"],
             None => Vec::new(),
         };
-        let output = Command::new("redis-cli")
+        if let Some(tls) = &cluster.tls {
+            auth.extend(["--tls", "--cacert", tls.ca.as_str()]);
+        }
+        // redis-cli waits for the nodes to meet without a bound: give it one.
+        let child = Command::new("redis-cli")
             .args(&auth)
             .args(["--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
-            .output();
-        let output = match output {
-            Ok(output) => output,
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let mut child = match child {
+            Ok(child) => child,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL_HINT}"),
             Err(error) => panic!("could not run redis-cli: {error}"),
         };
-        assert!(
-            output.status.success(),
-            "redis-cli --cluster create failed: {}",
-            String::from_utf8_lossy(&output.stdout)
-        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for redis-cli") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("redis-cli --cluster create did not finish within 60 s (the nodes never met)");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "redis-cli --cluster create failed: {status}");
         cluster.wait_healthy(Duration::from_secs(30));
         cluster
     }
@@ -163,6 +230,35 @@ impl RedisCluster {
     fn spawn_node(&self) -> ClusterNode {
         for _ in 0..5 {
             let (port, bus_port) = (free_port(), free_port());
+            let tls_port = self.tls.as_ref().map(|_| free_port());
+            let tls_args: Vec<String> = match (&self.tls, tls_port) {
+                (Some(tls), Some(tls_port)) => [
+                    "--tls-port",
+                    &tls_port.to_string(),
+                    "--tls-cert-file",
+                    &tls.cert,
+                    "--tls-key-file",
+                    &tls.key,
+                    "--tls-ca-cert-file",
+                    &tls.ca,
+                    "--tls-client-cert-file",
+                    &tls.client_cert,
+                    "--tls-client-key-file",
+                    &tls.client_key,
+                    "--tls-auth-clients",
+                    "no",
+                    // Nodes announce (and redirect to) their TLS ports only
+                    // when the cluster itself speaks TLS.
+                    "--tls-cluster",
+                    "yes",
+                    "--tls-replication",
+                    "yes",
+                ]
+                .iter()
+                .map(|a| a.to_string())
+                .collect(),
+                _ => Vec::new(),
+            };
             let node_dir = self.dir.join(port.to_string());
             std::fs::create_dir_all(&node_dir).expect("create a node's directory");
             let args: Vec<String> = [
@@ -199,6 +295,7 @@ impl RedisCluster {
             .iter()
             .map(|arg| arg.to_string())
             .chain(self.options.iter().cloned())
+            .chain(tls_args)
             .collect();
             let child = Command::new("sh")
                 .args([
@@ -226,6 +323,7 @@ impl RedisCluster {
                 pid,
                 port,
                 password: self.password.clone(),
+                tls_port,
             };
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {

@@ -485,3 +485,36 @@ async fn passwords_and_announced_host_names_apply_to_every_node() {
     limiter.drain().await;
     assert_eq!(live(&cluster, prefix, &subject), 0);
 }
+
+/// `rediss://` to a cluster: every primary is reached over TLS at the
+/// `tls-port` that `CLUSTER SHARDS` announces (its plain port would refuse
+/// the handshake), verified against the test CA. Its own small cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_reaches_every_primary_at_its_tls_port() {
+    let _turn = cluster();
+    let pki = inflight_tests::TestPki::new(&["127.0.0.1"]);
+    let cluster = RedisCluster::start_tls(3, &pki);
+    let prefix = "c7";
+    let seed = cluster.nodes()[0].tls_port();
+    let limiter = builder(&format!("rediss://127.0.0.1:{seed}"), prefix)
+        .tls_root_certificates(pki.ca_pem.clone())
+        .default_limit(1)
+        .connect()
+        .await
+        .unwrap();
+    let tenants = spread(&cluster, prefix, 1);
+    let mut held = Vec::new();
+    for subjects in tenants.values() {
+        held.push(limiter.acquire(&key(&subjects[0])).await.unwrap());
+        assert_eq!(limiter.acquire(&key(&subjects[0])).await.unwrap_err(), Error::Exceeded);
+        assert_eq!(live(&cluster, prefix, &subjects[0]), 1);
+    }
+    let stats = limiter.stats();
+    assert_eq!(
+        (stats.moved, stats.unavailable, stats.compensations),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+    drop(held);
+    limiter.drain().await;
+}
