@@ -251,6 +251,9 @@ impl Builder {
     /// The URL, parsed, with the servers it names: one, or a cluster's seeds
     /// (all URLs must agree on TLS and credentials).
     fn address(&self) -> Result<(ServerAddress, Servers), ConfigError> {
+        if self.cluster && self.url.is_empty() && self.more_seeds.is_empty() {
+            return Err(ConfigError::Zero { field: "servers.seeds" });
+        }
         let address = ServerAddress::parse(&self.url)?;
         if !self.cluster {
             let endpoint = address.endpoint.clone();

@@ -414,6 +414,18 @@ async fn bad_cluster_setups_fail_clearly() {
         matches!(error, ConnectError::Config(ConfigError::Url { .. })),
         "{error}"
     );
+    // No seed at all.
+    let error = Limiter::cluster_builder(Vec::<String>::new())
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ConnectError::Config(ConfigError::Zero { field: "servers.seeds" })
+        ),
+        "{error}"
+    );
     // No seed answers: every one is tried, and the error names them all.
     let dead: Vec<String> = (0..3)
         .map(|_| format!("redis://127.0.0.1:{}", inflight_tests::redis_server::free_port()))
