@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use super::lifecycle::release_route;
 use super::reconnect::backoff;
-use super::replies::{classify, unexpected, ErrorClass};
+use super::replies::{unexpected, ErrorClass};
 use super::request::{AcquireOp, ReleaseJob, ReleaseKind, Request};
 use super::Client;
 use crate::event::ConnectionError;
@@ -231,14 +231,14 @@ impl Client {
             }
             Frame::Error(message) => {
                 let message = message.to_string();
-                return match classify(&message) {
+                return match self.error_class(&message) {
                     ErrorClass::NoScript if job.is_compensation() => {
                         job.by_text = true;
                         self.reload(now, node, ScriptKind::Compensate);
                         self.send_release(now, node, job);
                         Ok(())
                     }
-                    ErrorClass::Redirect(redirect) if self.topology.is_cluster() => {
+                    ErrorClass::Redirect(redirect) => {
                         self.redirect_release(now, node, job, redirect, &message);
                         Ok(())
                     }
@@ -285,25 +285,31 @@ impl Client {
             }
             return Ok(());
         }
-        if let Frame::Error(message) = &frame {
-            if let ErrorClass::Redirect(redirect) = classify(message) {
-                if self.topology.is_cluster() {
-                    for job in jobs {
-                        self.redirect_release(now, node, job, redirect, message);
-                    }
-                    return Ok(());
+        let message = match frame {
+            Frame::Error(message) => message.to_string(),
+            other => {
+                for job in jobs {
+                    self.retry_release(now, job);
+                }
+                return Err(unexpected("release batch", &other));
+            }
+        };
+        match self.error_class(&message) {
+            ErrorClass::Redirect(redirect) => {
+                for job in jobs {
+                    self.redirect_release(now, node, job, redirect, &message);
+                }
+                Ok(())
+            }
+            class => {
+                for job in jobs {
+                    self.retry_release(now, job);
+                }
+                match class {
+                    ErrorClass::NotExecutedRetire => Err(ConnectionError::Server(ServerError::new(message))),
+                    _ => Ok(()),
                 }
             }
-        }
-        for job in jobs {
-            self.retry_release(now, job);
-        }
-        match frame {
-            Frame::Error(message) => match classify(&message) {
-                ErrorClass::NotExecutedRetire => Err(ConnectionError::Server(ServerError::new(message.to_string()))),
-                _ => Ok(()),
-            },
-            other => Err(unexpected("release batch", &other)),
         }
     }
 }

@@ -135,3 +135,21 @@ fn a_release_never_retries_past_the_lease_ttl() {
         }
     )));
 }
+
+#[test]
+fn a_release_answered_read_only_by_a_standalone_server_retires_the_connection() {
+    let mut pair = Pair::connected(config(), start());
+    let (first, _) = pair.client.connection().unwrap();
+    pair.acquire("t", "s", 1);
+    pair.exchange();
+    pair.release(0); // written, not answered yet
+    pair.inject(b"-READONLY You can't write against a read only replica.\r\n");
+    assert!(
+        pair.events
+            .iter()
+            .any(|e| matches!(e, Event::Retired(id, ConnectionError::Server(_)) if *id == first)),
+        "a replica is of no use for writes: {:?}",
+        pair.events
+    );
+    assert_eq!(pair.client.stats().release_retries, 1);
+}
