@@ -496,6 +496,22 @@ impl RedisCluster {
         let replica = self.replica_of(primary);
         self.wait_synced(replica);
         expect_ok(self.node(replica).client().call(&[b"CLUSTER", b"FAILOVER"]));
+        self.wait_promoted(replica)
+    }
+
+    /// Kills the primary at `port` (SIGKILL): its replica is promoted after
+    /// about [`NODE_TIMEOUT`]. Returns the new primary's port once the
+    /// cluster is healthy again.
+    pub fn kill_primary(&mut self, port: u16) -> u16 {
+        let replica = self.replica_of(port);
+        self.wait_synced(replica);
+        self.nodes.iter_mut().find(|n| n.port == port).expect("a node").kill();
+        self.wait_promoted(replica)
+    }
+
+    /// Waits until `replica` serves slots as a primary and the cluster is
+    /// healthy again; returns its port.
+    fn wait_promoted(&self, replica: u16) -> u16 {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if self
@@ -509,28 +525,6 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("the replica at {replica} did not take over");
-    }
-
-    /// Kills the primary at `port` (SIGKILL): its replica is promoted after
-    /// about [`NODE_TIMEOUT`]. Returns the new primary's port once the
-    /// cluster is healthy again.
-    pub fn kill_primary(&mut self, port: u16) -> u16 {
-        let replica = self.replica_of(port);
-        self.wait_synced(replica);
-        self.nodes.iter_mut().find(|n| n.port == port).expect("a node").kill();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if self
-                .topology()
-                .iter()
-                .any(|n| n.port == replica && n.primary && !n.slots.is_empty())
-            {
-                self.wait_healthy(Duration::from_secs(30));
-                return replica;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("the replica at {replica} was not promoted");
     }
 
     /// Waits until the replica at `port` is in sync with its primary.

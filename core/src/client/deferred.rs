@@ -30,16 +30,11 @@ impl Deferred {
 
     /// The ops whose time has come at `now`, in order.
     pub(super) fn take_due(&mut self, now: Instant) -> Vec<Op> {
-        let mut due = Vec::new();
-        let mut index = 0;
-        while index < self.timed.len() {
-            if self.timed[index].0 <= now {
-                due.push(self.timed.remove(index).1);
-            } else {
-                index += 1;
-            }
-        }
-        due
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.timed)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.timed = later;
+        due.into_iter().map(|(_, op)| op).collect()
     }
 
     /// The ops that waited for a slot table, in order.

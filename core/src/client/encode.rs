@@ -119,6 +119,15 @@ fn encode_compensate(job: &ReleaseJob, scripts: &Scripts, out: &mut BytesMut) {
 }
 
 impl Client {
+    /// Writes `request` on `node`, right after an `ASKING` when an `ASK`
+    /// redirect sent it there (the flag holds for the next command only).
+    pub(super) fn send_asking_if(&mut self, asked: bool, node: usize, request: Request, deadline: Instant) {
+        if asked {
+            self.send(node, Request::Asking, deadline);
+        }
+        self.send(node, request, deadline);
+    }
+
     /// Writes `request` on `node`'s current connection; its reply is due by `deadline`.
     pub(super) fn send(&mut self, node: usize, request: Request, deadline: Instant) {
         let conn = self.nodes[node]

@@ -128,7 +128,7 @@ impl Client {
                 self.send_acquire(now, node, op);
             }
         }
-        if self.releases.has_due(now) {
+        if self.releases.due(now).next().is_some() {
             // Releases due on a node nobody connects to (a primary that
             // took over their slot): connect it.
             let idle: Vec<usize> = self
@@ -224,10 +224,8 @@ impl Client {
         for (group, oldest) in acquire_groups(staged, most) {
             let deadline = oldest + self.config.request_liveness;
             let mut request = group.into_request();
-            if request.take_ask() {
-                self.send(node, Request::Asking, deadline);
-            }
-            self.send(node, request, deadline);
+            let asked = request.take_ask();
+            self.send_asking_if(asked, node, request, deadline);
         }
     }
 
@@ -249,17 +247,14 @@ impl Client {
                 continue;
             };
             let deadline = oldest + self.config.request_liveness;
-            if jobs
-                .iter_mut()
-                .fold(false, |asked, job| job.ask.take().is_some() | asked)
-            {
-                self.send(node, Request::Asking, deadline);
-            }
+            // A batch shares one `ask` (see `same_subject`): used up here.
+            let asked = jobs[0].ask.is_some();
+            jobs.iter_mut().for_each(|job| job.ask = None);
             let request = match jobs.len() {
                 1 => Request::Release(jobs.pop().expect("one")),
                 _ => Request::ReleaseMany(jobs),
             };
-            self.send(node, request, deadline);
+            self.send_asking_if(asked, node, request, deadline);
         }
     }
 

@@ -5,7 +5,7 @@ use std::time::Instant;
 use super::lifecycle::release_route;
 use super::reconnect::backoff;
 use super::replies::{unexpected, ErrorClass};
-use super::request::{AcquireOp, ReleaseJob, ReleaseKind, Request};
+use super::request::{AcquireOp, ReleaseJob, ReleaseKind};
 use super::Client;
 use crate::event::ConnectionError;
 use crate::event::{Event, ReleaseFailure};
@@ -49,11 +49,6 @@ impl ReleaseQueue {
 
     pub(super) fn take_staged(&mut self) -> Vec<(ReleaseJob, Instant)> {
         std::mem::take(&mut self.staged)
-    }
-
-    /// Whether a waiting job's retry time has come.
-    pub(super) fn has_due(&self, now: Instant) -> bool {
-        self.waiting.iter().any(|job| job.not_before <= now)
     }
 
     /// The waiting jobs whose retry time has come.
@@ -204,11 +199,8 @@ impl Client {
         if !job.is_compensation() {
             return self.releases.stage(job, now);
         }
-        let deadline = now + self.config.request_liveness;
-        if job.ask.take().is_some() {
-            self.send(node, Request::Asking, deadline);
-        }
-        self.send(node, job.into_request(), deadline);
+        let asked = job.ask.take().is_some();
+        self.send_asking_if(asked, node, job.into_request(), now + self.config.request_liveness);
     }
 
     // ---- replies ----------------------------------------------------------

@@ -124,6 +124,17 @@ impl Bench {
         self.pump();
     }
 
+    /// `subject`'s slot starts moving from `from` to `to` (its keys already
+    /// moved, or not yet).
+    fn migrate(&mut self, subject: &str, from: usize, to: usize, keys_moved: bool) {
+        self.cluster.migration = Some(Migration {
+            slot: keys(subject).slot(),
+            from,
+            to,
+            keys_moved,
+        });
+    }
+
     fn acquire(&mut self, subject: &str) -> RequestId {
         let request = self.client.acquire(self.now, &key("t", subject), limit(2));
         self.pump();
@@ -191,13 +202,7 @@ fn a_moved_slot_is_followed_without_compensating_or_retiring() {
     let held = bench.acquire("a");
     let lease = bench.granted(held);
     // The slot moves to host 1 behind the client's back (keys and all).
-    let slot = keys("a").slot();
-    bench.cluster.migration = Some(Migration {
-        slot,
-        from: 0,
-        to: 1,
-        keys_moved: true,
-    });
+    bench.migrate("a", 0, 1, true);
     bench.cluster.finish_migration();
     let second = bench.acquire("a");
     bench.granted(second);
@@ -218,13 +223,7 @@ fn a_migrating_slot_is_asked_for_once_then_tried_again_until_it_settles() {
     let mut bench = Bench::new(&[("a", 0), ("b", 1)], vec![]);
     let first = bench.acquire("a");
     bench.granted(first);
-    let slot = keys("a").slot();
-    bench.cluster.migration = Some(Migration {
-        slot,
-        from: 0,
-        to: 1,
-        keys_moved: false,
-    });
+    bench.migrate("a", 0, 1, false);
     // The lease set is on the source, its tombstone key is not: TRYAGAIN.
     let request = bench.acquire("a");
     assert_eq!(bench.outcome(request), None, "held back, not failed");
@@ -249,12 +248,7 @@ fn a_migrating_slot_is_asked_for_once_then_tried_again_until_it_settles() {
 fn a_try_again_that_outlasts_the_timeout_is_unavailable_and_owes_nothing() {
     let mut bench = Bench::new(&[("a", 0)], vec![]);
     bench.acquire("a");
-    bench.cluster.migration = Some(Migration {
-        slot: keys("a").slot(),
-        from: 0,
-        to: 1,
-        keys_moved: false,
-    });
+    bench.migrate("a", 0, 1, false);
     let request = bench.acquire("a");
     for _ in 0..20 {
         bench.advance(ms(25));
@@ -293,12 +287,7 @@ fn every_seed_failing_is_reported_once() {
 fn redirects_for_gone_callers_are_dropped() {
     let mut bench = Bench::new(&[("a", 0)], vec![]);
     bench.acquire("a");
-    bench.cluster.migration = Some(Migration {
-        slot: keys("a").slot(),
-        from: 0,
-        to: 1,
-        keys_moved: false,
-    });
+    bench.migrate("a", 0, 1, false);
     let request = bench.acquire("a"); // TRYAGAIN: waits
     bench.client.abandon(bench.now, request);
     bench.cluster.finish_migration();
