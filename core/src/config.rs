@@ -135,6 +135,33 @@ pub struct Config {
     pub reply_limits: ReplyLimits,
     /// The server, or the cluster's seed nodes.
     pub servers: Servers,
+    /// What a handshake does when it finds lease data lost.
+    pub recovery: Recovery,
+}
+
+/// What the client does when a handshake finds that the server may have
+/// lost lease data (an empty restart, a failover, a flush).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    /// Write back every lease this client holds there before the connection
+    /// takes anything new, and hold new grants for `window` (`None`: the
+    /// default, [`Config::default_recovery_window`]): on the server, through
+    /// a hold key every client's acquire honours (standalone), and in this
+    /// client, for that node.
+    Reassert {
+        /// How long new grants are held after a loss is found.
+        window: Option<Duration>,
+    },
+    /// Do nothing: the loss is still reported, and leases lost stay lost (a
+    /// fleet may over-admit until they are released). For tests of the
+    /// recovery itself.
+    Off,
+}
+
+impl Default for Recovery {
+    fn default() -> Self {
+        Recovery::Reassert { window: None }
+    }
 }
 
 impl Default for Config {
@@ -154,6 +181,7 @@ impl Default for Config {
             database: 0,
             reply_limits: ReplyLimits::default(),
             servers: Servers::default(),
+            recovery: Recovery::default(),
         }
     }
 }
@@ -206,6 +234,25 @@ impl Config {
     /// connection; it is also how long a held-back request stays valid.
     pub fn default_request_liveness(acquire_timeout: Duration) -> Duration {
         Duration::from_secs(2).max(acquire_timeout.saturating_mul(4))
+    }
+
+    /// The recovery window when none is chosen: the reconnect backoff cap
+    /// plus the connect timeout. Every replica's connection to a server that
+    /// restarts or fails over breaks with it; each tries again within the
+    /// backoff cap of the server coming back, and its handshake (writing
+    /// back what it holds) ends within the connect timeout, or fails. So by
+    /// the end of this window, counted from the first replica's handshake,
+    /// every replica with the same settings has written its leases back.
+    pub fn default_recovery_window(&self) -> Duration {
+        self.reconnect_max_backoff + self.connect_timeout
+    }
+
+    /// How long new grants are held after a loss; `None` with recovery off.
+    pub fn recovery_window(&self) -> Option<Duration> {
+        match self.recovery {
+            Recovery::Reassert { window } => Some(window.unwrap_or_else(|| self.default_recovery_window())),
+            Recovery::Off => None,
+        }
     }
 
     /// Refuses a setting that cannot work, naming the field.
@@ -289,6 +336,15 @@ impl Config {
                 min_ms: self.acquire_timeout.as_millis(),
                 actual_ms: self.request_liveness.as_millis(),
             });
+        }
+        if let Recovery::Reassert { window: Some(window) } = self.recovery {
+            if window < Duration::from_millis(1) {
+                return Err(ConfigError::TooShort {
+                    field: "recovery.window",
+                    min_ms: 1,
+                    actual_ms: window.as_millis(),
+                });
+            }
         }
         if self.reconnect_max_backoff < self.reconnect_initial_backoff {
             return Err(ConfigError::OutOfRange {

@@ -44,6 +44,7 @@ pub struct Lease {
     pub(crate) id: LeaseId,
     pub(crate) keys: SubjectKeys,
     pub(crate) expires_at: Instant,
+    pub(crate) fencing_token: u64,
 }
 
 impl Lease {
@@ -63,6 +64,45 @@ impl Lease {
     pub fn expires_at(&self) -> Instant {
         self.expires_at
     }
+
+    /// The grant's fencing token: strictly greater than every token granted
+    /// before it for the same subject (see `docs/operations.md`, "Restarts
+    /// and failovers", for what holds across a failover). A resource that
+    /// remembers the highest token it has seen can refuse a holder that was
+    /// paused past its lease and still believes it holds it.
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+}
+
+/// Why lease data on a server may be gone, as a handshake found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DataLoss {
+    /// Our lease-data marker is missing or was written anew: the server
+    /// restarted without its data, or was flushed.
+    Emptied,
+    /// Another run of the server (new `run_id`) with our marker intact: it
+    /// restarted from a snapshot, and writes since the last save may be gone.
+    Restarted,
+    /// A new replication id: a replica was promoted (or the server rejoined
+    /// replication), and writes it had not received are gone.
+    FailedOver,
+}
+
+/// What writing back one held lease after a data loss found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reassertion {
+    /// The lease was still there.
+    Survived,
+    /// It was gone and is written back.
+    Restored,
+    /// It was gone and is written back, and its subject now holds more
+    /// leases than its limit: others were granted while it was missing. An
+    /// over-admission, detected; it lasts until enough holders let go.
+    OverLimit,
+    /// It could not be written back (no answer in time): it may be missing.
+    Unconfirmed,
 }
 
 /// How one acquire ended.
@@ -122,6 +162,11 @@ pub enum Unavailable {
     /// a slow proxy or a paused server) and was refused: it took nothing.
     #[error("the request reached Redis too late and was refused")]
     Stale,
+    /// The server lost lease data (restarted empty, failed over, flushed)
+    /// and the fleet is writing back the leases it holds: new grants wait
+    /// until the recovery window ends. Retry after it.
+    #[error("Redis lost lease data and is being recovered: no new grants until the fleet has written back its leases")]
+    Recovering,
 }
 
 /// Why a connection was given up.
@@ -150,6 +195,11 @@ pub enum ConnectionError {
     /// a cluster (it would send most subjects to the wrong node).
     #[error("the server is a Redis Cluster node: connect in cluster mode (`Builder::cluster`, or several seed URLs)")]
     ClusterMode,
+    /// The server is a replica (`ROLE` says so): it cannot take writes, and
+    /// a lease written to it (with `replica-read-only no`) would not count
+    /// fleet-wide. Point the limiter at the primary.
+    #[error("the server is a replica (ROLE: {0}): point the limiter at the primary")]
+    Replica(String),
     /// Cluster mode was asked for, and the server is not a cluster node.
     #[error("the server is not in cluster mode (cluster_enabled:0): connect to it as a standalone server")]
     NotCluster,
@@ -199,6 +249,24 @@ pub enum Event {
         lease: LeaseId,
         /// Whether no caller ever held it.
         compensation: bool,
+    },
+    /// A handshake found that `connection`'s server may have lost lease
+    /// data; `held` leases this client holds there are being written back,
+    /// and no new grant goes out on that server until they are.
+    DataLoss {
+        /// The new connection that found it.
+        connection: ConnectionId,
+        /// How the data was lost.
+        loss: DataLoss,
+        /// Leases this client holds there, being written back.
+        held: usize,
+    },
+    /// A held lease was written back after a data loss.
+    Reasserted {
+        /// The lease.
+        lease: LeaseId,
+        /// What the server said.
+        outcome: Reassertion,
     },
     /// A release gave up; its lease stays until its TTL.
     ReleaseAbandoned {
@@ -264,4 +332,15 @@ pub struct Stats {
     pub try_again: u64,
     /// Slot table reads after a redirect or a lost node.
     pub topology_refreshes: u64,
+    /// Handshakes that found lease data lost (restart, failover, flush).
+    pub data_losses: u64,
+    /// Held leases written back after a loss (missing, then restored).
+    pub leases_restored: u64,
+    /// Held leases found intact after a loss.
+    pub leases_survived: u64,
+    /// Restored leases that found their subject over its limit: detected
+    /// over-admissions.
+    pub over_admissions: u64,
+    /// Acquires refused while a recovery hold was on.
+    pub recovering: u64,
 }

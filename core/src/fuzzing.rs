@@ -138,15 +138,8 @@ pub fn reply_decode(data: &[u8], start: Instant) {
         panic!("a new client asks for a connection");
     };
     client.handle_connected(start, connection);
-    let scripts = Scripts::default();
-    // PING, INFO cluster, TIME, then one SCRIPT LOAD per script, in the client's order.
-    let mut handshake = String::from(
-        "+PONG\r\n$30\r\n# Cluster\r\ncluster_enabled:0\r\n\r\n*2\r\n$10\r\n1700000000\r\n$6\r\n000000\r\n",
-    );
-    for kind in ScriptKind::ALL {
-        handshake += &format!("$40\r\n{}\r\n", scripts.get(kind).sha);
-    }
-    client.handle_input(start, connection, handshake.as_bytes());
+    let handshake = handshake_replies(None);
+    client.handle_input(start, connection, &handshake);
     assert_eq!(client.connection(), Some((connection, true)), "the handshake completes");
     while client.poll_transmit().is_some() {}
     while client.poll_event().is_some() {}
@@ -260,8 +253,33 @@ pub fn cluster_replies(data: &[u8], start: Instant) {
     }
 }
 
-/// The replies to a cluster handshake: PING, INFO cluster, CLUSTER SHARDS
-/// (slots 0-8191 on port 7000, the rest on 7001), TIME, the script loads.
+/// The replies to a handshake, in the client's order: PING, ROLE, INFO,
+/// then `CLUSTER SHARDS` (the given reply) in a cluster or the marker
+/// standalone, TIME, and one SCRIPT LOAD per script.
+pub fn handshake_replies(shards: Option<&str>) -> Vec<u8> {
+    let cluster = u8::from(shards.is_some());
+    let info = format!(
+        "# Server\r\nrun_id:{:040}\r\n# Replication\r\nmaster_replid:{:040}\r\n# Cluster\r\ncluster_enabled:{cluster}\r\n",
+        1, 2
+    );
+    let mut replies = format!(
+        "+PONG\r\n*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n${}\r\n{info}\r\n",
+        info.len()
+    );
+    match shards {
+        Some(shards) => replies += shards,
+        None => replies += "*2\r\n:0\r\n$6\r\nmarker\r\n",
+    }
+    replies += "*2\r\n$10\r\n1700000000\r\n$6\r\n000000\r\n";
+    let scripts = Scripts::default();
+    for kind in ScriptKind::ALL {
+        replies += &format!("$40\r\n{}\r\n", scripts.get(kind).sha);
+    }
+    replies.into_bytes()
+}
+
+/// The replies to a cluster handshake, with slots 0-8191 on port 7000 and
+/// the rest on 7001.
 fn cluster_handshake() -> Vec<u8> {
     let shard = |first: u16, last: u16, port: u16| {
         format!(
@@ -269,15 +287,10 @@ fn cluster_handshake() -> Vec<u8> {
              $4\r\nport\r\n:{port}\r\n$8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n"
         )
     };
-    let mut replies = String::from("+PONG\r\n$30\r\n# Cluster\r\ncluster_enabled:1\r\n\r\n*2\r\n");
-    replies += &shard(0, 8191, 7000);
-    replies += &shard(8192, 16383, 7001);
-    replies += "*2\r\n$10\r\n1700000000\r\n$6\r\n000000\r\n";
-    let scripts = Scripts::default();
-    for kind in ScriptKind::ALL {
-        replies += &format!("$40\r\n{}\r\n", scripts.get(kind).sha);
-    }
-    replies.into_bytes()
+    let mut shards = String::from("*2\r\n");
+    shards += &shard(0, 8191, 7000);
+    shards += &shard(8192, 16383, 7001);
+    handshake_replies(Some(&shards))
 }
 
 /// `key_encoding`: two arbitrary (namespace, subject) pairs. Distinct pairs get

@@ -116,6 +116,14 @@ impl SubjectKeys {
         self.slot
     }
 
+    /// The subject's fencing counter: the last token granted.
+    pub fn fence(&self) -> Bytes {
+        let mut key = Vec::with_capacity(self.base_len + 6);
+        key.extend_from_slice(&self.leases[..self.base_len]);
+        key.extend_from_slice(b":fence");
+        Bytes::from(key)
+    }
+
     /// The tombstone left by a compensating release of `lease`.
     pub fn tombstone(&self, lease: &LeaseId) -> Bytes {
         let mut key = Vec::with_capacity(self.base_len + 60);
@@ -185,6 +193,7 @@ mod tests {
         let tomb = k.tombstone(&LeaseId::from_parts(7, 9));
         assert_eq!(hash_tag(&leases), Some(&b"te%7Bn%7Dant|sub%7D%7Bject"[..]));
         assert_eq!(hash_tag(&leases), hash_tag(&tomb));
+        assert_eq!(hash_tag(&leases), hash_tag(&k.fence()));
         assert_eq!(leases.iter().filter(|&&b| b == b'{').count(), 1);
         assert_eq!(leases.iter().filter(|&&b| b == b'}').count(), 1);
     }

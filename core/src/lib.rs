@@ -54,10 +54,10 @@ pub mod testkit;
 
 pub use address::{redact_url, Endpoint, ServerAddress};
 pub use client::Client;
-pub use config::{Config, ConfigError, Credentials, ReleasePolicy, Servers, UnavailablePolicy};
+pub use config::{Config, ConfigError, Credentials, Recovery, ReleasePolicy, Servers, UnavailablePolicy};
 pub use event::{
-    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
-    Unavailable,
+    Action, ConnectionError, ConnectionId, DataLoss, Event, Lease, Outcome, Reassertion, ReleaseFailure, Renewal,
+    RequestId, Stats, Transmit, Unavailable,
 };
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use bytes::{Bytes, BytesMut};
 
 use crate::resp::{Frame, ReplyLimits, ReplyReader};
-use crate::script::{Scripts, ACQUIRE, ACQUIRE_MANY, COMPENSATE, RENEW, STALE};
+use crate::script::{Scripts, ACQUIRE, ACQUIRE_MANY, COMPENSATE, HOLD, MARK, REASSERT, RECOVERING, RENEW, STALE};
 
 /// What one acquire did, in execution order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +20,8 @@ pub struct AcquireRecord {
     pub key: Bytes,
     pub lease: Bytes,
     pub status: i64,
+    /// The fencing token of a grant; 0 otherwise.
+    pub token: u64,
 }
 
 #[derive(Debug, Default)]
@@ -28,15 +30,26 @@ pub struct RedisModel {
     pub now_ms: u64,
     /// Lease sets: key -> member -> expiry ms.
     sets: HashMap<Bytes, BTreeMap<Bytes, u64>>,
-    /// Plain keys (tombstones) -> expiry ms.
+    /// Plain keys (tombstones, the recovery hold) -> expiry ms.
     strings: HashMap<Bytes, u64>,
+    /// Fencing counters -> (value, expiry ms).
+    counters: HashMap<Bytes, (u64, u64)>,
+    /// Keys without expiry (the lease-data marker) -> value.
+    values: HashMap<Bytes, Bytes>,
     /// SHAs of the scripts in the script cache.
     cached: HashSet<String>,
     scripts: Scripts,
     /// Password required by `AUTH`, if any (legacy single-password form).
     pub password: Option<String>,
-    /// Answer `INFO cluster` as a Redis Cluster node would.
+    /// Answer `INFO` as a Redis Cluster node would.
     pub cluster_enabled: bool,
+    /// Answer `ROLE` as a replica would (and refuse writes).
+    pub replica: bool,
+    /// `INFO`'s `run_id`, new for every model (every server start).
+    pub run_id: String,
+    /// `INFO`'s `master_replid` and `master_replid2`.
+    pub replid: String,
+    pub replid2: String,
     /// Every acquire executed, in order.
     pub acquires: Vec<AcquireRecord>,
     /// `ACQUIRE_MANY` calls executed.
@@ -47,6 +60,8 @@ pub struct RedisModel {
     pub times: usize,
     /// Every renewal's status, in order.
     pub renewals: Vec<i64>,
+    /// Every lease written back after a loss: (lease set, id, status).
+    pub reasserts: Vec<(Bytes, Bytes, i64)>,
 }
 
 /// One client connection's state on the model server.
@@ -82,11 +97,38 @@ impl Default for ModelConnection {
 pub struct ModelProtocolError;
 
 impl RedisModel {
+    /// A server started at `now_ms` with no data: its run id and replication
+    /// id are derived from that instant, so each start has its own.
     pub fn new(now_ms: u64) -> Self {
         Self {
             now_ms,
+            run_id: format!("{now_ms:040x}"),
+            replid: format!("{:040x}", now_ms.wrapping_mul(31).wrapping_add(7)),
+            replid2: "0".repeat(40),
             ..Self::default()
         }
+    }
+
+    /// Takes over from `old` as a promoted replica that received its data
+    /// up to now: the same lease data (all of it, or what `keep` keeps of
+    /// the lease sets), a new replication id that continues `old`'s.
+    pub fn promoted_from(old: &RedisModel, now_ms: u64, keep: impl Fn(&Bytes, &Bytes) -> bool) -> Self {
+        let mut model = RedisModel::new(now_ms);
+        model.replid2 = old.replid.clone();
+        model.sets = old
+            .sets
+            .iter()
+            .map(|(key, set)| {
+                let kept = set.iter().filter(|(id, _)| keep(key, id)).map(|(id, at)| (id.clone(), *at));
+                (key.clone(), kept.collect())
+            })
+            .collect();
+        model.strings = old.strings.clone();
+        model.counters = old.counters.clone();
+        model.values = old.values.clone();
+        model.cluster_enabled = old.cluster_enabled;
+        model.password = old.password.clone();
+        model
     }
 
     /// Feeds bytes from a client and returns the reply bytes.
@@ -156,9 +198,29 @@ impl RedisModel {
                 }
             }
             ("SELECT", 2) => ok(),
-            ("INFO", 2) if args[1].eq_ignore_ascii_case(b"cluster") => {
+            ("INFO", 1) => {
                 let enabled = u8::from(self.cluster_enabled);
-                Frame::BulkString(Bytes::from(format!("# Cluster\r\ncluster_enabled:{enabled}\r\n")))
+                let role = if self.replica { "slave" } else { "master" };
+                Frame::BulkString(Bytes::from(format!(
+                    "# Server\r\nredis_version:7.0.0\r\nrun_id:{}\r\n\r\n# Replication\r\nrole:{role}\r\n\
+                     master_replid:{}\r\nmaster_replid2:{}\r\n\r\n# Cluster\r\ncluster_enabled:{enabled}\r\n",
+                    self.run_id, self.replid, self.replid2
+                )))
+            }
+            ("ROLE", 1) if self.replica => Frame::Array(vec![
+                Frame::BulkString(Bytes::from_static(b"slave")),
+                Frame::BulkString(Bytes::from_static(b"127.0.0.1")),
+                Frame::Integer(6379),
+                Frame::BulkString(Bytes::from_static(b"connected")),
+                Frame::Integer(0),
+            ]),
+            ("ROLE", 1) => Frame::Array(vec![
+                Frame::BulkString(Bytes::from_static(b"master")),
+                Frame::Integer(0),
+                Frame::Array(vec![]),
+            ]),
+            ("EVALSHA" | "EVAL" | "ZREM", _) if self.replica => {
+                error("READONLY You can't write against a read only replica.")
             }
             ("TIME", 1) => {
                 self.times += 1;
@@ -214,6 +276,12 @@ impl RedisModel {
             Some(self.scripts.renew.sha.clone())
         } else if text == ACQUIRE_MANY.as_bytes() {
             Some(self.scripts.acquire_many.sha.clone())
+        } else if text == REASSERT.as_bytes() {
+            Some(self.scripts.reassert.sha.clone())
+        } else if text == MARK.as_bytes() {
+            Some(self.scripts.mark.sha.clone())
+        } else if text == HOLD.as_bytes() {
+            Some(self.scripts.hold.sha.clone())
         } else {
             None
         }
@@ -222,24 +290,27 @@ impl RedisModel {
     /// `numkeys keys.. args..` for one of our scripts, identified by its SHA.
     fn run_script(&mut self, sha: &str, rest: &[Bytes]) -> Frame {
         self.expire();
-        if sha == self.scripts.acquire.sha && rest.len() == 7 && &rest[0][..] == b"2" {
-            let (leases, tombstone) = (&rest[1], &rest[2]);
-            let (Some(ttl), Some(limit), Some(valid_until)) = (number(&rest[3]), number(&rest[4]), number(&rest[6]))
+        if sha == self.scripts.acquire.sha && rest.len() == 9 && &rest[0][..] == b"3" {
+            let (leases, tombstone, fence) = (&rest[1], &rest[2], &rest[3]);
+            let (Some(ttl), Some(limit), Some(valid_until)) = (number(&rest[4]), number(&rest[5]), number(&rest[7]))
             else {
                 return error("ERR Error running script: bad arguments");
             };
-            let id = rest[5].clone();
+            let (id, hold) = (rest[6].clone(), &rest[8]);
+            let held = !hold.is_empty() && self.strings.contains_key(hold);
             let status = if self.now_ms > valid_until {
                 STALE
             } else {
-                self.acquire(leases, tombstone, ttl, limit, &id)
+                self.acquire(leases, tombstone, ttl, limit, &id, held)
             };
+            let token = if status == 1 { self.fencing_tokens(fence, 1, ttl) } else { 0 };
             self.acquires.push(AcquireRecord {
                 key: leases.clone(),
                 lease: id.clone(),
                 status,
+                token,
             });
-            Frame::Array(vec![Frame::Integer(status), Frame::BulkString(id)])
+            Frame::Array(vec![Frame::Integer(status), Frame::BulkString(id), Frame::Integer(token as i64)])
         } else if sha == self.scripts.compensate.sha && rest.len() == 5 && &rest[0][..] == b"2" {
             let Some(valid_until) = number(&rest[3]) else {
                 return error("ERR Error running script: bad arguments");
@@ -254,34 +325,87 @@ impl RedisModel {
             }
             Frame::BulkString(rest[4].clone())
         } else if sha == self.scripts.acquire_many.sha {
-            // numkeys, the lease set, N tombstones, ttl, limit, valid-until, N ids.
-            let batch = number(&rest[0]).map(|keys| keys.saturating_sub(1) as usize);
-            let Some(n) = batch.filter(|&n| n >= 1 && rest.len() == 2 * n + 5) else {
+            // numkeys, the lease set, the fence, N tombstones, ttl, limit,
+            // valid-until, hold, N ids.
+            let batch = number(&rest[0]).map(|keys| keys.saturating_sub(2) as usize);
+            let Some(n) = batch.filter(|&n| n >= 1 && rest.len() == 2 * n + 7) else {
                 return error("ERR Error running script: bad arguments");
             };
-            let (leases, tombstones, ids) = (&rest[1], &rest[2..2 + n], &rest[5 + n..]);
+            let (leases, fence, tombstones, ids) = (&rest[1], &rest[2], &rest[3..3 + n], &rest[7 + n..]);
             let (Some(ttl), Some(limit), Some(valid_until)) =
-                (number(&rest[2 + n]), number(&rest[3 + n]), number(&rest[4 + n]))
+                (number(&rest[3 + n]), number(&rest[4 + n]), number(&rest[5 + n]))
             else {
                 return error("ERR Error running script: bad arguments");
             };
+            let hold = &rest[6 + n];
+            let held = !hold.is_empty() && self.strings.contains_key(hold);
             self.batches += 1;
             let stale = self.now_ms > valid_until;
-            let mut reply = Vec::with_capacity(2 * n);
-            for (tombstone, id) in tombstones.iter().zip(ids) {
-                let status = if stale {
-                    STALE
+            let statuses: Vec<i64> = tombstones
+                .iter()
+                .zip(ids)
+                .map(|(tombstone, id)| {
+                    if stale {
+                        STALE
+                    } else {
+                        self.acquire(leases, tombstone, ttl, limit, id, held)
+                    }
+                })
+                .collect();
+            let granted = statuses.iter().filter(|s| **s == 1).count() as u64;
+            let mut token = if granted > 0 { self.fencing_tokens(fence, granted, ttl) } else { 0 };
+            let mut reply = Vec::with_capacity(3 * n);
+            for (status, id) in statuses.into_iter().zip(ids) {
+                let this = if status == 1 {
+                    token += 1;
+                    token - 1
                 } else {
-                    self.acquire(leases, tombstone, ttl, limit, id)
+                    0
                 };
                 self.acquires.push(AcquireRecord {
                     key: leases.clone(),
                     lease: id.clone(),
                     status,
+                    token: this,
                 });
-                reply.extend([Frame::Integer(status), Frame::BulkString(id.clone())]);
+                reply.extend([Frame::Integer(status), Frame::BulkString(id.clone()), Frame::Integer(this as i64)]);
             }
             Frame::Array(reply)
+        } else if sha == self.scripts.reassert.sha && rest.len() == 5 && &rest[0][..] == b"1" {
+            let (Some(remaining), Some(limit)) = (number(&rest[3]), number(&rest[4])) else {
+                return error("ERR Error running script: bad arguments");
+            };
+            let id = rest[2].clone();
+            let now = self.now_ms;
+            let set = self.sets.entry(rest[1].clone()).or_default();
+            let status = if set.contains_key(&id) {
+                1
+            } else {
+                set.insert(id.clone(), now + remaining);
+                if set.len() as u64 > limit {
+                    3
+                } else {
+                    2
+                }
+            };
+            self.reasserts.push((rest[1].clone(), id.clone(), status));
+            Frame::Array(vec![Frame::Integer(status), Frame::BulkString(id)])
+        } else if sha == self.scripts.mark.sha && rest.len() == 3 && &rest[0][..] == b"1" {
+            match self.values.get(&rest[1]) {
+                Some(value) => Frame::Array(vec![Frame::Integer(0), Frame::BulkString(value.clone())]),
+                None => {
+                    self.values.insert(rest[1].clone(), rest[2].clone());
+                    Frame::Array(vec![Frame::Integer(1), Frame::BulkString(rest[2].clone())])
+                }
+            }
+        } else if sha == self.scripts.hold.sha && rest.len() == 3 && &rest[0][..] == b"1" {
+            let Some(window) = number(&rest[2]) else {
+                return error("ERR Error running script: bad arguments");
+            };
+            let until = self.now_ms + window;
+            let at = self.strings.entry(rest[1].clone()).or_insert(until);
+            *at = (*at).max(until);
+            Frame::Integer((*at - self.now_ms) as i64)
         } else if sha == self.scripts.renew.sha && rest.len() == 5 && &rest[0][..] == b"1" {
             let (Some(ttl), Some(valid_until)) = (number(&rest[2]), number(&rest[4])) else {
                 return error("ERR Error running script: bad arguments");
@@ -306,8 +430,9 @@ impl RedisModel {
         }
     }
 
-    /// The acquire script's semantics: tombstone, prune, idempotent id, limit.
-    fn acquire(&mut self, leases: &Bytes, tombstone: &Bytes, ttl: u64, limit: u64, id: &Bytes) -> i64 {
+    /// The acquire script's semantics: tombstone, prune, idempotent id,
+    /// recovery hold, limit.
+    fn acquire(&mut self, leases: &Bytes, tombstone: &Bytes, ttl: u64, limit: u64, id: &Bytes, held: bool) -> i64 {
         if self.strings.contains_key(tombstone) {
             return -1;
         }
@@ -316,6 +441,9 @@ impl RedisModel {
         if set.contains_key(id) {
             return 1;
         }
+        if held {
+            return RECOVERING;
+        }
         if set.len() as u64 >= limit {
             return 0;
         }
@@ -323,10 +451,33 @@ impl RedisModel {
         1
     }
 
+    /// `count` consecutive fencing tokens of the counter `fence` (the
+    /// first returned): the counter's next values, never below the clock in
+    /// microseconds; the counter lives as long as the lease set.
+    fn fencing_tokens(&mut self, fence: &Bytes, count: u64, ttl: u64) -> u64 {
+        let floor = self.now_ms * 1000;
+        let expiry = self.now_ms + ttl + 1;
+        let counter = self.counters.entry(fence.clone()).or_insert((0, expiry));
+        let first = (counter.0 + 1).max(floor);
+        counter.0 = first + count - 1;
+        counter.1 = counter.1.max(expiry);
+        first
+    }
+
+    /// Empties the data set (`FLUSHALL`): lease sets, tombstones, counters,
+    /// the marker and the hold.
+    pub fn flush_all(&mut self) {
+        self.sets.clear();
+        self.strings.clear();
+        self.counters.clear();
+        self.values.clear();
+    }
+
     /// Drops what has expired, as Redis would on access.
     fn expire(&mut self) {
         let now = self.now_ms;
         self.strings.retain(|_, expiry| *expiry > now);
+        self.counters.retain(|_, (_, expiry)| *expiry > now);
         for set in self.sets.values_mut() {
             set.retain(|_, expiry| *expiry > now);
         }

@@ -11,72 +11,100 @@ use crate::resp::encode_command;
 
 /// Acquire a lease.
 ///
-/// KEYS: lease set, this lease's tombstone. ARGV: ttl ms, limit, lease id,
-/// valid-until (server ms). Returns `{status, lease id}`: 1 granted, 0 denied,
-/// -1 refused because the id was already compensated (its bytes reached Redis
-/// after its own release), -2 refused because it ran after its valid-until:
-/// bytes held back by a stall or a proxy must not take a slot after the client
-/// stopped accounting for them (see [`STALE`]).
+/// KEYS: lease set, this lease's tombstone, the subject's fencing counter.
+/// ARGV: ttl ms, limit, lease id, valid-until (server ms), the recovery hold
+/// key (empty for none). Returns `{status, lease id, fencing token}`: 1
+/// granted, 0 denied, -1 refused because the id was already compensated (its
+/// bytes reached Redis after its own release), -2 refused because it ran
+/// after its valid-until: bytes held back by a stall or a proxy must not take
+/// a slot after the client stopped accounting for them (see [`STALE`]), -3
+/// refused because the server is recovering lost lease data (see
+/// [`RECOVERING`]). The token is 0 unless granted.
 /// An id that already holds a live lease is granted again without a second slot.
 /// The key expires (1 ms) after its longest-lived lease, so idle subjects vanish:
 /// every lease is added here, and each addition extends the key's TTL to cover
 /// it (`PTTL` + `PEXPIRE`, O(1); 20% cheaper per call than reading the highest
 /// score back, measured with redis-benchmark), so no lease outlives its key.
+///
+/// Fencing tokens: every grant takes the next value of the subject's counter,
+/// never below the server's clock in microseconds. While the counter lives
+/// the tokens of a subject strictly increase; when it is gone (idle subject,
+/// or a server that lost its data) the clock floor keeps them above every
+/// token handed out before, as long as the server's clock moved forward by
+/// more than the grants made in excess of one per microsecond.
 pub const ACQUIRE: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
-local leases, tombstone = KEYS[1], KEYS[2]
+local leases, tombstone, fence = KEYS[1], KEYS[2], KEYS[3]
 local ttl, limit, id, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local hold = ARGV[5]
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if now > valid_until then
-  return {-2, id}
+  return {-2, id, 0}
 end
 if redis.call('EXISTS', tombstone) == 1 then
-  return {-1, id}
+  return {-1, id, 0}
 end
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-if redis.call('ZSCORE', leases, id) then
-  return {1, id}
+if not redis.call('ZSCORE', leases, id) then
+  if hold ~= '' and redis.call('EXISTS', hold) == 1 then
+    return {-3, id, 0}
+  end
+  if redis.call('ZCARD', leases) >= limit then
+    return {0, id, 0}
+  end
+  redis.call('ZADD', leases, now + ttl, id)
+  if redis.call('PTTL', leases) < ttl then
+    redis.call('PEXPIRE', leases, ttl + 1)
+  end
 end
-if redis.call('ZCARD', leases) >= limit then
-  return {0, id}
+local floor = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local token = redis.call('INCR', fence)
+if token < floor then
+  token = floor
+  redis.call('SET', fence, string.format('%.0f', floor))
 end
-redis.call('ZADD', leases, now + ttl, id)
-if redis.call('PTTL', leases) < ttl then
-  redis.call('PEXPIRE', leases, ttl + 1)
+if redis.call('PTTL', fence) < ttl then
+  redis.call('PEXPIRE', fence, ttl + 1)
 end
-return {1, id}
+return {1, id, token}
 "#;
 
 /// Acquire several leases of one subject in one call: `ACQUIRE` for each id
 /// in turn, at one server instant. Redis's thread pays mostly per command, so
 /// a batch costs a fraction of as many single calls.
 ///
-/// KEYS: lease set, then each id's tombstone. ARGV: ttl ms, limit,
-/// valid-until (server ms), then the ids, in the order of KEYS. Returns
-/// `{status, id, status, id, ...}`, one pair per id, with `ACQUIRE`'s statuses.
+/// KEYS: lease set, fencing counter, then each id's tombstone. ARGV: ttl ms,
+/// limit, valid-until (server ms), recovery hold key (empty for none), then
+/// the ids, in the order of KEYS. Returns `{status, id, token, ...}`, one
+/// triple per id, with `ACQUIRE`'s statuses; grants take increasing tokens
+/// in the order of the ids.
 pub const ACQUIRE_MANY: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
-local leases = KEYS[1]
-local ttl, limit, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local leases, fence = KEYS[1], KEYS[2]
+local ttl, limit, valid_until, hold = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local reply, added = {}, {}
+local reply, added, granted = {}, {}, 0
 if now > valid_until then
-  for i = 4, #ARGV do
+  for i = 5, #ARGV do
     reply[#reply + 1] = -2
     reply[#reply + 1] = ARGV[i]
+    reply[#reply + 1] = 0
   end
   return reply
 end
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 local live = redis.call('ZCARD', leases)
-for i = 4, #ARGV do
+local held = hold ~= '' and redis.call('EXISTS', hold) == 1
+for i = 5, #ARGV do
   local id, status = ARGV[i], 1
   if redis.call('EXISTS', KEYS[i - 2]) == 1 then
     status = -1
   elseif redis.call('ZSCORE', leases, id) then
     status = 1
+  elseif held then
+    status = -3
   elseif live >= limit then
     status = 0
   else
@@ -84,13 +112,35 @@ for i = 4, #ARGV do
     added[#added + 1] = now + ttl
     added[#added + 1] = id
   end
+  if status == 1 then
+    granted = granted + 1
+  end
   reply[#reply + 1] = status
   reply[#reply + 1] = id
+  reply[#reply + 1] = 0
 end
 if #added > 0 then
   redis.call('ZADD', leases, unpack(added))
   if redis.call('PTTL', leases) < ttl then
     redis.call('PEXPIRE', leases, ttl + 1)
+  end
+end
+if granted > 0 then
+  local floor = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local last = redis.call('INCRBY', fence, granted)
+  if last - granted + 1 < floor then
+    last = floor + granted - 1
+    redis.call('SET', fence, string.format('%.0f', last))
+  end
+  if redis.call('PTTL', fence) < ttl then
+    redis.call('PEXPIRE', fence, ttl + 1)
+  end
+  local token = last - granted + 1
+  for i = 1, #reply, 3 do
+    if reply[i] == 1 then
+      reply[i + 2] = token
+      token = token + 1
+    end
   end
 end
 return reply
@@ -125,6 +175,64 @@ return id
 /// The status the acquire and renew scripts answer when they run after the
 /// request's valid-until: nothing was done, so nothing needs undoing.
 pub const STALE: i64 = -2;
+
+/// The status the acquire scripts answer while the server's recovery hold is
+/// set (lease data was lost, and the fleet is writing back what it holds):
+/// no new lease was taken.
+pub const RECOVERING: i64 = -3;
+
+/// Write back a lease its holder still has, after the server may have lost
+/// it (an empty restart, a failover, a flush). Idempotent: a lease that
+/// survived is untouched. It ignores the recovery hold, which exists for it.
+///
+/// KEYS: lease set. ARGV: lease id, its remaining lifetime (ms), the limit it
+/// was granted under. Returns `{status, lease id}`: 1 it survived, 2 written
+/// back, 3 written back and the subject now holds more leases than the limit
+/// (an over-admission during the loss, detected).
+pub const REASSERT: &str = r#"
+local leases, id = KEYS[1], ARGV[1]
+local remaining, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+if redis.call('ZSCORE', leases, id) then
+  return {1, id}
+end
+redis.call('ZADD', leases, now + remaining, id)
+if redis.call('PTTL', leases) < remaining then
+  redis.call('PEXPIRE', leases, remaining + 1)
+end
+if redis.call('ZCARD', leases) > limit then
+  return {3, id}
+end
+return {2, id}
+"#;
+
+/// The lease-data marker: a key this library keeps on the server so that
+/// "restarted with its data" and "restarted empty" (or flushed) are told
+/// apart. KEYS: the marker. ARGV: a value to write if it is missing. Returns
+/// `{created, value}`: 1 and ARGV[1] if it was missing, else 0 and its value.
+pub const MARK: &str = r#"
+local value = redis.call('GET', KEYS[1])
+if value then
+  return {0, value}
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return {1, ARGV[1]}
+"#;
+
+/// Sets the recovery hold for at least ARGV[1] ms (never shortens it): the
+/// acquire scripts grant nothing new while it exists. KEYS: the hold key.
+/// Returns the hold's remaining milliseconds.
+pub const HOLD: &str = r#"
+local window = tonumber(ARGV[1])
+local left = redis.call('PTTL', KEYS[1])
+if left < window then
+  redis.call('SET', KEYS[1], '1', 'PX', window)
+  return window
+end
+return left
+"#;
 
 /// Extend a lease its holder still has: a long request renews before the TTL
 /// runs out, so the TTL can stay short (a crashed replica's slots come back
@@ -185,10 +293,17 @@ pub enum ScriptKind {
     Renew,
     /// Several acquires of one subject and limit in one call.
     AcquireMany,
+    /// Writes back a held lease after lost data (sent as `EVAL`: rare).
+    Reassert,
+    /// Reads (or creates) the lease-data marker at each handshake (`EVAL`).
+    Mark,
+    /// Sets the recovery hold after lost data (`EVAL`).
+    Hold,
 }
 
 impl ScriptKind {
-    /// Every script, in the order the handshake loads them.
+    /// The scripts the handshake loads, in its order (the others run rarely,
+    /// by text).
     pub const ALL: [ScriptKind; 4] = [
         ScriptKind::Acquire,
         ScriptKind::Compensate,
@@ -208,6 +323,12 @@ pub struct Scripts {
     pub renew: Script,
     /// [`ScriptKind::AcquireMany`].
     pub acquire_many: Script,
+    /// [`ScriptKind::Reassert`].
+    pub reassert: Script,
+    /// [`ScriptKind::Mark`].
+    pub mark: Script,
+    /// [`ScriptKind::Hold`].
+    pub hold: Script,
 }
 
 impl Default for Scripts {
@@ -217,6 +338,9 @@ impl Default for Scripts {
             compensate: Script::new(COMPENSATE),
             renew: Script::new(RENEW),
             acquire_many: Script::new(ACQUIRE_MANY),
+            reassert: Script::new(REASSERT),
+            mark: Script::new(MARK),
+            hold: Script::new(HOLD),
         }
     }
 }
@@ -229,6 +353,9 @@ impl Scripts {
             ScriptKind::Compensate => &self.compensate,
             ScriptKind::Renew => &self.renew,
             ScriptKind::AcquireMany => &self.acquire_many,
+            ScriptKind::Reassert => &self.reassert,
+            ScriptKind::Mark => &self.mark,
+            ScriptKind::Hold => &self.hold,
         }
     }
 
@@ -241,8 +368,8 @@ impl Scripts {
             (b"EVALSHA", script.sha.as_bytes())
         };
         let numkeys = [b'0' + keys.len() as u8];
-        debug_assert!(keys.len() < 10 && 3 + keys.len() + args.len() <= 10);
-        let mut command: [&[u8]; 10] = [b""; 10];
+        debug_assert!(keys.len() < 10 && 3 + keys.len() + args.len() <= 12);
+        let mut command: [&[u8]; 12] = [b""; 12];
         command[..3].copy_from_slice(&[verb, body, &numkeys]);
         command[3..3 + keys.len()].copy_from_slice(keys);
         let used = 3 + keys.len();
@@ -250,29 +377,27 @@ impl Scripts {
         encode_command(out, &command[..used + args.len()]);
     }
 
-    /// `EVALSHA` of `ACQUIRE_MANY`: the lease set, one tombstone per id, the
-    /// TTL, limit and valid-until, then the ids (in the tombstones' order).
+    /// `EVALSHA` of `ACQUIRE_MANY`: the lease set and fencing counter, one
+    /// tombstone per id, the TTL, limit, valid-until and hold key, then the
+    /// ids (in the tombstones' order).
     #[allow(clippy::too_many_arguments)] // the script's arguments, named
     pub fn encode_acquire_many(
         &self,
         out: &mut BytesMut,
-        leases: &[u8],
+        subject: [&[u8]; 2],
         tombstones: &[&[u8]],
         ttl_ms: &[u8],
         limit: &[u8],
         valid_until: &[u8],
+        hold: &[u8],
         ids: &[&[u8]],
     ) {
-        let numkeys = (1 + tombstones.len()).to_string();
-        let mut command: Vec<&[u8]> = Vec::with_capacity(6 + tombstones.len() + ids.len());
-        command.extend([
-            b"EVALSHA".as_slice(),
-            self.acquire_many.sha.as_bytes(),
-            numkeys.as_bytes(),
-            leases,
-        ]);
+        let numkeys = (2 + tombstones.len()).to_string();
+        let mut command: Vec<&[u8]> = Vec::with_capacity(8 + tombstones.len() + ids.len());
+        command.extend([b"EVALSHA".as_slice(), self.acquire_many.sha.as_bytes(), numkeys.as_bytes()]);
+        command.extend(subject);
         command.extend_from_slice(tombstones);
-        command.extend([ttl_ms, limit, valid_until]);
+        command.extend([ttl_ms, limit, valid_until, hold]);
         command.extend_from_slice(ids);
         encode_command(out, &command);
     }
@@ -335,10 +460,19 @@ mod tests {
     fn acquire_many_encodes_literally() {
         let scripts = Scripts::default();
         let mut out = BytesMut::new();
-        scripts.encode_acquire_many(&mut out, b"L", &[b"T1", b"T2"], b"1000", b"5", b"99", &[b"a", b"b"]);
+        scripts.encode_acquire_many(
+            &mut out,
+            [b"L", b"F"],
+            &[b"T1", b"T2"],
+            b"1000",
+            b"5",
+            b"99",
+            b"",
+            &[b"a", b"b"],
+        );
         let sha = &scripts.acquire_many.sha;
         let expected = format!(
-            "*11\r\n$7\r\nEVALSHA\r\n$40\r\n{sha}\r\n$1\r\n3\r\n$1\r\nL\r\n$2\r\nT1\r\n$2\r\nT2\r\n$4\r\n1000\r\n$1\r\n5\r\n$2\r\n99\r\n$1\r\na\r\n$1\r\nb\r\n"
+            "*13\r\n$7\r\nEVALSHA\r\n$40\r\n{sha}\r\n$1\r\n4\r\n$1\r\nL\r\n$1\r\nF\r\n$2\r\nT1\r\n$2\r\nT2\r\n$4\r\n1000\r\n$1\r\n5\r\n$2\r\n99\r\n$0\r\n\r\n$1\r\na\r\n$1\r\nb\r\n"
         );
         assert_eq!(out, expected.as_bytes());
     }

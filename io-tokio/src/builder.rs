@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use inflight_core::{Client, Config, ConfigError, Endpoint, ReleasePolicy, ServerAddress, Servers, UnavailablePolicy};
+use inflight_core::{
+    Client, Config, ConfigError, Endpoint, Recovery, ReleasePolicy, ServerAddress, Servers, UnavailablePolicy,
+};
 
 use crate::connector::{Connector, TcpConnector};
 use crate::driver::Driver;
@@ -164,6 +166,18 @@ impl Builder {
     pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> Self {
         self.config.reconnect_initial_backoff = initial;
         self.config.reconnect_max_backoff = max;
+        self
+    }
+
+    /// What happens when a handshake finds that Redis lost lease data (an
+    /// empty restart, a failover, a flush). By default
+    /// (`Recovery::Reassert { window: None }`) the leases this limiter holds
+    /// there are written back before the connection takes anything new, and
+    /// new grants are held for the recovery window (the reconnect backoff
+    /// cap plus the connect timeout: see `docs/operations.md`, "Restarts and
+    /// failovers"). `Recovery::Off` only reports the loss.
+    pub fn recovery(mut self, recovery: Recovery) -> Self {
+        self.config.recovery = recovery;
         self
     }
 

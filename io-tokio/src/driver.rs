@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use inflight_core::{
-    Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Lease, LeaseId, Outcome, Renewal, RequestId,
+    Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Lease, LeaseId, Outcome, Reassertion, Renewal, RequestId,
     Servers, Stats,
 };
 use tokio::sync::{mpsc, oneshot};
@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use crate::clock::{now, timer_at};
 use crate::connector::Connector;
 use crate::error::{ConnectError, Error, ReleaseError, RenewError};
-use crate::mailbox::{Command, HeldLease};
+use crate::mailbox::{Command, HeldLease, Reassertions};
 use crate::socket::{read_any, run_connection, IoEvent, Reader};
 use crate::telemetry;
 
@@ -53,6 +53,8 @@ pub(crate) struct Driver<C: Connector> {
     tickets: HashMap<u64, RequestId>,
     callers: HashMap<RequestId, (u64, Caller)>,
     release_waiters: HashMap<LeaseId, oneshot::Sender<Result<(), ReleaseError>>>,
+    /// What writing leases back after a data loss found, for their permits.
+    reassertions: Reassertions,
     drain_waiters: Vec<oneshot::Sender<()>>,
     startup: Option<Startup>,
     last_io_error: Option<String>,
@@ -94,6 +96,7 @@ impl<C: Connector> Driver<C> {
             tickets: HashMap::new(),
             callers: HashMap::new(),
             release_waiters: HashMap::new(),
+            reassertions: Reassertions::default(),
             drain_waiters: Vec::new(),
             // A lazy start reports nothing: failed attempts are retried.
             startup: (!lazy).then_some(startup),
@@ -193,6 +196,7 @@ impl<C: Connector> Driver<C> {
                 }
             }
             Command::Release { lease, done } => {
+                self.forget_reassertion(lease.id());
                 if let Some(done) = done {
                     self.release_waiters.insert(lease.id(), done);
                 }
@@ -303,6 +307,33 @@ impl<C: Connector> Driver<C> {
             Event::Retired(id, error) => {
                 tracing::warn!(connection = id.get(), %error, "inflight: connection retired; opening a fresh one");
             }
+            Event::DataLoss { connection, loss, held } => {
+                let addr = self.client.endpoint(connection).map(ToString::to_string).unwrap_or_default();
+                tracing::warn!(
+                    connection = connection.get(),
+                    %addr,
+                    ?loss,
+                    held,
+                    "inflight: Redis lost lease data; writing back the leases held there and holding new grants"
+                );
+            }
+            Event::Reasserted { lease, outcome } => {
+                if outcome == Reassertion::OverLimit {
+                    tracing::warn!(%lease, "inflight: a lease written back after a data loss finds its key over the limit");
+                }
+                if let Ok(mut reassertions) = self.reassertions.lock() {
+                    reassertions.insert(lease, outcome);
+                }
+            }
+        }
+    }
+
+    /// `lease` is let go: its write-back verdict, if any, goes with it.
+    fn forget_reassertion(&mut self, lease: LeaseId) {
+        if let Ok(mut reassertions) = self.reassertions.lock() {
+            if !reassertions.is_empty() {
+                reassertions.remove(&lease);
+            }
         }
     }
 
@@ -321,7 +352,7 @@ impl<C: Connector> Driver<C> {
         self.tickets.remove(&ticket);
         let result = match outcome {
             Outcome::Granted(lease) => match self.commands.upgrade() {
-                Some(commands) => Ok(Some(HeldLease::new(lease, commands))),
+                Some(commands) => Ok(Some(HeldLease::new(lease, commands, self.reassertions.clone()))),
                 None => {
                     self.client.release(now(), lease);
                     Err(Error::Stopped)

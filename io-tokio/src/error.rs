@@ -76,6 +76,16 @@ pub enum ConnectError {
         /// The server.
         addr: String,
     },
+    /// The server is a replica (`ROLE`): it cannot take the library's
+    /// writes, and a lease written to a writable replica would not count
+    /// across the fleet. Point the limiter at the primary.
+    #[error("Redis at {addr} is a replica (ROLE: {role}): point the limiter at the primary")]
+    Replica {
+        /// The server.
+        addr: String,
+        /// The role it reported.
+        role: String,
+    },
     /// Another handshake step failed (`SELECT`, `SCRIPT LOAD`…).
     #[error("the connection handshake with Redis at {addr} failed: {reason}")]
     Handshake {
@@ -121,6 +131,7 @@ impl ConnectError {
             ConnectionError::Auth(reason) => ConnectError::Auth { addr, reason },
             ConnectionError::ClusterMode => ConnectError::ClusterMode { addr },
             ConnectionError::NotCluster => ConnectError::NotCluster { addr },
+            ConnectionError::Replica(role) => ConnectError::Replica { addr, role },
             // Redis's own words; the variant already says it was the handshake.
             ConnectionError::Handshake(reason) => ConnectError::Handshake { addr, reason },
             other => ConnectError::Handshake {

@@ -83,8 +83,8 @@ pub use connector::UnixConnector;
 pub use connector::{tcp_endpoint, Connector, TcpConnector};
 pub use error::{ConnectError, Error, ReleaseError, RenewError};
 pub use inflight_core::{
-    ConfigError, ConnectionError, Endpoint, Key, KeyError, LeaseId, ProtocolError, ReleaseFailure, ReleasePolicy,
-    ServerError, ServerErrorKind, Stats, Unavailable, UnavailablePolicy,
+    ConfigError, ConnectionError, DataLoss, Endpoint, Key, KeyError, LeaseId, ProtocolError, Reassertion, Recovery,
+    ReleaseFailure, ReleasePolicy, ServerError, ServerErrorKind, Stats, Unavailable, UnavailablePolicy,
 };
 pub use limiter::Limiter;
 pub use permit::Permit;

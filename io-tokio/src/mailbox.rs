@@ -3,11 +3,13 @@
 //! answer, and the lease a caller owns, whose drop sends its release. Both
 //! sides depend on this module; neither depends on the other.
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use inflight_core::key::SubjectKeys;
-use inflight_core::Lease;
+use inflight_core::{Lease, LeaseId, Reassertion};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, ReleaseError, RenewError};
@@ -81,6 +83,11 @@ impl Drop for AbandonOnDrop<'_> {
     }
 }
 
+/// What writing back held leases after a data loss found, by lease: filled
+/// by the driver, read by permits, emptied as leases are let go. Empty
+/// unless a server lost data while leases were held.
+pub(crate) type Reassertions = Arc<Mutex<HashMap<LeaseId, Reassertion>>>;
+
 /// A granted lease that someone owns: dropping it sends its release. The
 /// driver hands one out for each grant; should the caller be gone by then,
 /// it comes back in the unsent reply, and its drop still releases.
@@ -88,13 +95,22 @@ impl Drop for AbandonOnDrop<'_> {
 pub(crate) struct HeldLease {
     /// Always `Some` but inside `release`, `forget` and `drop`, which take it.
     held: Option<(Lease, Commands)>,
+    reassertions: Reassertions,
 }
 
 impl HeldLease {
-    pub(crate) fn new(lease: Lease, commands: Commands) -> Self {
+    pub(crate) fn new(lease: Lease, commands: Commands, reassertions: Reassertions) -> Self {
         Self {
             held: Some((lease, commands)),
+            reassertions,
         }
+    }
+
+    /// What the last write-back of this lease after a data loss found, if
+    /// there was one while it was held.
+    pub(crate) fn reassertion(&self) -> Option<Reassertion> {
+        let id = self.lease().id();
+        self.reassertions.lock().ok()?.get(&id).copied()
     }
 
     fn held(&self) -> &(Lease, Commands) {
@@ -119,7 +135,11 @@ impl HeldLease {
 
     /// Redis no longer holds the lease: let it go without a release.
     pub(crate) fn forget(mut self) {
-        self.held = None;
+        if let Some((lease, _)) = self.held.take() {
+            if let Ok(mut reassertions) = self.reassertions.lock() {
+                reassertions.remove(&lease.id());
+            }
+        }
     }
 
     /// Gives the lease back now; the receiver says how that went.

@@ -1,6 +1,6 @@
 //! `Permit`: the right to run one request. Dropping it gives the slot back.
 
-use inflight_core::{Lease, LeaseId};
+use inflight_core::{Lease, LeaseId, Reassertion};
 use tokio::sync::oneshot;
 
 use crate::error::{ReleaseError, RenewError};
@@ -46,6 +46,25 @@ impl Permit {
     /// clock rates. `None` if nothing is held.
     pub fn expires_at(&self) -> Option<std::time::Instant> {
         self.lease().map(Lease::expires_at)
+    }
+
+    /// The grant's fencing token: strictly greater than every token granted
+    /// before it for the same key, across the fleet. Pass it to the resource
+    /// the permit guards; a resource that refuses tokens lower than the
+    /// highest it has seen cannot be written by a holder that was paused
+    /// past its lease. `None` for a fail-open permit.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.lease().map(Lease::fencing_token)
+    }
+
+    /// Whether the lease was confirmed after Redis lost lease data while it
+    /// was held (a restart, a failover, a flush): `None` if no loss was
+    /// found while it was held. `Some(Survived)` or `Some(Restored)`: Redis
+    /// holds it again. `Some(OverLimit)`: it is held, and others were
+    /// granted while it was missing, so the key is over its limit for now.
+    /// `Some(Unconfirmed)`: writing it back failed; it may be missing.
+    pub fn reassertion(&self) -> Option<Reassertion> {
+        self.lease.as_ref().and_then(HeldLease::reassertion)
     }
 
     /// Extends the lease to the lease TTL from now. A request that may run

@@ -38,6 +38,15 @@ pub mod names {
     pub const TRY_AGAIN: &str = "inflight_cluster_try_again_total";
     /// Counter: slot table reads after a redirect or a lost node.
     pub const TOPOLOGY_REFRESHED: &str = "inflight_cluster_topology_refreshes_total";
+    /// Counter: handshakes that found a server's lease data lost (restart,
+    /// failover, flush).
+    pub const DATA_LOSS: &str = "inflight_data_loss_detected_total";
+    /// Counter: held leases written back after a data loss.
+    pub const LEASES_RESTORED: &str = "inflight_leases_restored_total";
+    /// Counter: restored leases that found their key over its limit.
+    pub const OVER_ADMISSIONS: &str = "inflight_over_admissions_detected_total";
+    /// Counter: acquires refused during a recovery hold.
+    pub const RECOVERING: &str = "inflight_acquire_recovering_total";
     /// Histogram, labelled `outcome` = `granted`, `denied`, `unavailable` or `fail_open`.
     pub const ACQUIRE_SECONDS: &str = "inflight_acquire_seconds";
     /// Gauge: ready connections to Redis.
@@ -49,7 +58,7 @@ pub mod names {
 /// A counter: its name, its help text, and its figure in [`Stats`].
 type CounterSpec = (&'static str, &'static str, fn(&Stats) -> u64);
 
-const COUNTERS: [CounterSpec; 14] = [
+const COUNTERS: [CounterSpec; 18] = [
     (names::GRANTED, "Permits granted (enforced).", |s| s.granted),
     (
         names::DENIED,
@@ -111,6 +120,26 @@ const COUNTERS: [CounterSpec; 14] = [
         names::TOPOLOGY_REFRESHED,
         "Slot table reads after a redirect or a lost node (Redis Cluster).",
         |s| s.topology_refreshes,
+    ),
+    (
+        names::DATA_LOSS,
+        "Handshakes that found a Redis server's lease data lost (empty restart, failover, flush).",
+        |s| s.data_losses,
+    ),
+    (
+        names::LEASES_RESTORED,
+        "Held leases written back after a data loss.",
+        |s| s.leases_restored,
+    ),
+    (
+        names::OVER_ADMISSIONS,
+        "Leases written back after a data loss that found their key over its limit (detected over-admission).",
+        |s| s.over_admissions,
+    ),
+    (
+        names::RECOVERING,
+        "Acquires refused while the fleet wrote back leases after a data loss.",
+        |s| s.recovering,
     ),
 ];
 

@@ -14,6 +14,10 @@ struct Leases {
     client: RespClient,
     scripts: Scripts,
     keys: SubjectKeys,
+    /// The recovery hold key acquires check (empty: none).
+    hold: Vec<u8>,
+    /// The fencing token of the last grant.
+    token: i64,
 }
 
 impl Leases {
@@ -31,7 +35,13 @@ impl Leases {
             );
         }
         let keys = SubjectKeys::new("test", &Key::new("tier", subject).unwrap());
-        Self { client, scripts, keys }
+        Self {
+            client,
+            scripts,
+            keys,
+            hold: Vec::new(),
+            token: 0,
+        }
     }
 
     /// The server's clock, in milliseconds.
@@ -68,12 +78,19 @@ impl Leases {
             &mut out,
             ScriptKind::Acquire,
             false,
-            &[self.keys.leases(), &tombstone],
-            &[ttl.as_bytes(), limit.as_bytes(), id.as_bytes(), valid_until.as_bytes()],
+            &[self.keys.leases(), &tombstone, &self.keys.fence()],
+            &[ttl.as_bytes(), limit.as_bytes(), id.as_bytes(), valid_until.as_bytes(), &self.hold],
         );
         match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
-                [Frame::Integer(status), Frame::BulkString(echo)] => (*status, echo.clone()),
+                [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token)] => {
+                    assert_eq!(*status == 1, *token > 0, "a token exactly with a grant");
+                    if *status == 1 {
+                        assert!(*token > self.token, "tokens strictly increase: {token} after {}", self.token);
+                        self.token = *token;
+                    }
+                    (*status, echo.clone())
+                }
                 other => panic!("unexpected acquire reply {other:?}"),
             },
             other => panic!("unexpected acquire reply {other:?}"),
@@ -321,8 +338,8 @@ fn injective_keys_keep_subjects_apart_and_share_one_hash_tag() {
             &mut out,
             ScriptKind::Acquire,
             true,
-            &[keys.leases(), &tombstone],
-            &[b"60000", b"1", id.as_bytes(), b"99999999999999"],
+            &[keys.leases(), &tombstone, &keys.fence()],
+            &[b"60000", b"1", id.as_bytes(), b"99999999999999", b""],
         );
         let reply = client.call_raw(&out).unwrap();
         assert!(
@@ -343,8 +360,8 @@ fn evalsha_of_an_unloaded_script_answers_noscript() {
         &mut out,
         ScriptKind::Acquire,
         false,
-        &[keys.leases(), b"t"],
-        &[b"1", b"1", b"x", b"1"],
+        &[keys.leases(), b"t", &keys.fence()],
+        &[b"1", b"1", b"x", b"1", b""],
     );
     match client.call_raw(&out).unwrap() {
         Frame::Error(message) => assert!(message.starts_with("NOSCRIPT"), "{message}"),
@@ -375,21 +392,25 @@ fn a_request_that_runs_after_its_valid_until_is_refused_and_changes_nothing() {
     let ids_bytes: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes()).collect();
     let mut out = BytesMut::new();
     let (ttl, past_text) = (LONG.to_string(), past.to_string());
+    let fence = leases.keys.fence();
     leases.scripts.encode_acquire_many(
         &mut out,
-        leases.keys.leases(),
+        [leases.keys.leases(), &fence],
         &tombstones,
         ttl.as_bytes(),
         b"5",
         past_text.as_bytes(),
+        b"",
         &ids_bytes,
     );
     let reply = leases.client.call_raw(&out).unwrap();
     let expected = Frame::Array(vec![
         Frame::Integer(-2),
         Frame::BulkString(Bytes::from(ids[0].clone())),
+        Frame::Integer(0),
         Frame::Integer(-2),
         Frame::BulkString(Bytes::from(ids[1].clone())),
+        Frame::Integer(0),
     ]);
     assert_eq!(reply, expected);
     assert_eq!(leases.live(), 1, "only lease 2");
@@ -415,4 +436,94 @@ fn a_tombstone_lives_until_its_acquire_turns_stale_and_no_longer() {
     assert_eq!(leases.acquire(2, 5, LONG).0, -1, "refused while it could still run");
     std::thread::sleep(Duration::from_millis(350));
     assert_eq!(leases.client.call(&[b"EXISTS", &key]).unwrap(), Frame::Integer(0));
+}
+
+impl Leases {
+    /// Runs one of the scripts sent by text (`REASSERT`, `MARK`, `HOLD`).
+    fn by_text(&mut self, kind: ScriptKind, keys: &[&[u8]], args: &[&[u8]]) -> Frame {
+        let mut out = BytesMut::new();
+        self.scripts.encode_call(&mut out, kind, true, keys, args);
+        self.client.call_raw(&out).unwrap()
+    }
+
+    fn reassert(&mut self, id: u64, remaining_ms: u64, limit: u32) -> i64 {
+        let (id_text, remaining, limit) = (lease(id).to_string(), remaining_ms.to_string(), limit.to_string());
+        let leases = self.keys.leases().clone();
+        match self.by_text(
+            ScriptKind::Reassert,
+            &[&leases],
+            &[id_text.as_bytes(), remaining.as_bytes(), limit.as_bytes()],
+        ) {
+            Frame::Array(items) => match &items[..] {
+                [Frame::Integer(status), Frame::BulkString(echo)] if echo[..] == *id_text.as_bytes() => *status,
+                other => panic!("unexpected reassert reply {other:?}"),
+            },
+            other => panic!("unexpected reassert reply {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn fencing_tokens_increase_per_subject_and_stay_above_the_clock_after_a_flush() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "fence");
+    let before_us = leases.server_ms() * 1000;
+    assert!(leases.granted(1, 10, LONG));
+    assert!(leases.token >= before_us as i64, "the first token is the clock in µs");
+    for id in 2..6 {
+        assert!(leases.granted(id, 10, LONG)); // each checked to increase
+    }
+    let after_us = leases.server_ms() * 1000 + 1000;
+    assert!(leases.token <= after_us as i64, "tokens follow the clock while grants are slower than 1/µs");
+    // The data is gone (an empty restart looks the same to the script).
+    leases.client.call(&[b"FLUSHALL"]).unwrap();
+    std::thread::sleep(Duration::from_millis(2));
+    assert!(leases.granted(9, 10, LONG), "checked: above every token before the flush");
+    // Another subject has its own counter.
+    let mut other = Leases::new(&server, "fence-2");
+    assert!(other.granted(1, 10, LONG));
+    assert!(other.token < leases.token + 1_000_000, "both start near the clock");
+}
+
+#[test]
+fn the_recovery_hold_refuses_new_leases_but_not_held_ones_nor_their_write_back() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "hold");
+    assert!(leases.granted(1, 2, LONG));
+    leases.hold = b"test:recovery".to_vec();
+    assert!(leases.granted(1, 2, LONG), "no hold key yet: business as usual");
+    let hold = leases.hold.clone();
+    assert_eq!(leases.by_text(ScriptKind::Hold, &[&hold], &[b"60000"]), Frame::Integer(60000));
+    // A shorter hold never shortens it.
+    match leases.by_text(ScriptKind::Hold, &[&hold], &[b"10"]) {
+        Frame::Integer(left) => assert!(left > 59_000, "{left}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(leases.acquire(2, 2, LONG).0, -3, "a new lease waits for the recovery");
+    assert!(leases.granted(1, 2, LONG), "a lease already held is granted again");
+    assert_eq!(leases.live(), 1);
+    // Writing back ignores the hold: survived, restored, restored over the limit.
+    assert_eq!(leases.reassert(1, LONG, 2), 1);
+    assert_eq!(leases.reassert(7, LONG, 2), 2);
+    assert_eq!(leases.reassert(8, LONG, 2), 3, "3 leases under a limit of 2: detected");
+    assert_eq!(leases.live(), 3);
+    assert!(leases.expiry(8).is_some());
+    assert!(leases.pttl() > 0, "the key's TTL covers the written-back leases");
+}
+
+#[test]
+fn the_marker_is_written_once_and_read_back() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "marker");
+    let created = leases.by_text(ScriptKind::Mark, &[b"test:node"], &[b"first"]);
+    assert_eq!(
+        created,
+        Frame::Array(vec![Frame::Integer(1), Frame::BulkString(Bytes::from_static(b"first"))])
+    );
+    let read = leases.by_text(ScriptKind::Mark, &[b"test:node"], &[b"second"]);
+    assert_eq!(
+        read,
+        Frame::Array(vec![Frame::Integer(0), Frame::BulkString(Bytes::from_static(b"first"))])
+    );
+    assert_eq!(leases.client.call(&[b"TTL", b"test:node"]).unwrap(), Frame::Integer(-1), "no expiry");
 }

@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use super::identity::Identity;
 use super::request::{Op, Request};
 use crate::event::{ConnectionError, ConnectionId, RequestId};
 use crate::pipeline::Pipeline;
@@ -17,7 +18,8 @@ pub(super) enum Phase {
     Connecting {
         deadline: Instant,
     },
-    /// AUTH, SELECT, PING, TIME and SCRIPT LOADs are out; `steps` replies to go.
+    /// AUTH, SELECT, PING, ROLE, INFO, TIME, SCRIPT LOADs (and, after a
+    /// data loss, the writes that recover it) are out; `steps` replies to go.
     Handshaking {
         deadline: Instant,
         steps: usize,
@@ -37,12 +39,17 @@ pub(super) struct Connection {
     /// in-flight cap. Kept by `stage`, `unstage` and `answered` only.
     in_flight: usize,
     /// A `SCRIPT LOAD` is on its way after a `NOSCRIPT`, per `ScriptKind`.
-    reloading: [bool; 4],
+    reloading: [bool; ScriptKind::ALL.len()],
     /// The server's clock, read at the handshake (and refreshed while
     /// requests flow): requests' valid-until are written in it.
     pub(super) clock: Option<ServerClock>,
     /// A `TIME` to refresh `clock` is on its way.
     pub(super) resyncing: bool,
+    /// Who the server is, as this handshake learns it.
+    pub(super) identity: Identity,
+    /// The handshake's replies are all in and were compared with the
+    /// node's last identity (recovery steps may follow).
+    pub(super) recovery_checked: bool,
 }
 
 impl Connection {
@@ -54,9 +61,11 @@ impl Connection {
             pipeline: Pipeline::new(limits),
             staged: Vec::new(),
             in_flight: 0,
-            reloading: [false; 4],
+            reloading: [false; ScriptKind::ALL.len()],
             clock: None,
             resyncing: false,
+            identity: Identity::default(),
+            recovery_checked: false,
         }
     }
 

@@ -8,18 +8,45 @@ use bytes::BytesMut;
 use super::request::{AcquireOp, ReleaseJob, ReleaseKind, Request, Step};
 use super::Client;
 use crate::config::Config;
+use crate::event::ConnectionId;
 use crate::resp::encode_command;
 use crate::script::{ScriptKind, Scripts};
 
+/// What commands are written with, besides the request itself.
+struct Wire<'a> {
+    config: &'a Config,
+    scripts: &'a Scripts,
+    /// The lease TTL in milliseconds, as the scripts take it.
+    ttl_ms: &'a [u8],
+    /// The recovery hold key the acquire scripts check (empty: none).
+    hold: &'a [u8],
+    /// The lease-data marker's key.
+    marker: &'a [u8],
+    /// The client's entropy and the connection written on: what the marker
+    /// is set to, if it is missing (see [`marker_value`]).
+    entropy: &'a [u8; 16],
+    connection: ConnectionId,
+}
+
 impl Request {
-    /// Appends this request's command to `out`. `ttl_ms` is the lease TTL in
-    /// milliseconds, as the scripts take it.
-    fn encode(&self, config: &Config, scripts: &Scripts, ttl_ms: &[u8], out: &mut BytesMut) {
+    /// Appends this request's command to `out`.
+    fn encode(&self, wire: &Wire, out: &mut BytesMut) {
+        let (scripts, ttl_ms) = (wire.scripts, wire.ttl_ms);
         match self {
-            Request::Handshake(step) => encode_step(*step, config, scripts, out),
+            Request::Handshake(step) => encode_step(*step, wire, out),
             Request::Reload(kind) => scripts.encode_load(out, *kind),
-            Request::Acquire(op) => encode_acquire(op, scripts, ttl_ms, out),
-            Request::AcquireMany(ops) => encode_acquire_many(ops, scripts, ttl_ms, out),
+            Request::Acquire(op) => encode_acquire(op, wire, out),
+            Request::AcquireMany(ops) => encode_acquire_many(ops, wire, out),
+            Request::Reassert(job) => {
+                let (remaining, limit) = (job.remaining_ms.to_string(), job.limit.to_string());
+                scripts.encode_call(
+                    out,
+                    ScriptKind::Reassert,
+                    true,
+                    &[job.keys.leases()],
+                    &[&job.lease_bytes, remaining.as_bytes(), limit.as_bytes()],
+                )
+            }
             Request::Renew(op) => {
                 let call = &op.call;
                 let valid_until = call.valid_until_ms.to_string();
@@ -44,7 +71,8 @@ impl Request {
     }
 }
 
-fn encode_step(step: Step, config: &Config, scripts: &Scripts, out: &mut BytesMut) {
+fn encode_step(step: Step, wire: &Wire, out: &mut BytesMut) {
+    let (config, scripts) = (wire.config, wire.scripts);
     match step {
         Step::Auth => {
             let credentials = config.credentials.as_ref().expect("AUTH is sent only with credentials");
@@ -56,7 +84,17 @@ fn encode_step(step: Step, config: &Config, scripts: &Scripts, out: &mut BytesMu
         }
         Step::Select => encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()]),
         Step::Ping => encode_command(out, &[b"PING"]),
-        Step::ClusterCheck => encode_command(out, &[b"INFO", b"cluster"]),
+        Step::Role => encode_command(out, &[b"ROLE"]),
+        // The default sections: server (run id), replication, cluster.
+        Step::Info => encode_command(out, &[b"INFO"]),
+        Step::Marker => {
+            let value = marker_value(wire.entropy, wire.connection);
+            scripts.encode_call(out, ScriptKind::Mark, true, &[wire.marker], &[value.as_bytes()])
+        }
+        Step::Hold => {
+            let window = config.recovery_window().unwrap_or_default().as_millis().max(1).to_string();
+            scripts.encode_call(out, ScriptKind::Hold, true, &[wire.hold], &[window.as_bytes()])
+        }
         Step::Shards => encode_command(out, &[b"CLUSTER", b"SHARDS"]),
         Step::Slots => encode_command(out, &[b"CLUSTER", b"SLOTS"]),
         Step::Time => encode_command(out, &[b"TIME"]),
@@ -64,22 +102,23 @@ fn encode_step(step: Step, config: &Config, scripts: &Scripts, out: &mut BytesMu
     }
 }
 
-fn encode_acquire(op: &AcquireOp, scripts: &Scripts, ttl_ms: &[u8], out: &mut BytesMut) {
+fn encode_acquire(op: &AcquireOp, wire: &Wire, out: &mut BytesMut) {
     let call = &op.call;
     let tombstone = call.keys.tombstone(&call.lease);
     let limit = op.limit.to_string();
     let valid_until = call.valid_until_ms.to_string();
-    scripts.encode_call(
+    wire.scripts.encode_call(
         out,
         ScriptKind::Acquire,
         call.by_text,
-        &[call.keys.leases(), &tombstone],
-        &[ttl_ms, limit.as_bytes(), &call.lease_bytes, valid_until.as_bytes()],
+        &[call.keys.leases(), &tombstone, &call.keys.fence()],
+        &[wire.ttl_ms, limit.as_bytes(), &call.lease_bytes, valid_until.as_bytes(), wire.hold],
     );
 }
 
-fn encode_acquire_many(ops: &[AcquireOp], scripts: &Scripts, ttl_ms: &[u8], out: &mut BytesMut) {
+fn encode_acquire_many(ops: &[AcquireOp], wire: &Wire, out: &mut BytesMut) {
     let leases = ops[0].call.keys.leases();
+    let fence = ops[0].call.keys.fence();
     let tombstones: Vec<_> = ops.iter().map(|op| op.call.keys.tombstone(&op.call.lease)).collect();
     let tombstones: Vec<&[u8]> = tombstones.iter().map(|t| &t[..]).collect();
     let ids: Vec<&[u8]> = ops.iter().map(|op| &op.call.lease_bytes[..]).collect();
@@ -91,13 +130,14 @@ fn encode_acquire_many(ops: &[AcquireOp], scripts: &Scripts, ttl_ms: &[u8], out:
         .min()
         .unwrap_or(0)
         .to_string();
-    scripts.encode_acquire_many(
+    wire.scripts.encode_acquire_many(
         out,
-        leases,
+        [leases, &fence],
         &tombstones,
-        ttl_ms,
+        wire.ttl_ms,
         limit.as_bytes(),
         valid_until.as_bytes(),
+        wire.hold,
         &ids,
     );
 }
@@ -134,9 +174,27 @@ impl Client {
             .connection
             .as_mut()
             .expect("sent on the current connection");
-        let (config, scripts, ttl_ms) = (&self.config, &self.scripts, &self.ttl_ms);
-        conn.pipeline.send(request, deadline, |request, out| {
-            request.encode(config, scripts, ttl_ms, out)
-        });
+        let wire = Wire {
+            config: &self.config,
+            scripts: &self.scripts,
+            ttl_ms: &self.ttl_ms,
+            hold: &self.recovery_keys.hold,
+            marker: &self.recovery_keys.marker,
+            entropy: &self.entropy,
+            connection: conn.id(),
+        };
+        conn.pipeline.send(request, deadline, |request, out| request.encode(&wire, out));
     }
+}
+
+/// A marker value no other client or connection writes: this client's
+/// entropy and the connection's number. Unique per connection, so that every
+/// client that reconnects to an emptied server finds a value it never saw.
+fn marker_value(entropy: &[u8; 16], connection: ConnectionId) -> String {
+    let mut value = String::with_capacity(48);
+    for byte in entropy {
+        value.push_str(&format!("{byte:02x}"));
+    }
+    value.push_str(&format!(":{}", connection.get()));
+    value
 }

@@ -71,7 +71,10 @@ impl Client {
                     }
                 }
                 Request::Handshake(Step::Shards | Step::Slots) => self.topology.refreshed(),
-                Request::Handshake(_) | Request::Reload(_) | Request::Asking => {}
+                // A recovery cut short is done again by the next handshake,
+                // which finds the same loss (the node's identity is only
+                // updated once a connection is ready).
+                Request::Handshake(_) | Request::Reload(_) | Request::Asking | Request::Reassert(_) => {}
             }
         }
         if !wanted {
@@ -153,6 +156,10 @@ impl Client {
     /// It is valid for its liveness budget: its reply is due by then, and a
     /// script that runs later refuses it.
     pub(super) fn send_acquire(&mut self, now: Instant, node: usize, mut op: Op) {
+        if matches!(op, Op::Acquire(_)) && self.holding(now, node) {
+            self.stats.recovering += 1;
+            return self.fail(op.call().request, Unavailable::Recovering);
+        }
         let call = op.call_mut();
         call.sent_at.get_or_insert(now);
         let no_deadline = self.bug_skip_stale_check();
@@ -212,8 +219,8 @@ impl Client {
     /// together, as one `ACQUIRE_MANY` of up to `MAX_BATCH`; renewals, `EVAL`
     /// fallbacks and `ASK` targets one by one. Order within a subject is kept.
     fn write_staged_acquires(&mut self, node: usize) {
-        // A batch's reply has two items per acquire; it must fit the reply limits.
-        let most = MAX_BATCH.min(self.config.reply_limits.max_array_len / 2).max(1);
+        // A batch's reply has three items per acquire; it must fit the reply limits.
+        let most = MAX_BATCH.min(self.config.reply_limits.max_array_len / 3).max(1);
         let Some(conn) = self.nodes[node].connection.as_mut() else {
             return;
         };

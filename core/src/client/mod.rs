@@ -22,6 +22,8 @@ use crate::script::{ScriptKind, Scripts};
 use callers::{Awaits, Callers};
 use connection::{Connection, Phase};
 use deferred::Deferred;
+use held::HeldLeases;
+use recovery::RecoveryKeys;
 use node::Node;
 use reconnect::Reconnect;
 use releases::ReleaseQueue;
@@ -32,10 +34,13 @@ mod callers;
 mod connection;
 mod deferred;
 mod encode;
+mod held;
+mod identity;
 mod lifecycle;
 mod node;
 mod outcomes;
 mod reconnect;
+mod recovery;
 mod redirects;
 mod releases;
 mod replies;
@@ -56,7 +61,7 @@ mod topology;
 /// | inputs (`handle_*`) | [`handle_connected`](Client::handle_connected), [`handle_input`](Client::handle_input), [`handle_closed`](Client::handle_closed), [`handle_timeout`](Client::handle_timeout) |
 /// | calls from users | [`acquire`](Client::acquire) (or [`acquire_keys`](Client::acquire_keys) with the key already encoded), [`renew`](Client::renew), [`abandon`](Client::abandon), [`release`](Client::release) |
 /// | outputs (`poll_*`) | [`poll_action`](Client::poll_action), [`poll_transmit`](Client::poll_transmit), [`poll_event`](Client::poll_event), [`poll_timeout`](Client::poll_timeout) |
-/// | getters | [`config`](Client::config), [`stats`](Client::stats), [`connection`](Client::connection), [`connections`](Client::connections), [`endpoint`](Client::endpoint), [`outstanding_releases`](Client::outstanding_releases), [`in_flight_acquires`](Client::in_flight_acquires), [`lease_id`](Client::lease_id) |
+/// | getters | [`config`](Client::config), [`stats`](Client::stats), [`connection`](Client::connection), [`connections`](Client::connections), [`endpoint`](Client::endpoint), [`outstanding_releases`](Client::outstanding_releases), [`held_leases`](Client::held_leases), [`in_flight_acquires`](Client::in_flight_acquires), [`lease_id`](Client::lease_id) |
 ///
 /// After any input or call, the driver drains `poll_action` (open/close
 /// sockets), then `poll_transmit` (write bytes), then `poll_event` (wake
@@ -184,6 +189,10 @@ pub struct Client {
     releases: ReleaseQueue,
     events: VecDeque<Event>,
     actions: VecDeque<Action>,
+    /// The leases callers hold now, to write back after a data loss.
+    held: HeldLeases,
+    /// The marker and hold keys of recovery.
+    recovery_keys: RecoveryKeys,
     /// Deliberate bugs, for the simulator's self-test only.
     #[cfg(feature = "fault-injection")]
     bugs: crate::InjectedBugs,
@@ -204,6 +213,7 @@ impl Client {
                 (seeds.clone(), Topology::cluster(seeds.len(), *tls))
             }
         };
+        let recovery_keys = RecoveryKeys::new(&config);
         let mut client = Self {
             config,
             scripts: Scripts::default(),
@@ -219,6 +229,8 @@ impl Client {
             releases,
             events: VecDeque::new(),
             actions: VecDeque::new(),
+            held: HeldLeases::default(),
+            recovery_keys,
             #[cfg(feature = "fault-injection")]
             bugs: crate::InjectedBugs::default(),
             stats: Stats::default(),
@@ -294,6 +306,12 @@ impl Client {
         self.releases.len() + in_flight
     }
 
+    /// Leases granted to callers and not given back yet (nor expired, as of
+    /// the last sweep): those written back if a server loses its data.
+    pub fn held_leases(&self) -> usize {
+        self.held.len()
+    }
+
     /// Acquires waiting for a connection or for their reply, abandoned ones
     /// included (their reply may still call for a compensation).
     pub fn in_flight_acquires(&self) -> usize {
@@ -326,7 +344,8 @@ impl Client {
     pub fn renew(&mut self, now: Instant, lease: &Lease) -> RequestId {
         let request = self.register(now, Awaits::Renewal);
         let call = Call::new(request, lease.id, lease.keys.clone());
-        self.submit(now, Op::Renew(RenewOp { call }));
+        let token = lease.fencing_token;
+        self.submit(now, Op::Renew(RenewOp { call, token }));
         request
     }
 
@@ -410,6 +429,7 @@ impl Client {
 
     /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
     pub fn release(&mut self, now: Instant, lease: Lease) {
+        self.held.remove(lease.id);
         self.submit_release(now, ReleaseJob::of(lease, ReleaseKind::Release, now));
     }
 
@@ -424,7 +444,7 @@ impl Client {
         let Phase::Connecting { deadline } = conn.phase else {
             return;
         };
-        let mut steps = Vec::with_capacity(7);
+        let mut steps = Vec::with_capacity(12);
         if self.config.credentials.is_some() {
             steps.push(Step::Auth);
         }
@@ -432,9 +452,12 @@ impl Client {
             steps.push(Step::Select);
         }
         steps.push(Step::Ping);
-        steps.push(Step::ClusterCheck);
+        steps.push(Step::Role);
+        steps.push(Step::Info);
         if self.topology.is_cluster() {
             steps.push(Step::Shards);
+        } else {
+            steps.push(Step::Marker);
         }
         steps.push(Step::Time);
         steps.extend(ScriptKind::ALL.map(Step::Load));

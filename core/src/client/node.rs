@@ -5,8 +5,10 @@
 //! and routes each request to the node that owns its subject's slot.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use super::connection::Connection;
+use super::identity::Identity;
 use super::reconnect::Reconnect;
 use super::request::Op;
 use crate::address::Endpoint;
@@ -21,6 +23,12 @@ pub(super) struct Node {
     pub(super) reconnect: Reconnect,
     /// Acquires and renewals waiting for the connection's handshake.
     pub(super) waiting: VecDeque<Op>,
+    /// Who the server was at the last handshake that made a connection
+    /// ready: the next one is compared with it (see `identity`).
+    pub(super) identity: Option<Identity>,
+    /// New grants here are refused until then: this client found the
+    /// server's lease data lost (see `recovery`).
+    pub(super) holding_until: Option<Instant>,
 }
 
 impl Node {
@@ -30,6 +38,8 @@ impl Node {
             connection: None,
             reconnect,
             waiting: VecDeque::new(),
+            identity: None,
+            holding_until: None,
         }
     }
 

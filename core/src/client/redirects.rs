@@ -185,7 +185,7 @@ impl Client {
             Err(_) => {}
         }
         if handshaking {
-            self.step_done(node);
+            self.step_done(now, node);
         }
         Ok(())
     }

@@ -2,11 +2,12 @@
 
 use std::time::Instant;
 
+use super::identity;
 use super::request::{AcquireOp, Op, RenewOp, Request, Step};
 use super::{Client, Phase};
 use crate::event::{ConnectionError, Event, Lease, Outcome, Renewal, Unavailable};
 use crate::resp::Frame;
-use crate::script::{ScriptKind, STALE};
+use crate::script::{ScriptKind, RECOVERING, STALE};
 use crate::server_clock::{lease_expiry, ServerClock};
 use crate::server_error::{ServerError, ServerErrorKind};
 
@@ -30,6 +31,7 @@ impl Client {
             Request::AcquireMany(ops) => self.on_batch_reply(now, node, ops, frame),
             Request::Release(job) | Request::Compensate(job) => self.on_release_reply(now, node, job, frame),
             Request::ReleaseMany(jobs) => self.on_release_many_reply(now, node, jobs, frame),
+            Request::Reassert(job) => self.on_reassert_reply(now, node, job, frame),
             // Whatever it says, the command after it answers for itself.
             Request::Asking => Ok(()),
         }
@@ -46,6 +48,11 @@ impl Client {
             return self.on_topology_reply(now, node, step, frame);
         }
         let cluster = self.topology.is_cluster();
+        // In a cluster, a failover demoted it: the failed attempt refreshes
+        // the slot table (see `connect_failed`).
+        if let (Step::Role, Some(Err(role))) = (step, identity::primary(&frame)) {
+            return Err(ConnectionError::Replica(role));
+        }
         let conn = self.nodes[node]
             .connection
             .as_mut()
@@ -54,16 +61,30 @@ impl Client {
         let ok = match (&step, &frame) {
             (Step::Auth | Step::Select, Frame::SimpleString(s)) => &s[..] == b"OK",
             (Step::Ping, Frame::SimpleString(s)) => &s[..] == b"PONG",
-            (Step::ClusterCheck, Frame::BulkString(info)) => match (cluster_enabled(info), cluster) {
+            (Step::Role, Frame::Array(_)) => identity::primary(&frame).is_some(),
+            (Step::Info, Frame::BulkString(info)) => match (cluster_enabled(info), cluster) {
                 (Some(true), false) => return Err(ConnectionError::ClusterMode),
                 (Some(false), true) => return Err(ConnectionError::NotCluster),
-                _ => true,
+                _ => {
+                    conn.identity.learn_info(info);
+                    true
+                }
             },
             // A server (or an ACL) that will not say: go on. A cluster node
             // that stays silent here still cannot misroute quietly: its
             // `MOVED` replies fail the acquires as unavailable, and in
-            // cluster mode `CLUSTER SHARDS` must answer.
-            (Step::ClusterCheck, Frame::Error(message)) => !is_auth_error(message),
+            // cluster mode `CLUSTER SHARDS` must answer. A replica that
+            // will not say is refused by its first write (`READONLY`).
+            (Step::Role | Step::Info | Step::Marker, Frame::Error(message)) => !is_auth_error(message),
+            (Step::Marker, frame) => match identity::marker(frame) {
+                Some((created, value)) => {
+                    conn.identity.marker = Some(value);
+                    conn.identity.marker_created = created;
+                    true
+                }
+                None => false,
+            },
+            (Step::Hold, Frame::Integer(_)) => true,
             (Step::Load(kind), Frame::BulkString(sha)) => &sha[..] == self.scripts.get(*kind).sha.as_bytes(),
             (Step::Load(kind), Frame::Error(_)) if !handshaking => {
                 // A reload after NOSCRIPT failed; `EVAL` keeps working without it.
@@ -97,25 +118,37 @@ impl Client {
         if let Step::Load(kind) = step {
             conn.reloaded(kind);
         }
-        self.step_done(node);
+        self.step_done(now, node);
         Ok(())
     }
 
-    /// One handshake step of `node`'s connection is answered; the last one
-    /// makes it ready.
-    pub(super) fn step_done(&mut self, node: usize) {
+    /// One handshake step of `node`'s connection is answered. After the
+    /// last one, a connection whose server lost lease data first writes
+    /// back what this client holds there (more steps); then it is ready.
+    pub(super) fn step_done(&mut self, now: Instant, node: usize) {
         let target = &mut self.nodes[node];
         let Some(conn) = target.connection.as_mut() else {
             return;
         };
-        if let Phase::Handshaking { steps, .. } = &mut conn.phase {
-            *steps -= 1;
-            if *steps == 0 {
-                conn.phase = Phase::Ready;
-                target.reconnect.succeeded();
-                self.events.push_back(Event::Connected(conn.id()));
+        let Phase::Handshaking { steps, .. } = &mut conn.phase else {
+            return;
+        };
+        *steps -= 1;
+        if *steps > 0 {
+            return;
+        }
+        if !conn.recovery_checked {
+            conn.recovery_checked = true;
+            if self.recover(now, node) {
+                return;
             }
         }
+        let target = &mut self.nodes[node];
+        let conn = target.connection.as_mut().expect("checked above");
+        conn.phase = Phase::Ready;
+        target.identity = Some(conn.identity.clone());
+        target.reconnect.succeeded();
+        self.events.push_back(Event::Connected(conn.id()));
     }
 
     /// The reply to one acquire or renewal: `{status, own id}`, checked for
@@ -125,37 +158,56 @@ impl Client {
             Op::Acquire(_) => "acquire",
             Op::Renew(_) => "renew",
         };
-        let (status, echo) = match frame {
-            Frame::Array(items) => match <[Frame; 2]>::try_from(items) {
-                Ok([Frame::Integer(status), Frame::BulkString(echo)]) => (status, echo),
+        // An acquire answers `{status, id, token}`, a renewal `{status, id}`.
+        let (status, echo, token) = match (frame, &op) {
+            (Frame::Array(items), Op::Acquire(_)) => match <[Frame; 3]>::try_from(items) {
+                Ok([Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token)]) => (status, echo, token),
                 Ok(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items.into())))),
                 Err(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items)))),
             },
-            Frame::Error(message) => return self.on_call_error(now, node, op, &message),
-            other => return Err(self.ambiguous(now, op, unexpected(what, &other))),
+            (Frame::Array(items), Op::Renew(_)) => match <[Frame; 2]>::try_from(items) {
+                Ok([Frame::Integer(status), Frame::BulkString(echo)]) => (status, echo, 0),
+                Ok(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items.into())))),
+                Err(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items)))),
+            },
+            (Frame::Error(message), _) => return self.on_call_error(now, node, op, &message),
+            (other, _) => return Err(self.ambiguous(now, op, unexpected(what, &other))),
         };
         if echo != op.call().lease_bytes && !self.bug_skip_echo_check() {
             return Err(self.ambiguous(now, op, ConnectionError::EchoMismatch));
         }
         match op {
-            Op::Acquire(op) => self.on_acquire_status(now, op, status),
+            Op::Acquire(op) => self.on_acquire_status(now, op, status, token),
             Op::Renew(op) => self.on_renew_status(now, op, status),
         }
     }
 
-    /// What a trusted `{status, own id}` means for an acquire (its shape and
-    /// echo are checked by the caller, once).
-    fn on_acquire_status(&mut self, now: Instant, op: AcquireOp, status: i64) -> Result<(), ConnectionError> {
+    /// What a trusted `{status, own id, token}` means for an acquire (its
+    /// shape and echo are checked by the caller, once).
+    fn on_acquire_status(
+        &mut self,
+        now: Instant,
+        op: AcquireOp,
+        status: i64,
+        token: i64,
+    ) -> Result<(), ConnectionError> {
         let request = op.call.request;
         let waiting = self.callers.contains(request);
         match status {
+            // A grant always carries a positive token; zero or less is a lie.
+            1 if token <= 0 => {
+                let error = unexpected_status("acquire", status, &op.call.lease_bytes);
+                return Err(self.ambiguous(now, Op::Acquire(op), error));
+            }
             1 if waiting => {
                 let call = op.call;
                 let lease = Lease {
                     id: call.lease,
                     expires_at: lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl),
                     keys: call.keys,
+                    fencing_token: token as u64,
                 };
+                self.held.insert(now, &lease, op.limit);
                 self.finish(request, Outcome::Granted(lease));
             }
             1 if self.bug_skip_late_grant_compensation() => {}
@@ -171,6 +223,10 @@ impl Client {
             // It ran after its valid-until and took nothing: a trusted
             // non-grant, but no evidence about the limit (never `Exceeded`).
             STALE => self.fail(request, Unavailable::Stale),
+            RECOVERING => {
+                self.stats.recovering += 1;
+                self.fail(request, Unavailable::Recovering);
+            }
             _ => {
                 let error = unexpected_status("acquire", status, &op.call.lease_bytes);
                 return Err(self.ambiguous(now, Op::Acquire(op), error));
@@ -185,13 +241,19 @@ impl Client {
         let renewal = match status {
             1 => {
                 let call = op.call;
-                Renewal::Extended(Lease {
+                let lease = Lease {
                     id: call.lease,
                     expires_at: lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl),
                     keys: call.keys,
-                })
+                    fencing_token: op.token,
+                };
+                self.held.renewed(&lease);
+                Renewal::Extended(lease)
             }
-            0 => Renewal::Lost,
+            0 => {
+                self.held.remove(op.call.lease);
+                Renewal::Lost
+            }
             // It ran too late and changed nothing: the lease keeps its expiry.
             STALE => Renewal::Unavailable(Unavailable::Stale),
             _ => {
@@ -225,29 +287,29 @@ impl Client {
                 }
                 return result;
             }
-            Frame::Array(items) if items.len() == 2 * ops.len() => items,
+            Frame::Array(items) if items.len() == 3 * ops.len() => items,
             other => return Err(self.all_ambiguous(now, ops, unexpected("acquire batch", &other))),
         };
         let well_formed = items
-            .chunks_exact(2)
-            .all(|pair| matches!(pair, [Frame::Integer(_), Frame::BulkString(_)]));
+            .chunks_exact(3)
+            .all(|triple| matches!(triple, [Frame::Integer(_), Frame::BulkString(_), Frame::Integer(_)]));
         if !well_formed {
             let frame = Frame::Array(items);
             return Err(self.all_ambiguous(now, ops, unexpected("acquire batch", &frame)));
         }
         let echoed = items
-            .chunks_exact(2)
+            .chunks_exact(3)
             .zip(&ops)
-            .all(|(pair, op)| matches!(&pair[1], Frame::BulkString(echo) if *echo == op.call.lease_bytes));
+            .all(|(triple, op)| matches!(&triple[1], Frame::BulkString(echo) if *echo == op.call.lease_bytes));
         if !echoed && !self.bug_skip_echo_check() {
             return Err(self.all_ambiguous(now, ops, ConnectionError::EchoMismatch));
         }
         let mut result = Ok(());
-        for (op, pair) in ops.into_iter().zip(items.chunks_exact(2)) {
-            let Frame::Integer(status) = pair[0] else {
+        for (op, triple) in ops.into_iter().zip(items.chunks_exact(3)) {
+            let (Frame::Integer(status), Frame::Integer(token)) = (&triple[0], &triple[2]) else {
                 unreachable!("checked above")
             };
-            let outcome = self.on_acquire_status(now, op, status);
+            let outcome = self.on_acquire_status(now, op, *status, *token);
             result = result.and(outcome);
         }
         result
@@ -389,7 +451,7 @@ impl Client {
     }
 }
 
-/// What an `INFO cluster` text says of `cluster_enabled`, if anything.
+/// What an `INFO` text says of `cluster_enabled`, if anything.
 fn cluster_enabled(info: &[u8]) -> Option<bool> {
     info.split(|byte| *byte == b'\n')
         .find_map(|line| match line.strip_suffix(b"\r").unwrap_or(line) {

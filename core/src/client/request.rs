@@ -31,6 +31,9 @@ pub(super) enum Request {
     Compensate(ReleaseJob),
     /// `ASKING`, right before the one command an `ASK` redirect sent here.
     Asking,
+    /// Writes back a lease this client holds, after the server lost data:
+    /// part of the handshake that found the loss.
+    Reassert(Reassert),
 }
 
 impl Request {
@@ -38,7 +41,7 @@ impl Request {
     /// `ASKING` is written right before it, and the mark is used up.
     pub(super) fn take_ask(&mut self) -> bool {
         match self {
-            Request::Acquire(AcquireOp { call, .. }) | Request::Renew(RenewOp { call }) => call.ask.take().is_some(),
+            Request::Acquire(AcquireOp { call, .. }) | Request::Renew(RenewOp { call, .. }) => call.ask.take().is_some(),
             _ => false,
         }
     }
@@ -49,10 +52,19 @@ pub(super) enum Step {
     Auth,
     Select,
     Ping,
-    /// `INFO cluster`: the server must be in cluster mode exactly when the
-    /// client is (a cluster node reached as a standalone server would
-    /// answer `MOVED` for most subjects, and the reverse cannot route).
-    ClusterCheck,
+    /// `ROLE`: a replica is refused (it cannot take writes, or with
+    /// `replica-read-only no` takes leases the primary never sees).
+    Role,
+    /// `INFO`: the server must be in cluster mode exactly when the client
+    /// is (a cluster node reached as a standalone server would answer
+    /// `MOVED` for most subjects, and the reverse cannot route); its run id
+    /// and replication ids tell a restart or a failover from the same server.
+    Info,
+    /// The lease-data marker (`MARK`, standalone): missing or new means the
+    /// data is gone.
+    Marker,
+    /// Sets the recovery hold after a loss (`HOLD`, standalone).
+    Hold,
     /// `CLUSTER SHARDS`: the slot table (Redis 7 and later).
     Shards,
     /// `CLUSTER SLOTS`: the slot table, from servers without `SHARDS`.
@@ -117,6 +129,8 @@ pub(super) struct AcquireOp {
 #[derive(Debug)]
 pub(super) struct RenewOp {
     pub(super) call: Call,
+    /// The lease's fencing token: a renewal keeps it.
+    pub(super) token: u64,
 }
 
 /// An acquire or a renewal on its way to a connection: waiting for the
@@ -157,6 +171,17 @@ impl Op {
             Op::Renew(op) => Request::Renew(op),
         }
     }
+}
+
+/// One held lease to write back after a data loss.
+#[derive(Debug)]
+pub(super) struct Reassert {
+    pub(super) lease: LeaseId,
+    pub(super) lease_bytes: Bytes,
+    pub(super) keys: SubjectKeys,
+    pub(super) limit: NonZeroU32,
+    /// Its remaining lifetime when written, in milliseconds (at least 1).
+    pub(super) remaining_ms: u64,
 }
 
 /// Which release a job makes.

@@ -62,7 +62,12 @@ pub struct Pair {
 impl Pair {
     /// `start` is any instant; it is the only one the bench does not compute.
     pub fn new(config: Config, start: Instant) -> Self {
-        let client = Client::new(config, [7; 16], start).expect("valid config");
+        Self::with_entropy(config, start, [7; 16])
+    }
+
+    /// As [`Pair::new`], for a client of its own (other lease ids).
+    pub fn with_entropy(config: Config, start: Instant, entropy: [u8; 16]) -> Self {
+        let client = Client::new(config, entropy, start).expect("valid config");
         let mut pair = Self {
             client,
             server: RedisModel::new(1_700_000_000_000),
@@ -294,6 +299,25 @@ impl Pair {
             let id = link.id;
             self.ghosts.push(link);
             self.client.handle_closed(self.now, id);
+            self.pump();
+        }
+    }
+
+    /// The server process starts again: every connection breaks (bytes on
+    /// their way are lost with it), and the new run keeps the data set only
+    /// with `keep_data` (a snapshot, or a replica that had it all).
+    pub fn restart_server(&mut self, keep_data: bool) {
+        let now_ms = self.server.now_ms + 1;
+        self.server = if keep_data {
+            let mut next = RedisModel::promoted_from(&self.server, now_ms, |_, _| true);
+            next.replid2 = "0".repeat(40); // a restart, not a promotion
+            next
+        } else {
+            RedisModel::new(now_ms)
+        };
+        self.ghosts.clear();
+        if let Some(link) = self.link.take() {
+            self.client.handle_closed(self.now, link.id);
             self.pump();
         }
     }

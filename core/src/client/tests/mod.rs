@@ -12,6 +12,7 @@ mod batching;
 #[cfg(feature = "model")]
 mod cluster;
 mod connections;
+mod recovery;
 mod releases;
 mod renewals;
 mod stale;

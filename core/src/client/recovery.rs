@@ -1,0 +1,171 @@
+//! Recovery after lost lease data. A handshake that finds its server lost
+//! data (see `identity`) reports it, writes back every lease this client
+//! holds there before the connection takes anything new, and holds new
+//! grants for the recovery window: on the server (standalone: a hold key
+//! that every client's acquire script honours, so replicas that reconnect
+//! later, or that never knew the server, grant nothing either) and in this
+//! client, for that node.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::request::{Reassert, Request, Step};
+use super::topology::Route;
+use super::{Client, Phase};
+use crate::config::{Config, Servers};
+use crate::event::{ConnectionError, DataLoss, Event, Reassertion};
+use crate::resp::Frame;
+use crate::server_error::ServerErrorKind;
+
+/// The keys recovery uses on a standalone server, outside every subject's
+/// hash tag (`{prefix}:node`, `{prefix}:recovery`; subject keys are
+/// `{prefix}:{...}:...`, so none can collide with them).
+#[derive(Debug, Default)]
+pub(super) struct RecoveryKeys {
+    /// The lease-data marker.
+    pub(super) marker: Bytes,
+    /// The recovery hold; empty when the acquire scripts check none (a
+    /// cluster, where one key cannot live on every node, or recovery off).
+    pub(super) hold: Bytes,
+}
+
+impl RecoveryKeys {
+    pub(super) fn new(config: &Config) -> Self {
+        let standalone = matches!(config.servers, Servers::Standalone(_));
+        let hold = match config.recovery_window() {
+            Some(_) if standalone => Bytes::from(format!("{}:recovery", config.key_prefix)),
+            _ => Bytes::new(),
+        };
+        Self {
+            marker: Bytes::from(format!("{}:node", config.key_prefix)),
+            hold,
+        }
+    }
+}
+
+impl Client {
+    /// After the last handshake step of `node`'s connection: if its server
+    /// lost lease data since this client last saw it, report it and, with
+    /// recovery on, hold new grants and write back what is held there.
+    /// Returns whether those writes are on their way (the connection stays
+    /// in its handshake until they are answered).
+    pub(super) fn recover(&mut self, now: Instant, node: usize) -> bool {
+        let Some(loss) = self.loss_on(node) else {
+            return false;
+        };
+        self.stats.data_losses += 1;
+        let window = self.config.recovery_window();
+        let jobs: Vec<Reassert> = match window {
+            Some(_) => self
+                .held
+                .on(now, |keys| self.owns(node, keys.slot()))
+                .into_iter()
+                .map(|(lease, held)| Reassert {
+                    lease,
+                    lease_bytes: Bytes::from(lease.to_bytes()),
+                    keys: held.keys.clone(),
+                    limit: held.limit,
+                    remaining_ms: (held.expires_at - now).as_millis().max(1) as u64,
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let conn = self.nodes[node].connection.as_ref().expect("a handshake just ended");
+        self.events.push_back(Event::DataLoss {
+            connection: conn.id(),
+            loss,
+            held: jobs.len(),
+        });
+        let Some(window) = window else {
+            return false;
+        };
+        let until = now + window;
+        let target = &mut self.nodes[node];
+        target.holding_until = Some(target.holding_until.map_or(until, |at| at.max(until)));
+        let hold = !self.recovery_keys.hold.is_empty();
+        let steps = jobs.len() + usize::from(hold);
+        if steps == 0 {
+            return false;
+        }
+        // A fresh budget: the handshake's own may be nearly spent.
+        let deadline = now + self.config.connect_timeout;
+        let conn = self.nodes[node].connection.as_mut().expect("a handshake just ended");
+        conn.phase = Phase::Handshaking { deadline, steps };
+        if hold {
+            self.send(node, Request::Handshake(Step::Hold), deadline);
+        }
+        for job in jobs {
+            self.send(node, Request::Reassert(job), deadline);
+        }
+        true
+    }
+
+    /// Why `node`'s server may have lost lease data since this client last
+    /// had a ready connection to it; or, for a node never seen before, since
+    /// it was a replica of a primary this client knew (a cluster failover).
+    fn loss_on(&self, node: usize) -> Option<DataLoss> {
+        let now = &self.nodes[node].connection.as_ref()?.identity;
+        match &self.nodes[node].identity {
+            Some(before) => now.loss_since(before),
+            None => self
+                .nodes
+                .iter()
+                .filter_map(|other| other.identity.as_ref())
+                .any(|other| now.continues(other))
+                .then_some(DataLoss::FailedOver),
+        }
+    }
+
+    /// Whether leases of `slot` live on `node`.
+    fn owns(&self, node: usize, slot: u16) -> bool {
+        !self.topology.is_cluster() || self.topology.route(slot) == Route::Node(node)
+    }
+
+    /// Whether new grants on `node` are held after a loss it found.
+    pub(super) fn holding(&self, now: Instant, node: usize) -> bool {
+        self.nodes[node].holding_until.is_some_and(|until| now < until)
+    }
+
+    /// The reply to writing back one held lease: `{status, own id}`.
+    pub(super) fn on_reassert_reply(
+        &mut self,
+        now: Instant,
+        node: usize,
+        job: Reassert,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
+        let outcome = match &frame {
+            Frame::Array(items) => match &items[..] {
+                [Frame::Integer(status), Frame::BulkString(echo)] if *echo == job.lease_bytes => match status {
+                    1 => Reassertion::Survived,
+                    2 => Reassertion::Restored,
+                    3 => Reassertion::OverLimit,
+                    _ => return Err(super::replies::unexpected("reassert", &frame)),
+                },
+                [Frame::Integer(_), Frame::BulkString(_)] => return Err(ConnectionError::EchoMismatch),
+                _ => return Err(super::replies::unexpected("reassert", &frame)),
+            },
+            // Refused (out of memory, say): the lease may be missing.
+            Frame::Error(message) if ServerErrorKind::of(message) != ServerErrorKind::NoAuth => {
+                Reassertion::Unconfirmed
+            }
+            _ => return Err(super::replies::unexpected("reassert", &frame)),
+        };
+        match outcome {
+            Reassertion::Survived => self.stats.leases_survived += 1,
+            Reassertion::Restored => self.stats.leases_restored += 1,
+            Reassertion::OverLimit => {
+                self.stats.leases_restored += 1;
+                self.stats.over_admissions += 1;
+            }
+            Reassertion::Unconfirmed => {}
+        }
+        self.events.push_back(Event::Reasserted {
+            lease: job.lease,
+            outcome,
+        });
+        self.step_done(now, node);
+        Ok(())
+    }
+}

@@ -1,0 +1,193 @@
+//! Restarts, failovers and flushes: the loss is found at the handshake, held
+//! leases are written back before anything new is admitted, new grants are
+//! held for the recovery window, replicas are refused, fencing tokens rise.
+
+use super::*;
+use crate::event::{DataLoss, Reassertion};
+use crate::Recovery;
+
+fn losses(pair: &Pair) -> Vec<(DataLoss, usize)> {
+    pair.events
+        .iter()
+        .filter_map(|event| match event {
+            Event::DataLoss { loss, held, .. } => Some((*loss, *held)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn reassertions(pair: &Pair) -> Vec<Reassertion> {
+    pair.events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Reasserted { outcome, .. } => Some(*outcome),
+            _ => None,
+        })
+        .collect()
+}
+
+fn granted(pair: &mut Pair, limit: u32) -> Option<u64> {
+    let request = pair.acquire("t", "s", limit);
+    pair.exchange();
+    match pair.outcome(request) {
+        Some(Outcome::Granted(lease)) => Some(lease.fencing_token()),
+        _ => None,
+    }
+}
+
+#[test]
+fn an_empty_restart_is_found_and_held_leases_are_back_before_anything_new_is_granted() {
+    let mut pair = Pair::connected(config(), start());
+    assert!(granted(&mut pair, 2).is_some());
+    assert!(granted(&mut pair, 2).is_some());
+    assert_eq!(pair.client.held_leases(), 2);
+    pair.restart_server(false);
+    assert!(pair.server.all_live_leases().is_empty(), "the restart lost them");
+    // An acquire made while the connection is down waits for the handshake,
+    // which writes back first: it is then held, not granted over the limit.
+    let during = pair.acquire("t", "s", 2);
+    pair.exchange();
+    assert_eq!(losses(&pair), vec![(DataLoss::Emptied, 2)]);
+    assert_eq!(reassertions(&pair), vec![Reassertion::Restored; 2]);
+    assert_eq!(pair.server.all_live_leases().len(), 2, "both leases are back");
+    assert_eq!(
+        pair.outcome(during),
+        Some(&Outcome::Unavailable(Unavailable::Recovering))
+    );
+    let stats = pair.client.stats();
+    assert_eq!((stats.data_losses, stats.leases_restored, stats.over_admissions), (1, 2, 0));
+    // After the window the limit is what it was: full.
+    pair.advance(config().default_recovery_window());
+    let after = pair.acquire("t", "s", 2);
+    pair.exchange();
+    assert_eq!(pair.outcome(after), Some(&Outcome::Exceeded));
+}
+
+#[test]
+fn a_client_that_never_saw_the_loss_is_held_by_the_server() {
+    let mut first = Pair::connected(config(), start());
+    assert!(granted(&mut first, 1).is_some());
+    first.restart_server(false);
+    first.exchange();
+    assert_eq!(losses(&first), vec![(DataLoss::Emptied, 1)]);
+    // A replica that starts now knows nothing of the loss; the hold key its
+    // acquire script checks stops it.
+    let mut late = Pair::with_entropy(config(), first.now, [9; 16]);
+    late.server = std::mem::take(&mut first.server);
+    late.accept();
+    late.exchange();
+    assert!(losses(&late).is_empty(), "nothing to compare with");
+    let refused = late.acquire("t", "other", 5);
+    late.exchange();
+    assert_eq!(
+        late.outcome(refused),
+        Some(&Outcome::Unavailable(Unavailable::Recovering))
+    );
+    late.advance(config().default_recovery_window());
+    assert!(granted(&mut late, 5).is_some(), "the hold ends with the window");
+}
+
+#[test]
+fn a_restart_with_its_data_is_reported_and_finds_the_leases_intact() {
+    let mut pair = Pair::connected(config(), start());
+    assert!(granted(&mut pair, 2).is_some());
+    pair.restart_server(true);
+    pair.exchange();
+    assert_eq!(losses(&pair), vec![(DataLoss::Restarted, 1)]);
+    assert_eq!(reassertions(&pair), vec![Reassertion::Survived]);
+    assert_eq!(pair.server.all_live_leases().len(), 1);
+}
+
+#[test]
+fn a_flush_is_found_at_the_next_handshake() {
+    let mut pair = Pair::connected(config(), start());
+    assert!(granted(&mut pair, 2).is_some());
+    pair.server.flush_all();
+    pair.cut();
+    pair.exchange();
+    assert_eq!(losses(&pair), vec![(DataLoss::Emptied, 1)]);
+    assert_eq!(pair.server.all_live_leases().len(), 1);
+}
+
+#[test]
+fn released_and_lost_leases_are_not_written_back() {
+    let mut pair = Pair::connected(config(), start());
+    let kept = pair.acquire("t", "s", 5);
+    let _gone = pair.acquire("t", "s", 5);
+    pair.exchange();
+    assert!(matches!(pair.outcome(kept), Some(Outcome::Granted(_))));
+    pair.release(1);
+    pair.exchange();
+    assert_eq!(pair.client.held_leases(), 1);
+    pair.restart_server(false);
+    pair.exchange();
+    assert_eq!(losses(&pair), vec![(DataLoss::Emptied, 1)]);
+    assert_eq!(pair.server.all_live_leases().len(), 1);
+}
+
+#[test]
+fn over_admission_during_the_loss_is_detected_when_written_back() {
+    let mut pair = Pair::connected(config(), start());
+    assert!(granted(&mut pair, 1).is_some());
+    pair.restart_server(false);
+    // Before this client is back, another (new) one takes the only slot.
+    let mut other = Pair::with_entropy(config(), pair.now, [9; 16]);
+    other.server = std::mem::take(&mut pair.server);
+    other.accept();
+    other.exchange();
+    assert!(granted(&mut other, 1).is_some());
+    pair.server = std::mem::take(&mut other.server);
+    pair.exchange();
+    assert_eq!(reassertions(&pair), vec![Reassertion::OverLimit]);
+    assert_eq!(pair.client.stats().over_admissions, 1);
+}
+
+#[test]
+fn with_recovery_off_the_loss_is_only_reported() {
+    let config = Config {
+        recovery: Recovery::Off,
+        ..config()
+    };
+    let mut pair = Pair::connected(config.clone(), start());
+    assert!(granted(&mut pair, 1).is_some());
+    pair.restart_server(false);
+    pair.exchange();
+    assert_eq!(losses(&pair), vec![(DataLoss::Emptied, 0)]);
+    assert!(pair.server.all_live_leases().is_empty());
+    assert!(granted(&mut pair, 1).is_some(), "over-admitted: nothing held it back");
+}
+
+#[test]
+fn a_replica_is_refused_at_the_handshake() {
+    let mut pair = Pair::new(config(), start());
+    pair.server.replica = true;
+    pair.accept();
+    pair.exchange();
+    assert!(pair
+        .events
+        .iter()
+        .any(|event| matches!(event, Event::ConnectFailed(_, ConnectionError::Replica(role)) if role == "slave")));
+    assert_eq!(pair.client.connection(), None, "backing off, not ready");
+}
+
+#[test]
+fn fencing_tokens_rise_across_grants_renewals_and_an_empty_restart() {
+    let mut pair = Pair::connected(config(), start());
+    let first = granted(&mut pair, 5).unwrap();
+    let second = granted(&mut pair, 5).unwrap();
+    assert!(second > first);
+    let renewal = pair.renew(0);
+    pair.exchange();
+    match pair.events.iter().rev().find_map(|e| match e {
+        Event::Renewed(r, Renewal::Extended(lease)) if *r == renewal => Some(lease.fencing_token()),
+        _ => None,
+    }) {
+        Some(token) => assert_eq!(token, first, "a renewal keeps the grant's token"),
+        None => panic!("renewal not extended"),
+    }
+    pair.restart_server(false);
+    pair.exchange();
+    pair.advance(config().default_recovery_window());
+    let third = granted(&mut pair, 5).unwrap();
+    assert!(third > second, "above every earlier token: {third} after {second}");
+}
