@@ -343,4 +343,7 @@ pub struct Stats {
     pub over_admissions: u64,
     /// Acquires refused while a recovery hold was on.
     pub recovering: u64,
+    /// Leases released again after a failover had brought them back (their
+    /// release was confirmed, and lost with the old primary).
+    pub releases_repeated: u64,
 }

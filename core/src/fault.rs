@@ -13,4 +13,7 @@ pub struct InjectedBugs {
     /// A cluster redirect (`MOVED`, `ASK`, `TRYAGAIN`) answering an acquire
     /// is read as a denial, as a client that takes any error for "no" would.
     pub redirect_as_denial: bool,
+    /// A handshake that finds lease data lost does nothing about it (as
+    /// `Recovery::Off`): held leases stay lost, new grants are not held.
+    pub no_recovery: bool,
 }

@@ -24,7 +24,7 @@ pub struct AcquireRecord {
     pub token: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct RedisModel {
     /// The server clock, in milliseconds.
     pub now_ms: u64,
@@ -119,7 +119,10 @@ impl RedisModel {
             .sets
             .iter()
             .map(|(key, set)| {
-                let kept = set.iter().filter(|(id, _)| keep(key, id)).map(|(id, at)| (id.clone(), *at));
+                let kept = set
+                    .iter()
+                    .filter(|(id, _)| keep(key, id))
+                    .map(|(id, at)| (id.clone(), *at));
                 (key.clone(), kept.collect())
             })
             .collect();
@@ -303,14 +306,22 @@ impl RedisModel {
             } else {
                 self.acquire(leases, tombstone, ttl, limit, &id, held)
             };
-            let token = if status == 1 { self.fencing_tokens(fence, 1, ttl) } else { 0 };
+            let token = if status == 1 {
+                self.fencing_tokens(fence, 1, ttl)
+            } else {
+                0
+            };
             self.acquires.push(AcquireRecord {
                 key: leases.clone(),
                 lease: id.clone(),
                 status,
                 token,
             });
-            Frame::Array(vec![Frame::Integer(status), Frame::BulkString(id), Frame::Integer(token as i64)])
+            Frame::Array(vec![
+                Frame::Integer(status),
+                Frame::BulkString(id),
+                Frame::Integer(token as i64),
+            ])
         } else if sha == self.scripts.compensate.sha && rest.len() == 5 && &rest[0][..] == b"2" {
             let Some(valid_until) = number(&rest[3]) else {
                 return error("ERR Error running script: bad arguments");
@@ -353,7 +364,11 @@ impl RedisModel {
                 })
                 .collect();
             let granted = statuses.iter().filter(|s| **s == 1).count() as u64;
-            let mut token = if granted > 0 { self.fencing_tokens(fence, granted, ttl) } else { 0 };
+            let mut token = if granted > 0 {
+                self.fencing_tokens(fence, granted, ttl)
+            } else {
+                0
+            };
             let mut reply = Vec::with_capacity(3 * n);
             for (status, id) in statuses.into_iter().zip(ids) {
                 let this = if status == 1 {
@@ -368,7 +383,11 @@ impl RedisModel {
                     status,
                     token: this,
                 });
-                reply.extend([Frame::Integer(status), Frame::BulkString(id.clone()), Frame::Integer(this as i64)]);
+                reply.extend([
+                    Frame::Integer(status),
+                    Frame::BulkString(id.clone()),
+                    Frame::Integer(this as i64),
+                ]);
             }
             Frame::Array(reply)
         } else if sha == self.scripts.reassert.sha && rest.len() == 5 && &rest[0][..] == b"1" {
@@ -378,7 +397,8 @@ impl RedisModel {
             let id = rest[2].clone();
             let now = self.now_ms;
             let set = self.sets.entry(rest[1].clone()).or_default();
-            let status = if set.contains_key(&id) {
+            let status = if let Some(expiry) = set.get_mut(&id) {
+                *expiry = (*expiry).max(now + remaining);
                 1
             } else {
                 set.insert(id.clone(), now + remaining);

@@ -188,14 +188,22 @@ pub const RECOVERING: i64 = -3;
 /// KEYS: lease set. ARGV: lease id, its remaining lifetime (ms), the limit it
 /// was granted under. Returns `{status, lease id}`: 1 it survived, 2 written
 /// back, 3 written back and the subject now holds more leases than the limit
-/// (an over-admission during the loss, detected).
+/// (an over-admission during the loss, detected). A lease that survived with
+/// an older expiry (a renewal the failover lost) gets its holder's expiry back.
 pub const REASSERT: &str = r#"
 local leases, id = KEYS[1], ARGV[1]
 local remaining, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-if redis.call('ZSCORE', leases, id) then
+local expiry = redis.call('ZSCORE', leases, id)
+if expiry then
+  if tonumber(expiry) < now + remaining then
+    redis.call('ZADD', leases, 'XX', now + remaining, id)
+    if redis.call('PTTL', leases) < remaining then
+      redis.call('PEXPIRE', leases, remaining + 1)
+    end
+  end
   return {1, id}
 end
 redis.call('ZADD', leases, now + remaining, id)
@@ -394,7 +402,11 @@ impl Scripts {
     ) {
         let numkeys = (2 + tombstones.len()).to_string();
         let mut command: Vec<&[u8]> = Vec::with_capacity(8 + tombstones.len() + ids.len());
-        command.extend([b"EVALSHA".as_slice(), self.acquire_many.sha.as_bytes(), numkeys.as_bytes()]);
+        command.extend([
+            b"EVALSHA".as_slice(),
+            self.acquire_many.sha.as_bytes(),
+            numkeys.as_bytes(),
+        ]);
         command.extend(subject);
         command.extend_from_slice(tombstones);
         command.extend([ttl_ms, limit, valid_until, hold]);

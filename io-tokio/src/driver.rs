@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use inflight_core::{
-    Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Lease, LeaseId, Outcome, Reassertion, Renewal, RequestId,
-    Servers, Stats,
+    Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Lease, LeaseId, Outcome, Reassertion, Renewal,
+    RequestId, Servers, Stats,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -308,7 +308,11 @@ impl<C: Connector> Driver<C> {
                 tracing::warn!(connection = id.get(), %error, "inflight: connection retired; opening a fresh one");
             }
             Event::DataLoss { connection, loss, held } => {
-                let addr = self.client.endpoint(connection).map(ToString::to_string).unwrap_or_default();
+                let addr = self
+                    .client
+                    .endpoint(connection)
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
                 tracing::warn!(
                     connection = connection.get(),
                     %addr,

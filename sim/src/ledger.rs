@@ -52,6 +52,8 @@ pub struct Ledger {
     /// Lease ids callers hold now (S10), and when each let-go one was let go.
     holding: HashSet<String>,
     let_go: HashMap<String, Duration>,
+    /// The highest fencing token Redis granted per key (S7), across restarts.
+    tokens: HashMap<&'static str, u64>,
 }
 
 impl Ledger {
@@ -76,6 +78,7 @@ impl Ledger {
             trace: DefaultHasher::new(),
             holding: HashSet::new(),
             let_go: HashMap::new(),
+            tokens: HashMap::new(),
         }
     }
 
@@ -140,6 +143,19 @@ impl Ledger {
 
     pub fn exceeded(&mut self, key: &'static str) {
         self.keys.get_mut(key).expect("known key").exceeded += 1;
+    }
+
+    /// S7: Redis (the model) granted a lease on `key` with fencing `token`,
+    /// in execution order: above every token granted on `key` before it,
+    /// whatever restarted or failed over in between.
+    pub fn server_granted(&mut self, at: Duration, key: &'static str, token: u64) {
+        let last = self.tokens.entry(key).or_insert(0);
+        if token <= *last {
+            let detail = format!("a grant on {key} with fencing token {token}, after {last}");
+            self.violate(at, "S7 fencing", detail);
+        } else {
+            *last = token;
+        }
     }
 
     /// Redis (the model) executed a denial on `key`.

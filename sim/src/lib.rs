@@ -44,14 +44,18 @@ pub enum Bug {
     NoStaleCheck,
     /// A cluster redirect answering an acquire is taken for a denial.
     RedirectAsDenial,
+    /// Lost lease data is reported and nothing else: held leases are not
+    /// written back, new grants are not held (recovery switched off).
+    NoRecovery,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 4] = [
+    pub const ALL: [Bug; 5] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
         Bug::RedirectAsDenial,
+        Bug::NoRecovery,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +64,7 @@ impl Bug {
             Bug::NoEchoCheck => "no-echo-check",
             Bug::NoStaleCheck => "no-stale-check",
             Bug::RedirectAsDenial => "redirect-as-denial",
+            Bug::NoRecovery => "no-recovery",
         }
     }
 
@@ -73,6 +78,7 @@ impl Bug {
             skip_echo_check: bug == Some(Bug::NoEchoCheck),
             skip_stale_check: bug == Some(Bug::NoStaleCheck),
             redirect_as_denial: bug == Some(Bug::RedirectAsDenial),
+            no_recovery: bug == Some(Bug::NoRecovery),
         }
     }
 }

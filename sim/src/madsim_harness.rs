@@ -75,6 +75,9 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
     let faults = scenario.faults;
     let ledger = Arc::new(Mutex::new(Ledger::new(scenario.keys, scenario.exact)));
     let mut server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
+    if scenario.faults.lagging_failover {
+        server = server.with_lagging_replica();
+    }
     if scenario.cluster {
         server = server.with_cluster(cluster_addresses(), CLUSTER_PRIMARIES);
     }
@@ -154,6 +157,7 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
         (faults.bounce, 2),
         (faults.migrations, 3),
         (faults.failovers, 4),
+        (faults.lagging_failover, 5),
     ]
     .into_iter()
     .filter_map(|(on, choice)| on.then_some(choice))
@@ -219,9 +223,13 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
                     format!("{} promoted in place of {}", host_name(spare), host_name(failed)),
                 );
             }
+            5 => {
+                note("the server fails over to its lagging replica".into());
+                server.fail_over(elapsed());
+            }
             _ => {
                 note("the server restarts, losing its data".into());
-                server.restart();
+                server.restart(elapsed());
             }
         }
     }

@@ -15,8 +15,8 @@ pub struct Scenario {
     /// How long callers keep acquiring, in virtual time.
     pub active: Duration,
     pub faults: Faults,
-    /// Whether S1 (exactness) is checked: a server that loses its data
-    /// cannot keep an exact limit, so the bounce scenario does not claim it.
+    /// Whether S1 (exactness) is checked (every scenario claims it now; a
+    /// server that loses its data keeps it through recovery).
     pub exact: bool,
     /// The lease TTL of each replica's main limiter (its callers hold for
     /// at most 300 ms; the renewing limiter has its own, shorter TTL).
@@ -41,6 +41,9 @@ pub struct Faults {
     pub jitter: bool,
     /// The server restarts and forgets everything.
     pub bounce: bool,
+    /// The server fails over to a replica that lags `REPLICA_LAG_MS`
+    /// behind: the last writes are lost, the address stays.
+    pub lagging_failover: bool,
     /// Stalls last 1.5–4 s (longer than the ghosts scenario's TTL and any
     /// request's liveness) instead of up to 3 s.
     pub long_stalls: bool,
@@ -61,6 +64,7 @@ impl Faults {
         reply_loss: false,
         jitter: false,
         bounce: false,
+        lagging_failover: false,
         long_stalls: false,
         migrations: false,
         failovers: false,
@@ -179,7 +183,7 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "bounce",
-        about: "the server restarts and loses its data; S1 not claimed, recovery and no leak after are",
+        about: "the server restarts and loses its data: held leases are written back, new grants held, S1 kept",
         clients: 3,
         callers: 10,
         keys: KEYS,
@@ -189,7 +193,25 @@ pub const SCENARIOS: &[Scenario] = &[
             bounce: true,
             ..Faults::NONE
         },
-        exact: false,
+        exact: true,
+        lease_ttl: LONG_TTL,
+        cluster: false,
+    },
+    Scenario {
+        name: "failover",
+        about: "the server fails over to a replica 30 ms behind: the last grants and releases are lost; leases written back, S1 kept",
+        clients: 3,
+        callers: 10,
+        keys: KEYS,
+        active: Duration::from_secs(5),
+        faults: Faults {
+            jitter: true,
+            lagging_failover: true,
+            ..Faults::NONE
+        },
+        exact: true,
+        // Releases lost with the failover are sent again by the recovery,
+        // so S2 holds with leases that never expire during the run.
         lease_ttl: LONG_TTL,
         cluster: false,
     },

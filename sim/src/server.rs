@@ -29,13 +29,23 @@ pub struct ServerState {
     pub keys: &'static [(&'static str, u32)],
     /// Milliseconds of virtual time since the run began.
     pub elapsed_ms: fn() -> u64,
+    /// Server starts so far, to give each its own ids.
+    incarnations: Arc<std::sync::atomic::AtomicU64>,
     /// Bumped by [`ServerState::restart`]: every connection of the old
     /// incarnation closes.
     restarts: Arc<tokio::sync::watch::Sender<u64>>,
     /// A Redis Cluster's slot map, when the scenario runs one: each host
     /// then answers for its own slots (the data is the cluster's, in `model`).
     pub cluster: Option<Arc<Mutex<ModelCluster>>>,
+    /// A replica that receives the data set late, when the scenario can
+    /// fail over to it: its copy and when it was taken.
+    replica: Option<Arc<Mutex<(u64, RedisModel)>>>,
 }
+
+/// How far a lagging replica is behind: its copy of the data is taken at
+/// most this often, so a failover loses up to this many milliseconds of
+/// writes (grants and releases alike).
+pub const REPLICA_LAG_MS: u64 = 30;
 
 impl ServerState {
     pub fn new(ledger: Arc<Mutex<Ledger>>, keys: &'static [(&'static str, u32)], elapsed_ms: fn() -> u64) -> Self {
@@ -45,9 +55,47 @@ impl ServerState {
             drop_replies: Arc::new(AtomicU32::new(0)),
             keys,
             elapsed_ms,
+            incarnations: Arc::default(),
             restarts: Arc::new(tokio::sync::watch::Sender::new(0)),
             cluster: None,
+            replica: None,
         }
+    }
+
+    /// The state of a server with a lagging replica that a failover promotes.
+    pub fn with_lagging_replica(mut self) -> Self {
+        let copy = self.model.lock().unwrap().clone();
+        self.replica = Some(Arc::new(Mutex::new((0, copy))));
+        self
+    }
+
+    /// The replica catches up, if its copy is `REPLICA_LAG_MS` old: called
+    /// after every batch of commands the server executes.
+    fn replicate(&self, model: &RedisModel) {
+        let Some(replica) = &self.replica else {
+            return;
+        };
+        let mut replica = replica.lock().unwrap();
+        let now = (self.elapsed_ms)();
+        if now >= replica.0 + REPLICA_LAG_MS {
+            *replica = (now, model.clone());
+        }
+    }
+
+    /// The primary dies and the replica takes over with what it has: a new
+    /// replication id continuing the old one, the last writes lost. Every
+    /// connection breaks; clients reconnect to the same address (a virtual
+    /// IP or a Sentinel-managed name follows the new primary).
+    pub fn fail_over(&self, elapsed: std::time::Duration) {
+        let replica = self.replica.as_ref().expect("a scenario with a replica");
+        let now = EPOCH_MS + elapsed.as_millis() as u64;
+        {
+            let replica = replica.lock().unwrap();
+            let mut model = self.model.lock().unwrap();
+            *model = RedisModel::promoted_from(&replica.1, now, |_, _| true);
+            self.new_incarnation(&mut model);
+        }
+        self.restarts.send_modify(|n| *n += 1);
     }
 
     /// The state of a cluster whose hosts are `addresses`, the first
@@ -66,14 +114,26 @@ impl ServerState {
     /// A restart in place: data forgotten, every connection closed. (turmoil
     /// restarts the whole host instead; madsim cannot rebind a restarted
     /// node's port, so its harness uses this.)
-    pub fn restart(&self) {
-        self.forget_everything();
+    pub fn restart(&self, elapsed: std::time::Duration) {
+        self.forget_everything(elapsed);
         self.restarts.send_modify(|n| *n += 1);
     }
 
     /// A restart of a Redis without persistence: everything is forgotten.
-    pub fn forget_everything(&self) {
-        *self.model.lock().unwrap() = RedisModel::new(EPOCH_MS + (self.elapsed_ms)());
+    /// `elapsed` is the run's virtual time (the harness's, which reads it
+    /// outside any host).
+    pub fn forget_everything(&self, elapsed: std::time::Duration) {
+        let mut model = self.model.lock().unwrap();
+        *model = RedisModel::new(EPOCH_MS + elapsed.as_millis() as u64);
+        self.new_incarnation(&mut model);
+    }
+
+    /// Gives a freshly started server a run id and a replication id of its
+    /// own, even if it starts in the same millisecond as the last one.
+    fn new_incarnation(&self, model: &mut RedisModel) {
+        let incarnation = self.incarnations.fetch_add(1, Ordering::SeqCst) + 1;
+        model.run_id = format!("{:032x}{incarnation:08x}", model.now_ms);
+        model.replid = format!("{:032x}{:08x}", model.now_ms.wrapping_mul(31), incarnation << 20);
     }
 
     /// Asks the server to lose its next reply.
@@ -111,16 +171,24 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
                 }
                 None => model.handle_each(&mut connection, &buf[..n]),
             };
-            let denied: Vec<_> = model.acquires.drain(..).filter(|r| r.status == 0).collect();
+            let executed: Vec<_> = model
+                .acquires
+                .drain(..)
+                .filter(|r| r.status == 0 || r.status == 1)
+                .collect();
             drop(model);
             let mut ledger = state.ledger.lock().unwrap();
-            for record in denied {
-                if let Some(key) = key_name(state.keys, &record.key) {
-                    ledger.server_denied(key);
+            let at = std::time::Duration::from_millis((state.elapsed_ms)());
+            for record in executed {
+                match (key_name(state.keys, &record.key), record.status) {
+                    (Some(key), 0) => ledger.server_denied(key),
+                    (Some(key), _) => ledger.server_granted(at, key, record.token),
+                    (None, _) => {}
                 }
             }
             replies
         };
+        state.replicate(&state.model.lock().unwrap());
         let Ok(replies) = replies else {
             return; // garbage from a client: drop it, as Redis does
         };

@@ -40,9 +40,9 @@ fn elapsed_ms() -> u64 {
     elapsed().as_millis() as u64
 }
 
-/// The redis host's software; a bounce starts it again with nothing remembered.
+/// The redis host's software. A bounce starts it again; the harness
+/// decides what the new run remembers (nothing, for a restart).
 async fn redis_host(state: ServerState) -> turmoil::Result {
-    state.forget_everything();
     let listener = turmoil::net::TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), PORT)).await?;
     loop {
         let (stream, _) = listener.accept().await?;
@@ -56,6 +56,9 @@ pub fn run_seed(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Rep
     let mut server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
     if scenario.cluster {
         server = server.with_cluster(cluster::addresses(), cluster::PRIMARIES);
+    }
+    if scenario.faults.lagging_failover {
+        server = server.with_lagging_replica();
     }
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| simulate(scenario, seed, bug, &server)));
     if let Err(panic) = outcome {
@@ -192,6 +195,7 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
                 (faults.stalls, 1),
                 (faults.reply_loss, 2),
                 (faults.bounce, 3),
+                (faults.lagging_failover, 4),
             ]
             .into_iter()
             .filter_map(|(on, choice)| on.then_some(choice))
@@ -218,9 +222,14 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
                         server.lose_one_reply();
                         Some("the server will lose one reply".to_string())
                     }
-                    _ => {
+                    3 => {
+                        server.forget_everything(now);
                         sim.bounce("redis");
                         Some("the server restarts, losing its data".to_string())
+                    }
+                    _ => {
+                        server.fail_over(now);
+                        Some("the server fails over to its lagging replica".to_string())
                     }
                 };
                 if let Some(note) = note {

@@ -96,3 +96,9 @@ fn a_redirect_taken_for_a_denial_is_caught_within_200_seeds() {
     let caught = seeds_to_catch(Bug::RedirectAsDenial, 200);
     assert!(caught.is_some(), "the simulator cannot see cluster redirects misread");
 }
+
+#[test]
+fn recovery_switched_off_is_caught_within_200_seeds() {
+    let caught = seeds_to_catch(Bug::NoRecovery, 200);
+    assert!(caught.is_some(), "the simulator cannot see lost lease data");
+}

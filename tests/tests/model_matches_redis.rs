@@ -71,7 +71,13 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                     ScriptKind::Acquire,
                     by_text,
                     &[keys.leases(), &tombstone, &keys.fence()],
-                    &[b"3600000", limit.as_bytes(), id.as_bytes(), valid_until.as_bytes(), hold],
+                    &[
+                        b"3600000",
+                        limit.as_bytes(),
+                        id.as_bytes(),
+                        valid_until.as_bytes(),
+                        hold,
+                    ],
                 );
             }
             5..=6 => encode_command(&mut command, &[b"ZREM", keys.leases(), id.as_bytes()]),
@@ -133,7 +139,13 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
             }
             11 => {
                 let marker = format!("value-{}", rng.below(3));
-                scripts.encode_call(&mut command, ScriptKind::Mark, true, &[b"diff:node"], &[marker.as_bytes()])
+                scripts.encode_call(
+                    &mut command,
+                    ScriptKind::Mark,
+                    true,
+                    &[b"diff:node"],
+                    &[marker.as_bytes()],
+                )
             }
             9 => scripts.encode_call(
                 &mut command,
@@ -154,7 +166,10 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
         let mut reader = ReplyReader::new(ReplyLimits::default());
         reader.push(&modelled);
         let modelled = reader.next_frame().unwrap().expect("one whole reply");
-        let acquire = matches!(rng_kind(&command, &scripts), Some(ScriptKind::Acquire | ScriptKind::AcquireMany));
+        let acquire = matches!(
+            rng_kind(&command, &scripts),
+            Some(ScriptKind::Acquire | ScriptKind::AcquireMany)
+        );
         let (real, modelled) = if acquire {
             let key = keys.leases().to_vec();
             (
@@ -212,10 +227,17 @@ fn tokens_checked(
     };
     for triple in items.chunks_exact_mut(3) {
         if let [Frame::Integer(status), _, Frame::Integer(token)] = triple {
-            assert_eq!(*status == 1, *token > 0, "a token exactly with a grant: {status} {token}");
+            assert_eq!(
+                *status == 1,
+                *token > 0,
+                "a token exactly with a grant: {status} {token}"
+            );
             if *token > 0 {
                 let previous = last.entry(side_and_key.clone()).or_insert(0);
-                assert!(*token > *previous, "tokens of a subject strictly increase: {token} after {previous}");
+                assert!(
+                    *token > *previous,
+                    "tokens of a subject strictly increase: {token} after {previous}"
+                );
                 *previous = *token;
             }
             *token = i64::from(*token > 0);

@@ -79,14 +79,24 @@ impl Leases {
             ScriptKind::Acquire,
             false,
             &[self.keys.leases(), &tombstone, &self.keys.fence()],
-            &[ttl.as_bytes(), limit.as_bytes(), id.as_bytes(), valid_until.as_bytes(), &self.hold],
+            &[
+                ttl.as_bytes(),
+                limit.as_bytes(),
+                id.as_bytes(),
+                valid_until.as_bytes(),
+                &self.hold,
+            ],
         );
         match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
                 [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token)] => {
                     assert_eq!(*status == 1, *token > 0, "a token exactly with a grant");
                     if *status == 1 {
-                        assert!(*token > self.token, "tokens strictly increase: {token} after {}", self.token);
+                        assert!(
+                            *token > self.token,
+                            "tokens strictly increase: {token} after {}",
+                            self.token
+                        );
                         self.token = *token;
                     }
                     (*status, echo.clone())
@@ -474,11 +484,17 @@ fn fencing_tokens_increase_per_subject_and_stay_above_the_clock_after_a_flush() 
         assert!(leases.granted(id, 10, LONG)); // each checked to increase
     }
     let after_us = leases.server_ms() * 1000 + 1000;
-    assert!(leases.token <= after_us as i64, "tokens follow the clock while grants are slower than 1/µs");
+    assert!(
+        leases.token <= after_us as i64,
+        "tokens follow the clock while grants are slower than 1/µs"
+    );
     // The data is gone (an empty restart looks the same to the script).
     leases.client.call(&[b"FLUSHALL"]).unwrap();
     std::thread::sleep(Duration::from_millis(2));
-    assert!(leases.granted(9, 10, LONG), "checked: above every token before the flush");
+    assert!(
+        leases.granted(9, 10, LONG),
+        "checked: above every token before the flush"
+    );
     // Another subject has its own counter.
     let mut other = Leases::new(&server, "fence-2");
     assert!(other.granted(1, 10, LONG));
@@ -493,7 +509,10 @@ fn the_recovery_hold_refuses_new_leases_but_not_held_ones_nor_their_write_back()
     leases.hold = b"test:recovery".to_vec();
     assert!(leases.granted(1, 2, LONG), "no hold key yet: business as usual");
     let hold = leases.hold.clone();
-    assert_eq!(leases.by_text(ScriptKind::Hold, &[&hold], &[b"60000"]), Frame::Integer(60000));
+    assert_eq!(
+        leases.by_text(ScriptKind::Hold, &[&hold], &[b"60000"]),
+        Frame::Integer(60000)
+    );
     // A shorter hold never shortens it.
     match leases.by_text(ScriptKind::Hold, &[&hold], &[b"10"]) {
         Frame::Integer(left) => assert!(left > 59_000, "{left}"),
@@ -525,5 +544,9 @@ fn the_marker_is_written_once_and_read_back() {
         read,
         Frame::Array(vec![Frame::Integer(0), Frame::BulkString(Bytes::from_static(b"first"))])
     );
-    assert_eq!(leases.client.call(&[b"TTL", b"test:node"]).unwrap(), Frame::Integer(-1), "no expiry");
+    assert_eq!(
+        leases.client.call(&[b"TTL", b"test:node"]).unwrap(),
+        Frame::Integer(-1),
+        "no expiry"
+    );
 }

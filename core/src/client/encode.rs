@@ -47,6 +47,13 @@ impl Request {
                     &[&job.lease_bytes, remaining.as_bytes(), limit.as_bytes()],
                 )
             }
+            Request::ReleaseAgain(keys, leases) => {
+                let ids: Vec<Vec<u8>> = leases.iter().map(|lease| lease.to_bytes()).collect();
+                let mut command: Vec<&[u8]> = Vec::with_capacity(2 + ids.len());
+                command.extend([b"ZREM".as_slice(), keys.leases()]);
+                command.extend(ids.iter().map(|id| &id[..]));
+                encode_command(out, &command);
+            }
             Request::Renew(op) => {
                 let call = &op.call;
                 let valid_until = call.valid_until_ms.to_string();
@@ -92,7 +99,12 @@ fn encode_step(step: Step, wire: &Wire, out: &mut BytesMut) {
             scripts.encode_call(out, ScriptKind::Mark, true, &[wire.marker], &[value.as_bytes()])
         }
         Step::Hold => {
-            let window = config.recovery_window().unwrap_or_default().as_millis().max(1).to_string();
+            let window = config
+                .recovery_window()
+                .unwrap_or_default()
+                .as_millis()
+                .max(1)
+                .to_string();
             scripts.encode_call(out, ScriptKind::Hold, true, &[wire.hold], &[window.as_bytes()])
         }
         Step::Shards => encode_command(out, &[b"CLUSTER", b"SHARDS"]),
@@ -112,7 +124,13 @@ fn encode_acquire(op: &AcquireOp, wire: &Wire, out: &mut BytesMut) {
         ScriptKind::Acquire,
         call.by_text,
         &[call.keys.leases(), &tombstone, &call.keys.fence()],
-        &[wire.ttl_ms, limit.as_bytes(), &call.lease_bytes, valid_until.as_bytes(), wire.hold],
+        &[
+            wire.ttl_ms,
+            limit.as_bytes(),
+            &call.lease_bytes,
+            valid_until.as_bytes(),
+            wire.hold,
+        ],
     );
 }
 
@@ -183,7 +201,8 @@ impl Client {
             entropy: &self.entropy,
             connection: conn.id(),
         };
-        conn.pipeline.send(request, deadline, |request, out| request.encode(&wire, out));
+        conn.pipeline
+            .send(request, deadline, |request, out| request.encode(&wire, out));
     }
 }
 

@@ -2,8 +2,12 @@
 //! data is given back. A grant enters when its outcome is delivered; a
 //! release, a lost renewal or a withdrawn grant takes it out, and one whose
 //! expiry has passed is dropped on the next sweep.
+//!
+//! Also the releases Redis confirmed lately: a failover to a replica that
+//! had not received them brings their leases back (held by nobody), so a
+//! recovery sends them again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU32;
 use std::time::Instant;
 
@@ -18,7 +22,13 @@ pub(super) struct HeldLeases {
     /// so that leases dropped without a release (outside a runtime) cannot
     /// pile up, at an amortised O(1) per grant.
     swept_at: usize,
+    /// Releases confirmed lately, oldest first: when, and what.
+    released: VecDeque<(Instant, LeaseId, SubjectKeys)>,
 }
+
+/// The most confirmed releases remembered for a recovery: the newest ones.
+/// Bounds the memory (about 100 bytes each) at any release rate.
+pub(super) const MAX_REMEMBERED_RELEASES: usize = 4096;
 
 /// One held lease: enough to write it back.
 #[derive(Debug)]
@@ -51,6 +61,44 @@ impl HeldLeases {
 
     pub(super) fn remove(&mut self, lease: LeaseId) {
         self.leases.remove(&lease);
+    }
+
+    /// Redis confirmed the release of `lease` at `now`. Those older than
+    /// `horizon` are forgotten (a replica that lags more than that is not
+    /// covered).
+    pub(super) fn released(&mut self, now: Instant, horizon: std::time::Duration, lease: LeaseId, keys: &SubjectKeys) {
+        while let Some((at, _, _)) = self.released.front() {
+            if now.saturating_duration_since(*at) <= horizon && self.released.len() < MAX_REMEMBERED_RELEASES {
+                break;
+            }
+            self.released.pop_front();
+        }
+        self.released.push_back((now, lease, keys.clone()));
+    }
+
+    /// Releases confirmed within `horizon` of `now` that `owns` says
+    /// belong on one server, grouped by subject.
+    pub(super) fn released_on(
+        &self,
+        now: Instant,
+        horizon: std::time::Duration,
+        owns: impl Fn(&SubjectKeys) -> bool,
+    ) -> Vec<(SubjectKeys, Vec<LeaseId>)> {
+        let mut groups: Vec<(SubjectKeys, Vec<LeaseId>)> = Vec::new();
+        let recent = self
+            .released
+            .iter()
+            .filter(|(at, _, keys)| now.saturating_duration_since(*at) <= horizon && owns(keys));
+        for (_, lease, keys) in recent {
+            match groups
+                .iter_mut()
+                .find(|(k, ids)| k.leases() == keys.leases() && ids.len() < crate::script::MAX_RELEASE_BATCH)
+            {
+                Some((_, ids)) => ids.push(*lease),
+                None => groups.push((keys.clone(), vec![*lease])),
+            }
+        }
+        groups
     }
 
     pub(super) fn len(&self) -> usize {

@@ -135,8 +135,14 @@ mod tests {
             identity("r9", "y", "x", "m1").loss_since(&before),
             Some(DataLoss::FailedOver)
         );
-        assert_eq!(identity("r9", "y", "", "m1").loss_since(&before), Some(DataLoss::Restarted));
-        assert_eq!(identity("r9", "x", "", "m1").loss_since(&before), Some(DataLoss::Restarted));
+        assert_eq!(
+            identity("r9", "y", "", "m1").loss_since(&before),
+            Some(DataLoss::Restarted)
+        );
+        assert_eq!(
+            identity("r9", "x", "", "m1").loss_since(&before),
+            Some(DataLoss::Restarted)
+        );
     }
 
     #[test]

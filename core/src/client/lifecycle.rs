@@ -74,7 +74,11 @@ impl Client {
                 // A recovery cut short is done again by the next handshake,
                 // which finds the same loss (the node's identity is only
                 // updated once a connection is ready).
-                Request::Handshake(_) | Request::Reload(_) | Request::Asking | Request::Reassert(_) => {}
+                Request::Handshake(_)
+                | Request::Reload(_)
+                | Request::Asking
+                | Request::Reassert(_)
+                | Request::ReleaseAgain(..) => {}
             }
         }
         if !wanted {

@@ -15,6 +15,8 @@ use super::topology::Route;
 use super::{Client, Phase};
 use crate::config::{Config, Servers};
 use crate::event::{ConnectionError, DataLoss, Event, Reassertion};
+use crate::key::SubjectKeys;
+use crate::lease_id::LeaseId;
 use crate::resp::Frame;
 use crate::server_error::ServerErrorKind;
 
@@ -55,7 +57,7 @@ impl Client {
             return false;
         };
         self.stats.data_losses += 1;
-        let window = self.config.recovery_window();
+        let window = self.config.recovery_window().filter(|_| !self.bug_no_recovery());
         let jobs: Vec<Reassert> = match window {
             Some(_) => self
                 .held
@@ -80,11 +82,17 @@ impl Client {
         let Some(window) = window else {
             return false;
         };
+        let again: Vec<Request> = self
+            .held
+            .released_on(now, window, |keys| self.owns(node, keys.slot()))
+            .into_iter()
+            .map(|(keys, leases)| Request::ReleaseAgain(keys, leases))
+            .collect();
         let until = now + window;
         let target = &mut self.nodes[node];
         target.holding_until = Some(target.holding_until.map_or(until, |at| at.max(until)));
         let hold = !self.recovery_keys.hold.is_empty();
-        let steps = jobs.len() + usize::from(hold);
+        let steps = jobs.len() + again.len() + usize::from(hold);
         if steps == 0 {
             return false;
         }
@@ -94,6 +102,11 @@ impl Client {
         conn.phase = Phase::Handshaking { deadline, steps };
         if hold {
             self.send(node, Request::Handshake(Step::Hold), deadline);
+        }
+        // Releases first: a lease the failover brought back must not make
+        // a written-back one look over its limit.
+        for request in again {
+            self.send(node, request, deadline);
         }
         for job in jobs {
             self.send(node, Request::Reassert(job), deadline);
@@ -117,6 +130,13 @@ impl Client {
         }
     }
 
+    fn bug_no_recovery(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.bugs.no_recovery;
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+
     /// Whether leases of `slot` live on `node`.
     fn owns(&self, node: usize, slot: u16) -> bool {
         !self.topology.is_cluster() || self.topology.route(slot) == Route::Node(node)
@@ -125,6 +145,34 @@ impl Client {
     /// Whether new grants on `node` are held after a loss it found.
     pub(super) fn holding(&self, now: Instant, node: usize) -> bool {
         self.nodes[node].holding_until.is_some_and(|until| now < until)
+    }
+
+    /// The reply to releasing lately released leases again: how many were
+    /// back (a failover had lost their release), or an error (the leases
+    /// then expire at their TTL, as they would have without this).
+    pub(super) fn on_release_again_reply(
+        &mut self,
+        now: Instant,
+        node: usize,
+        keys: SubjectKeys,
+        leases: Vec<LeaseId>,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
+        match frame {
+            Frame::Integer(back) if (0..=leases.len() as i64).contains(&back) => {
+                self.stats.releases_repeated += back as u64;
+                // Confirmed again, by a server that may fail over in turn.
+                if let Some(horizon) = self.config.recovery_window() {
+                    for lease in leases {
+                        self.held.released(now, horizon, lease, &keys);
+                    }
+                }
+            }
+            Frame::Error(_) => {}
+            other => return Err(super::replies::unexpected("release again", &other)),
+        }
+        self.step_done(now, node);
+        Ok(())
     }
 
     /// The reply to writing back one held lease: `{status, own id}`.

@@ -203,6 +203,13 @@ impl Client {
         self.send_asking_if(asked, node, job.into_request(), now + self.config.request_liveness);
     }
 
+    /// Keeps a confirmed release for a recovery to repeat (see `held`).
+    fn remember_release(&mut self, now: Instant, job: &ReleaseJob) {
+        if let Some(horizon) = self.config.recovery_window() {
+            self.held.released(now, horizon, job.lease, &job.keys);
+        }
+    }
+
     // ---- replies ----------------------------------------------------------
 
     pub(super) fn on_release_reply(
@@ -251,6 +258,7 @@ impl Client {
             return Err(unexpected("release", &frame));
         }
         self.stats.releases += 1;
+        self.remember_release(now, &job);
         self.events.push_back(Event::Released {
             lease: job.lease,
             compensation: job.is_compensation(),
@@ -270,6 +278,7 @@ impl Client {
         if let Frame::Integer(_) = frame {
             for job in jobs {
                 self.stats.releases += 1;
+                self.remember_release(now, &job);
                 self.events.push_back(Event::Released {
                     lease: job.lease,
                     compensation: false,

@@ -32,6 +32,7 @@ impl Client {
             Request::Release(job) | Request::Compensate(job) => self.on_release_reply(now, node, job, frame),
             Request::ReleaseMany(jobs) => self.on_release_many_reply(now, node, jobs, frame),
             Request::Reassert(job) => self.on_reassert_reply(now, node, job, frame),
+            Request::ReleaseAgain(keys, leases) => self.on_release_again_reply(now, node, keys, leases, frame),
             // Whatever it says, the command after it answers for itself.
             Request::Asking => Ok(()),
         }

@@ -34,6 +34,10 @@ pub(super) enum Request {
     /// Writes back a lease this client holds, after the server lost data:
     /// part of the handshake that found the loss.
     Reassert(Reassert),
+    /// Releases again, after a failover, leases whose release Redis had
+    /// confirmed lately (the replica may not have had it): one `ZREM` per
+    /// subject, part of the handshake that found the loss.
+    ReleaseAgain(SubjectKeys, Vec<LeaseId>),
 }
 
 impl Request {
@@ -41,7 +45,9 @@ impl Request {
     /// `ASKING` is written right before it, and the mark is used up.
     pub(super) fn take_ask(&mut self) -> bool {
         match self {
-            Request::Acquire(AcquireOp { call, .. }) | Request::Renew(RenewOp { call, .. }) => call.ask.take().is_some(),
+            Request::Acquire(AcquireOp { call, .. }) | Request::Renew(RenewOp { call, .. }) => {
+                call.ask.take().is_some()
+            }
             _ => false,
         }
     }

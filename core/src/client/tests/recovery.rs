@@ -55,7 +55,10 @@ fn an_empty_restart_is_found_and_held_leases_are_back_before_anything_new_is_gra
         Some(&Outcome::Unavailable(Unavailable::Recovering))
     );
     let stats = pair.client.stats();
-    assert_eq!((stats.data_losses, stats.leases_restored, stats.over_admissions), (1, 2, 0));
+    assert_eq!(
+        (stats.data_losses, stats.leases_restored, stats.over_admissions),
+        (1, 2, 0)
+    );
     // After the window the limit is what it was: full.
     pair.advance(config().default_recovery_window());
     let after = pair.acquire("t", "s", 2);
@@ -190,4 +193,20 @@ fn fencing_tokens_rise_across_grants_renewals_and_an_empty_restart() {
     pair.advance(config().default_recovery_window());
     let third = granted(&mut pair, 5).unwrap();
     assert!(third > second, "above every earlier token: {third} after {second}");
+}
+
+#[test]
+fn a_failover_to_a_replica_that_missed_the_last_grant_is_found_and_repaired() {
+    let mut pair = Pair::connected(config(), start());
+    assert!(granted(&mut pair, 2).is_some());
+    let replica = pair.server.clone(); // in sync up to here
+    assert!(granted(&mut pair, 2).is_some()); // never replicated
+    pair.restart_server(false);
+    pair.server = crate::model::RedisModel::promoted_from(&replica, replica.now_ms + 5, |_, _| true);
+    pair.exchange();
+    assert_eq!(losses(&pair), vec![(DataLoss::FailedOver, 2)]);
+    let mut found = reassertions(&pair);
+    found.sort_by_key(|r| *r as u8);
+    assert_eq!(found, vec![Reassertion::Survived, Reassertion::Restored]);
+    assert_eq!(pair.server.all_live_leases().len(), 2);
 }
