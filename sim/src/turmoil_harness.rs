@@ -228,7 +228,10 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
                         Some("the server restarts, losing its data".to_string())
                     }
                     _ => {
+                        // Bounced like a restart (turmoil closes the host's
+                        // sockets deterministically), with the replica's data.
                         server.fail_over(now);
+                        sim.bounce("redis");
                         Some("the server fails over to its lagging replica".to_string())
                     }
                 };

@@ -132,6 +132,33 @@ impl RedisServer {
         false
     }
 
+    /// Starts a replica of `primary` (`--replicaof`), read-only, and waits
+    /// until its link to the primary is up.
+    pub fn start_replica_of(primary: &RedisServer) -> Self {
+        let port = primary.port.to_string();
+        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(inflight_core::resp::Frame::BulkString(info)) = replica.client().call(&[b"INFO", b"replication"])
+            {
+                if String::from_utf8_lossy(&info).contains("master_link_status:up") {
+                    return replica;
+                }
+            }
+            assert!(Instant::now() < deadline, "the replica never synced with its primary");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the server and starts a fresh one, empty (no persistence), on
+    /// the same port: every connection breaks, every key is gone.
+    pub fn restart_empty(&mut self) {
+        let port = self.port;
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        *self = Self::start_at(port);
+    }
+
     /// Freezes the server (`SIGSTOP`): connections stay open and the kernel
     /// keeps accepting and buffering, but nothing runs until [`resume`].
     ///
