@@ -137,6 +137,28 @@ pub struct Config {
     pub servers: Servers,
     /// What a handshake does when it finds lease data lost.
     pub recovery: Recovery,
+    /// Deliver a grant only once this many replicas have it (`WAIT`); off
+    /// (`None`) by default. See [`ReplicaAcks`].
+    pub replica_acks: Option<ReplicaAcks>,
+}
+
+/// Synchronous replication of grants: after each write of acquires the
+/// client sends `WAIT replicas timeout`, and delivers the grants it covers
+/// only if at least `replicas` replicas acknowledged them in time. A `WAIT`
+/// that falls short releases those grants (their callers get
+/// `Unavailable::NotReplicated`). It costs one more round trip per write
+/// (pipelined: one `WAIT` per batch), and while replicas lag it holds that
+/// connection's replies for up to `timeout`. It narrows, and does not close,
+/// the window in which a failover loses a grant: Redis's own documentation
+/// says `WAIT` does not make Redis strongly consistent (a replica that
+/// acknowledged may still not be the one promoted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaAcks {
+    /// Replicas that must acknowledge a grant (at least 1).
+    pub replicas: u32,
+    /// How long `WAIT` may block for them (at least 1 ms, less than the
+    /// acquire timeout).
+    pub timeout: Duration,
 }
 
 /// What the client does when a handshake finds that the server may have
@@ -182,6 +204,7 @@ impl Default for Config {
             reply_limits: ReplyLimits::default(),
             servers: Servers::default(),
             recovery: Recovery::default(),
+            replica_acks: None,
         }
     }
 }
@@ -336,6 +359,19 @@ impl Config {
                 min_ms: self.acquire_timeout.as_millis(),
                 actual_ms: self.request_liveness.as_millis(),
             });
+        }
+        if let Some(acks) = self.replica_acks {
+            if acks.replicas == 0 {
+                return Err(ConfigError::Zero {
+                    field: "replica_acks.replicas",
+                });
+            }
+            if acks.timeout < Duration::from_millis(1) || acks.timeout >= self.acquire_timeout {
+                return Err(ConfigError::OutOfRange {
+                    field: "replica_acks.timeout",
+                    reason: "must be at least 1 ms and shorter than the acquire timeout",
+                });
+            }
         }
         if let Recovery::Reassert { window: Some(window) } = self.recovery {
             if window < Duration::from_millis(1) {

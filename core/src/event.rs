@@ -167,6 +167,15 @@ pub enum Unavailable {
     /// until the recovery window ends. Retry after it.
     #[error("Redis lost lease data and is being recovered: no new grants until the fleet has written back its leases")]
     Recovering,
+    /// The grant was made, but fewer replicas than `replica_acks` asked for
+    /// acknowledged it in time (`WAIT`): it was released again.
+    #[error("the grant reached {acked} of {wanted} replicas in time and was released")]
+    NotReplicated {
+        /// Replicas that acknowledged it.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
 }
 
 /// Why a connection was given up.
@@ -346,4 +355,6 @@ pub struct Stats {
     /// Leases released again after a failover had brought them back (their
     /// release was confirmed, and lost with the old primary).
     pub releases_repeated: u64,
+    /// Grants released because `WAIT` confirmed too few replicas.
+    pub not_replicated: u64,
 }

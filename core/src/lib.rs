@@ -54,7 +54,7 @@ pub mod testkit;
 
 pub use address::{redact_url, Endpoint, ServerAddress};
 pub use client::Client;
-pub use config::{Config, ConfigError, Credentials, Recovery, ReleasePolicy, Servers, UnavailablePolicy};
+pub use config::{Config, ConfigError, Credentials, Recovery, ReleasePolicy, ReplicaAcks, Servers, UnavailablePolicy};
 pub use event::{
     Action, ConnectionError, ConnectionId, DataLoss, Event, Lease, Outcome, Reassertion, ReleaseFailure, Renewal,
     RequestId, Stats, Transmit, Unavailable,

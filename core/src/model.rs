@@ -45,6 +45,8 @@ pub struct RedisModel {
     pub cluster_enabled: bool,
     /// Answer `ROLE` as a replica would (and refuse writes).
     pub replica: bool,
+    /// Replicas `WAIT` says acknowledged (the model has none of its own).
+    pub replicas: i64,
     /// `INFO`'s `run_id`, new for every model (every server start).
     pub run_id: String,
     /// `INFO`'s `master_replid` and `master_replid2`.
@@ -131,6 +133,7 @@ impl RedisModel {
         model.values = old.values.clone();
         model.cluster_enabled = old.cluster_enabled;
         model.password = old.password.clone();
+        model.replicas = old.replicas;
         model
     }
 
@@ -201,6 +204,7 @@ impl RedisModel {
                 }
             }
             ("SELECT", 2) => ok(),
+            ("WAIT", 3) => Frame::Integer(self.replicas),
             ("INFO", 1) => {
                 let enabled = u8::from(self.cluster_enabled);
                 let role = if self.replica { "slave" } else { "master" };

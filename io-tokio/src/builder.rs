@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use inflight_core::{
-    Client, Config, ConfigError, Endpoint, Recovery, ReleasePolicy, ServerAddress, Servers, UnavailablePolicy,
+    Client, Config, ConfigError, Endpoint, Recovery, ReleasePolicy, ReplicaAcks, ServerAddress, Servers,
+    UnavailablePolicy,
 };
 
 use crate::connector::{Connector, TcpConnector};
@@ -178,6 +179,18 @@ impl Builder {
     /// failovers"). `Recovery::Off` only reports the loss.
     pub fn recovery(mut self, recovery: Recovery) -> Self {
         self.config.recovery = recovery;
+        self
+    }
+
+    /// Delivers a grant only once `replicas` replicas acknowledged it
+    /// (`WAIT replicas timeout` after each write of acquires); a `WAIT` that
+    /// falls short releases the grants it covers and their callers get
+    /// `Unavailable::NotReplicated`. Off by default. Costs a round trip per
+    /// write, and can hold a connection's replies for up to `timeout` while
+    /// replicas lag; it narrows, and does not close, the window in which a
+    /// failover loses a grant (see `docs/operations.md`).
+    pub fn min_replicas_acked(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.config.replica_acks = Some(ReplicaAcks { replicas, timeout });
         self
     }
 

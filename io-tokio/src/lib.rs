@@ -84,7 +84,7 @@ pub use connector::{tcp_endpoint, Connector, TcpConnector};
 pub use error::{ConnectError, Error, ReleaseError, RenewError};
 pub use inflight_core::{
     ConfigError, ConnectionError, DataLoss, Endpoint, Key, KeyError, LeaseId, ProtocolError, Reassertion, Recovery,
-    ReleaseFailure, ReleasePolicy, ServerError, ServerErrorKind, Stats, Unavailable, UnavailablePolicy,
+    ReleaseFailure, ReleasePolicy, ReplicaAcks, ServerError, ServerErrorKind, Stats, Unavailable, UnavailablePolicy,
 };
 pub use limiter::Limiter;
 pub use permit::Permit;

@@ -45,6 +45,8 @@ pub mod names {
     pub const LEASES_RESTORED: &str = "inflight_leases_restored_total";
     /// Counter: restored leases that found their key over its limit.
     pub const OVER_ADMISSIONS: &str = "inflight_over_admissions_detected_total";
+    /// Counter: grants released because too few replicas acknowledged them.
+    pub const NOT_REPLICATED: &str = "inflight_acquire_not_replicated_total";
     /// Counter: acquires refused during a recovery hold.
     pub const RECOVERING: &str = "inflight_acquire_recovering_total";
     /// Histogram, labelled `outcome` = `granted`, `denied`, `unavailable` or `fail_open`.
@@ -58,7 +60,7 @@ pub mod names {
 /// A counter: its name, its help text, and its figure in [`Stats`].
 type CounterSpec = (&'static str, &'static str, fn(&Stats) -> u64);
 
-const COUNTERS: [CounterSpec; 18] = [
+const COUNTERS: [CounterSpec; 19] = [
     (names::GRANTED, "Permits granted (enforced).", |s| s.granted),
     (
         names::DENIED,
@@ -140,6 +142,11 @@ const COUNTERS: [CounterSpec; 18] = [
         names::RECOVERING,
         "Acquires refused while the fleet wrote back leases after a data loss.",
         |s| s.recovering,
+    ),
+    (
+        names::NOT_REPLICATED,
+        "Grants released because WAIT confirmed fewer replicas than min_replicas_acked asked for.",
+        |s| s.not_replicated,
     ),
 ];
 

@@ -177,3 +177,78 @@ async fn a_replica_is_refused_at_connect_with_a_typed_error() {
     // The primary itself is fine.
     assert!(builder(&primary.url()).connect().await.is_ok());
 }
+
+/// Lease ids of `subject` on `server`, as `members` reads them.
+fn ids_of(permits: &[Permit]) -> Vec<Bytes> {
+    let mut ids: Vec<Bytes> = permits
+        .iter()
+        .map(|p| Bytes::from(p.lease_id().unwrap().to_string()))
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn with_min_replicas_acked_every_confirmed_grant_survives_the_promotion() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&primary);
+    let waiting = builder(&primary.url())
+        .min_replicas_acked(1, Duration::from_millis(100))
+        .connect()
+        .await
+        .unwrap();
+    let plain = builder(&primary.url()).connect().await.unwrap();
+    let (synced, unsynced) = (
+        Key::new("tier", "synced").unwrap(),
+        Key::new("tier", "unsynced").unwrap(),
+    );
+    let mut confirmed = Vec::new();
+    let mut unconfirmed = Vec::new();
+    let started = Instant::now();
+    for _ in 0..50 {
+        confirmed.push(waiting.acquire_with(&synced, 1000).await.unwrap());
+    }
+    let with_wait = started.elapsed();
+    let started = Instant::now();
+    for _ in 0..50 {
+        unconfirmed.push(plain.acquire_with(&unsynced, 1000).await.unwrap());
+    }
+    let without = started.elapsed();
+    // The primary is lost the moment the last grant is delivered.
+    replica.client().call(&[b"REPLICAOF", b"NO", b"ONE"]).unwrap();
+    assert_eq!(
+        members(&replica, "synced"),
+        ids_of(&confirmed),
+        "every grant WAIT confirmed is on the promoted replica"
+    );
+    let lost = ids_of(&unconfirmed).len() - members(&replica, "unsynced").len();
+    println!(
+        "50 sequential acquires: {with_wait:?} with WAIT, {without:?} without ({:.2}x); \
+         without WAIT, {lost} of 50 grants were missing on the promoted replica",
+        with_wait.as_secs_f64() / without.as_secs_f64()
+    );
+    assert_eq!(waiting.stats().not_replicated, 0);
+}
+
+#[tokio::test]
+async fn with_min_replicas_acked_a_grant_no_replica_confirms_is_released() {
+    let server = RedisServer::start(); // no replica at all
+    let limiter = builder(&server.url())
+        .min_replicas_acked(1, Duration::from_millis(20))
+        .connect()
+        .await
+        .unwrap();
+    let key = Key::new("tier", "alone").unwrap();
+    match limiter.acquire_with(&key, 5).await {
+        Err(Error::Unavailable {
+            reason: inflight_tokio::Unavailable::NotReplicated { acked: 0, wanted: 1 },
+        }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    limiter.clone().drain().await;
+    assert!(
+        members(&server, "alone").is_empty(),
+        "the unconfirmed grant was released"
+    );
+    assert_eq!(limiter.stats().not_replicated, 1);
+}

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use super::identity::Identity;
-use super::request::{Op, Request};
+use super::request::{AcquireOp, Op, Request};
 use crate::event::{ConnectionError, ConnectionId, RequestId};
 use crate::pipeline::Pipeline;
 use crate::resp::ReplyLimits;
@@ -50,6 +50,9 @@ pub(super) struct Connection {
     /// The handshake's replies are all in and were compared with the
     /// node's last identity (recovery steps may follow).
     pub(super) recovery_checked: bool,
+    /// Grants read and not yet confirmed by a `WAIT` (with `replica_acks`),
+    /// with their fencing tokens.
+    pub(super) unreplicated: Vec<(AcquireOp, u64)>,
 }
 
 impl Connection {
@@ -66,6 +69,7 @@ impl Connection {
             resyncing: false,
             identity: Identity::default(),
             recovery_checked: false,
+            unreplicated: Vec::new(),
         }
     }
 

@@ -74,6 +74,11 @@ impl Request {
             }
             Request::Compensate(job) => encode_compensate(job, scripts, out),
             Request::Asking => encode_command(out, &[b"ASKING"]),
+            Request::Wait => {
+                let acks = wire.config.replica_acks.expect("WAIT is sent only with replica_acks");
+                let (replicas, timeout) = (acks.replicas.to_string(), acks.timeout.as_millis().to_string());
+                encode_command(out, &[b"WAIT", replicas.as_bytes(), timeout.as_bytes()])
+            }
         }
     }
 }

@@ -50,6 +50,11 @@ impl Client {
         if wanted {
             self.start_connect(now, node);
         }
+        // Grants read but not confirmed replicated: they exist, unconfirmed.
+        for (op, _) in std::mem::take(&mut conn.unreplicated) {
+            self.fail(op.call.request, Unavailable::ConnectionLost(error.clone()));
+            self.compensate(now, op, false);
+        }
         let pending: Vec<Request> = conn.pipeline.drain().collect();
         for request in pending {
             match request {
@@ -77,6 +82,7 @@ impl Client {
                 Request::Handshake(_)
                 | Request::Reload(_)
                 | Request::Asking
+                | Request::Wait
                 | Request::Reassert(_)
                 | Request::ReleaseAgain(..) => {}
             }
@@ -232,11 +238,19 @@ impl Client {
         if staged.is_empty() {
             return;
         }
+        let mut latest = None;
+        let mut acquires = false;
         for (group, oldest) in acquire_groups(staged, most) {
             let deadline = oldest + self.config.request_liveness;
             let mut request = group.into_request();
+            acquires |= matches!(request, Request::Acquire(_) | Request::AcquireMany(_));
             let asked = request.take_ask();
             self.send_asking_if(asked, node, request, deadline);
+            latest = latest.max(Some(deadline));
+        }
+        // One `WAIT` covers every write before it on this connection.
+        if let (Some(acks), Some(deadline), true) = (self.config.replica_acks, latest, acquires) {
+            self.send(node, Request::Wait, deadline + acks.timeout);
         }
     }
 

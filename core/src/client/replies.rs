@@ -35,6 +35,7 @@ impl Client {
             Request::ReleaseAgain(keys, leases) => self.on_release_again_reply(now, node, keys, leases, frame),
             // Whatever it says, the command after it answers for itself.
             Request::Asking => Ok(()),
+            Request::Wait => self.on_wait_reply(now, node, frame),
         }
     }
 
@@ -178,7 +179,7 @@ impl Client {
             return Err(self.ambiguous(now, op, ConnectionError::EchoMismatch));
         }
         match op {
-            Op::Acquire(op) => self.on_acquire_status(now, op, status, token),
+            Op::Acquire(op) => self.on_acquire_status(now, node, op, status, token),
             Op::Renew(op) => self.on_renew_status(now, op, status),
         }
     }
@@ -188,6 +189,7 @@ impl Client {
     fn on_acquire_status(
         &mut self,
         now: Instant,
+        node: usize,
         op: AcquireOp,
         status: i64,
         token: i64,
@@ -200,17 +202,15 @@ impl Client {
                 let error = unexpected_status("acquire", status, &op.call.lease_bytes);
                 return Err(self.ambiguous(now, Op::Acquire(op), error));
             }
-            1 if waiting => {
-                let call = op.call;
-                let lease = Lease {
-                    id: call.lease,
-                    expires_at: lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl),
-                    keys: call.keys,
-                    fencing_token: token as u64,
-                };
-                self.held.insert(now, &lease, op.limit);
-                self.finish(request, Outcome::Granted(lease));
+            1 if self.config.replica_acks.is_some() => {
+                // Delivered (or released) when the `WAIT` after it answers.
+                let conn = self.nodes[node]
+                    .connection
+                    .as_mut()
+                    .expect("replies come from the current connection");
+                conn.unreplicated.push((op, token as u64));
             }
+            1 if waiting => self.deliver_grant(now, op, token as u64),
             1 if self.bug_skip_late_grant_compensation() => {}
             1 => self.compensate(now, op, false),
             0 => {
@@ -310,10 +310,60 @@ impl Client {
             let (Frame::Integer(status), Frame::Integer(token)) = (&triple[0], &triple[2]) else {
                 unreachable!("checked above")
             };
-            let outcome = self.on_acquire_status(now, op, *status, *token);
+            let outcome = self.on_acquire_status(now, node, op, *status, *token);
             result = result.and(outcome);
         }
         result
+    }
+
+    /// `WAIT`'s answer: the replicas that acknowledged every write before
+    /// it. Enough delivers the grants read since the last one; too few (or
+    /// an error) releases them.
+    fn on_wait_reply(&mut self, now: Instant, node: usize, frame: Frame) -> Result<(), ConnectionError> {
+        let conn = self.nodes[node]
+            .connection
+            .as_mut()
+            .expect("replies come from the current connection");
+        let grants = std::mem::take(&mut conn.unreplicated);
+        let wanted = self.config.replica_acks.map_or(0, |acks| acks.replicas);
+        let acked = match frame {
+            Frame::Integer(acked) if acked >= 0 => u32::try_from(acked).unwrap_or(u32::MAX),
+            Frame::Error(_) => 0,
+            other => {
+                for (op, _) in grants {
+                    self.fail(op.call.request, Unavailable::ConnectionLost(unexpected("wait", &other)));
+                    self.compensate(now, op, false);
+                }
+                return Err(unexpected("wait", &other));
+            }
+        };
+        for (op, token) in grants {
+            if acked >= wanted {
+                self.deliver_grant(now, op, token);
+            } else {
+                self.stats.not_replicated += 1;
+                self.fail(op.call.request, Unavailable::NotReplicated { acked, wanted });
+                self.compensate(now, op, false);
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands a grant to its caller, or releases it if the caller is gone.
+    fn deliver_grant(&mut self, now: Instant, op: AcquireOp, token: u64) {
+        let request = op.call.request;
+        if !self.callers.contains(request) {
+            return self.compensate(now, op, false);
+        }
+        let call = op.call;
+        let lease = Lease {
+            id: call.lease,
+            expires_at: lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl),
+            keys: call.keys,
+            fencing_token: token,
+        };
+        self.held.insert(now, &lease, op.limit);
+        self.finish(request, Outcome::Granted(lease));
     }
 
     fn all_ambiguous(&mut self, now: Instant, ops: Vec<AcquireOp>, error: ConnectionError) -> ConnectionError {

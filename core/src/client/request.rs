@@ -38,6 +38,9 @@ pub(super) enum Request {
     /// confirmed lately (the replica may not have had it): one `ZREM` per
     /// subject, part of the handshake that found the loss.
     ReleaseAgain(SubjectKeys, Vec<LeaseId>),
+    /// `WAIT replicas timeout` after a write of acquires: the grants read
+    /// since the last one are delivered when it answers enough.
+    Wait,
 }
 
 impl Request {

@@ -210,3 +210,62 @@ fn a_failover_to_a_replica_that_missed_the_last_grant_is_found_and_repaired() {
     assert_eq!(found, vec![Reassertion::Survived, Reassertion::Restored]);
     assert_eq!(pair.server.all_live_leases().len(), 2);
 }
+
+fn waiting_for(replicas: u32) -> Config {
+    Config {
+        replica_acks: Some(crate::ReplicaAcks {
+            replicas,
+            timeout: Duration::from_millis(50),
+        }),
+        ..config()
+    }
+}
+
+#[test]
+fn with_replica_acks_a_grant_is_delivered_only_once_wait_confirms_it() {
+    let mut pair = Pair::connected(waiting_for(1), start());
+    pair.server.replicas = 1;
+    let burst = pair.acquire_burst("t", "s", 5, 3);
+    pair.to_server(usize::MAX); // the batch and its WAIT
+    pair.to_client(usize::MAX);
+    assert!(burst
+        .iter()
+        .all(|r| matches!(pair.outcome(*r), Some(Outcome::Granted(_)))));
+    assert_eq!(pair.client.held_leases(), 3);
+}
+
+#[test]
+fn with_replica_acks_a_wait_that_falls_short_releases_the_grants() {
+    let mut pair = Pair::connected(waiting_for(2), start());
+    pair.server.replicas = 1;
+    let burst = pair.acquire_burst("t", "s", 5, 2);
+    pair.exchange();
+    for request in burst {
+        assert_eq!(
+            pair.outcome(request),
+            Some(&Outcome::Unavailable(Unavailable::NotReplicated {
+                acked: 1,
+                wanted: 2
+            }))
+        );
+    }
+    pair.settle();
+    assert!(pair.server.all_live_leases().is_empty(), "released again");
+    assert_eq!(pair.client.stats().not_replicated, 2);
+    pair.assert_no_leak();
+}
+
+#[test]
+fn replica_acks_must_be_possible_within_the_acquire_timeout() {
+    let mut config = waiting_for(1);
+    config.replica_acks = Some(crate::ReplicaAcks {
+        replicas: 1,
+        timeout: config.acquire_timeout,
+    });
+    assert!(config.validate().is_err());
+    config.replica_acks = Some(crate::ReplicaAcks {
+        replicas: 0,
+        timeout: Duration::from_millis(5),
+    });
+    assert!(config.validate().is_err());
+}
