@@ -3,6 +3,7 @@
 //! executing the core's reference model of the lease set. turmoil and madsim
 //! each accept connections their own way and hand them to [`serve_connection`].
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -38,13 +39,13 @@ pub struct ServerState {
     /// then answers for its own slots (the data is the cluster's, in `model`).
     pub cluster: Option<Arc<Mutex<ModelCluster>>>,
     /// A replica that receives the data set late, when the scenario can
-    /// fail over to it: its copy and when it was taken.
-    replica: Option<Arc<Mutex<(u64, RedisModel)>>>,
+    /// fail over to it: the primary's data after each batch of commands of
+    /// the last `REPLICA_LAG_MS` (and the last one before), by when.
+    replica: Option<Arc<Mutex<VecDeque<(u64, RedisModel)>>>>,
 }
 
-/// How far a lagging replica is behind: its copy of the data is taken at
-/// most this often, so a failover loses up to this many milliseconds of
-/// writes (grants and releases alike).
+/// How far a lagging replica is behind: a failover loses the writes (grants
+/// and releases alike) of the last this many milliseconds.
 pub const REPLICA_LAG_MS: u64 = 30;
 
 impl ServerState {
@@ -65,20 +66,25 @@ impl ServerState {
     /// The state of a server with a lagging replica that a failover promotes.
     pub fn with_lagging_replica(mut self) -> Self {
         let copy = self.model.lock().unwrap().clone();
-        self.replica = Some(Arc::new(Mutex::new((0, copy))));
+        self.replica = Some(Arc::new(Mutex::new(VecDeque::from([(0, copy)]))));
         self
     }
 
-    /// The replica catches up, if its copy is `REPLICA_LAG_MS` old: called
-    /// after every batch of commands the server executes.
+    /// Records the primary's data after a batch of commands, for the replica
+    /// to receive `REPLICA_LAG_MS` later.
     fn replicate(&self, model: &RedisModel) {
-        let Some(replica) = &self.replica else {
+        let Some(history) = &self.replica else {
             return;
         };
-        let mut replica = replica.lock().unwrap();
+        let mut history = history.lock().unwrap();
         let now = (self.elapsed_ms)();
-        if now >= replica.0 + REPLICA_LAG_MS {
-            *replica = (now, model.clone());
+        if history.back().is_some_and(|(at, _)| *at == now) {
+            history.pop_back();
+        }
+        history.push_back((now, model.clone()));
+        // Keep the newest state the replica has surely received, and after.
+        while history.len() > 1 && history[1].0 + REPLICA_LAG_MS <= now {
+            history.pop_front();
         }
     }
 
@@ -87,13 +93,22 @@ impl ServerState {
     /// connection breaks; clients reconnect to the same address (a virtual
     /// IP or a Sentinel-managed name follows the new primary).
     pub fn fail_over(&self, elapsed: std::time::Duration) {
-        let replica = self.replica.as_ref().expect("a scenario with a replica");
-        let now = EPOCH_MS + elapsed.as_millis() as u64;
+        let history = self.replica.as_ref().expect("a scenario with a replica");
+        let elapsed_ms = elapsed.as_millis() as u64;
+        let now = EPOCH_MS + elapsed_ms;
         {
-            let replica = replica.lock().unwrap();
+            let mut history = history.lock().unwrap();
+            // What the replica has: the primary's data as of REPLICA_LAG_MS ago.
+            let received = history
+                .iter()
+                .rev()
+                .find(|(at, _)| *at + REPLICA_LAG_MS <= elapsed_ms)
+                .unwrap_or(&history[0]);
             let mut model = self.model.lock().unwrap();
-            *model = RedisModel::promoted_from(&replica.1, now, |_, _| true);
+            *model = RedisModel::promoted_from(&received.1, now, |_, _| true);
             self.new_incarnation(&mut model);
+            // The next replica follows the new primary from here.
+            *history = VecDeque::from([(elapsed_ms, model.clone())]);
         }
         self.restarts.send_modify(|n| *n += 1);
     }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use inflight_core::resp::Frame;
 use inflight_tests::{RedisCluster, RedisServer};
-use inflight_tokio::{Builder, ConfigError, ConnectError, Error, Key, Limiter, Stats};
+use inflight_tokio::{Builder, ConfigError, ConnectError, Error, Key, Limiter, Stats, Unavailable};
 
 /// The one cluster of this binary, and the turn to use it.
 fn cluster() -> MutexGuard<'static, RedisCluster> {
@@ -379,6 +379,68 @@ async fn failover_under_load() {
     }
     limiter.clone().drain().await;
     println!("stats {:?}", limiter.stats());
+}
+
+/// A failover is a possible loss of the last writes: the limiter finds it
+/// at its first handshake with the promoted replica (whose second
+/// replication id is the old primary's), writes back the leases it holds
+/// there before anything new, and holds new grants on that node for the
+/// recovery window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_is_found_and_held_leases_are_written_back() {
+    let mut cluster = cluster();
+    let prefix = "c9";
+    let tenants = spread(&cluster, prefix, 1);
+    let limiter = builder(&cluster.url(), prefix)
+        .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let victim = cluster.primaries()[0];
+    let tenant = tenants[&victim][0].clone();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(limiter.acquire_with(&key(&tenant), 3).await.unwrap());
+    }
+    let (guard, promoted) = tokio::task::block_in_place(|| {
+        let promoted = cluster.failover(victim);
+        (cluster, promoted)
+    });
+    cluster = guard;
+    // The next acquire of the tenant takes the limiter to the new primary.
+    let started = Instant::now();
+    loop {
+        match limiter.acquire_with(&key(&tenant), 3).await {
+            Err(Error::Unavailable {
+                reason: Unavailable::Recovering,
+            }) => break,
+            Err(_) if started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            other => panic!("expected the recovery hold on the promoted node, got {other:?}"),
+        }
+    }
+    let stats = limiter.stats();
+    assert_eq!(stats.data_losses, 1, "{stats:?}");
+    assert_eq!(
+        stats.leases_survived, 3,
+        "a coordinated failover loses nothing: {stats:?}"
+    );
+    for permit in &held {
+        assert_eq!(permit.reassertion(), Some(inflight_tokio::Reassertion::Survived));
+    }
+    assert_eq!(cluster.owner(cluster.keyslot(&redis_key(prefix, &tenant))), promoted);
+    assert_eq!(live(&cluster, prefix, &tenant), 3);
+    // Tenants on the other primaries were never held.
+    for (primary, subjects) in &tenants {
+        if *primary != victim {
+            let permit = limiter.acquire_with(&key(&subjects[0]), 3).await;
+            assert!(permit.is_ok(), "{primary}: {permit:?}");
+        }
+    }
+    drop(held);
+    limiter.clone().drain().await;
+    assert_eq!(live(&cluster, prefix, &tenant), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -118,7 +118,11 @@ impl Client {
     /// had a ready connection to it; or, for a node never seen before, since
     /// it was a replica of a primary this client knew (a cluster failover).
     fn loss_on(&self, node: usize) -> Option<DataLoss> {
-        let now = &self.nodes[node].connection.as_ref()?.identity;
+        let conn = self.nodes[node].connection.as_ref()?;
+        if conn.replica {
+            return None; // no lease lives on a replica, none is written there
+        }
+        let now = &conn.identity;
         match &self.nodes[node].identity {
             Some(before) => now.loss_since(before),
             None => self

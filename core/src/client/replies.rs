@@ -50,10 +50,17 @@ impl Client {
             return self.on_topology_reply(now, node, step, frame);
         }
         let cluster = self.topology.is_cluster();
-        // In a cluster, a failover demoted it: the failed attempt refreshes
-        // the slot table (see `connect_failed`).
+        // Standalone, a replica is refused. In a cluster it may serve as a
+        // source of the slot table (a seed demoted by a failover, say): no
+        // route sends a write to a node the table does not name as a
+        // slot's primary, and nothing is recovered on it.
         if let (Step::Role, Some(Err(role))) = (step, identity::primary(&frame)) {
-            return Err(ConnectionError::Replica(role));
+            if !cluster {
+                return Err(ConnectionError::Replica(role));
+            }
+            if let Some(conn) = self.nodes[node].connection.as_mut() {
+                conn.replica = true;
+            }
         }
         let conn = self.nodes[node]
             .connection
