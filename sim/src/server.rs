@@ -41,8 +41,11 @@ pub struct ServerState {
     /// A replica that receives the data set late, when the scenario can
     /// fail over to it: the primary's data after each batch of commands of
     /// the last `REPLICA_LAG_MS` (and the last one before), by when.
-    replica: Option<Arc<Mutex<VecDeque<(u64, RedisModel)>>>>,
+    replica: Option<Arc<Mutex<History>>>,
 }
+
+/// The primary's data after each batch of commands, by virtual millisecond.
+type History = VecDeque<(u64, RedisModel)>;
 
 /// How far a lagging replica is behind: a failover loses the writes (grants
 /// and releases alike) of the last this many milliseconds.
