@@ -293,6 +293,83 @@ fn cluster_handshake() -> Vec<u8> {
     handshake_replies(Some(&shards))
 }
 
+/// `handshake`: a hostile server across a reconnect. A client that held two
+/// leases on a server it knew loses the connection; the next handshake (two
+/// acquires waiting for it) is answered with arbitrary bytes in arbitrary
+/// chunks: `ROLE`, `INFO`, the marker, the recovery writes and the acquires'
+/// replies are all the fuzzer's. Whatever they say: no panic, at most one
+/// outcome per request, every request answered once its deadlines pass,
+/// nothing granted on a connection that never finished its handshake (a
+/// replica is refused before it can admit), and a connection that found
+/// lost data admits nothing before the leases held there were written back.
+pub fn handshake(data: &[u8], start: Instant) {
+    let (chunking, payload) = data.split_first().map_or((0u8, &[][..]), |(c, rest)| (*c, rest));
+    let mut client = Client::new(Config::default(), [7; 16], start).expect("valid config");
+    let Some(Action::Connect(first, _)) = client.poll_action() else {
+        panic!("a new client asks for a connection");
+    };
+    client.handle_connected(start, first);
+    client.handle_input(start, first, &handshake_replies(None));
+    assert_eq!(client.connection(), Some((first, true)), "the first handshake completes");
+    while client.poll_transmit().is_some() {}
+    let key = Key::new("ns", "s").expect("valid");
+    let limit = NonZeroU32::new(5).expect("non-zero");
+    for _ in 0..2 {
+        let request = client.acquire(start, &key, limit);
+        while client.poll_transmit().is_some() {}
+        let id = client.lease_id(request).to_string();
+        let grant = format!("*3\r\n:1\r\n${}\r\n{id}\r\n:1700000000000000\r\n", id.len());
+        client.handle_input(start, first, grant.as_bytes());
+    }
+    assert_eq!(client.held_leases(), 2);
+    while client.poll_event().is_some() {}
+    client.handle_closed(start, first);
+    let mut second = None;
+    while let Some(action) = client.poll_action() {
+        if let Action::Connect(id, _) = action {
+            second = Some(id);
+        }
+    }
+    let second = second.expect("a fresh connection is asked for");
+    client.handle_connected(start, second);
+    let requests: Vec<RequestId> = (0..2).map(|_| client.acquire(start, &key, limit)).collect();
+    let mut answered: HashMap<RequestId, usize> = HashMap::new();
+    let (mut ready, mut reasserted, mut lost) = (false, 0usize, None);
+    let mut check = |client: &mut Client| {
+        while let Some(event) = client.poll_event() {
+            match event {
+                Event::Connected(id) if id == second => ready = true,
+                Event::DataLoss { held, .. } => lost = Some(held),
+                Event::Reasserted { .. } => reasserted += 1,
+                Event::Acquired(request, outcome) => {
+                    *answered.entry(request).or_default() += 1;
+                    assert_eq!(answered[&request], 1, "a second outcome for {request:?}");
+                    if matches!(outcome, crate::Outcome::Granted(_)) {
+                        assert!(ready, "granted before the handshake finished");
+                        if let Some(held) = lost {
+                            assert_eq!(reasserted, held, "granted before the held leases were written back");
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        while client.poll_transmit().is_some() {}
+        while client.poll_action().is_some() {}
+    };
+    let chunk = usize::from(chunking % 16) + 1;
+    for part in payload.chunks(chunk) {
+        client.handle_input(start, second, part);
+        check(&mut client);
+    }
+    let later = start + Duration::from_secs(10);
+    client.handle_timeout(later);
+    check(&mut client);
+    for request in requests {
+        assert_eq!(answered.get(&request), Some(&1), "{request:?} never answered");
+    }
+}
+
 /// `key_encoding`: two arbitrary (namespace, subject) pairs. Distinct pairs get
 /// distinct keys; every key has exactly one hash tag, shared by its tombstones.
 pub fn key_encoding(data: &[u8]) {
@@ -366,7 +443,20 @@ mod tests {
             key_encoding(data);
             config_url(data, start());
             cluster_replies(data, start());
+            handshake(data, start());
         }
+    }
+
+    #[test]
+    fn a_hostile_handshake_never_admits_through_a_replica_or_before_recovery() {
+        // A replica, then a server whose marker is new (lost data).
+        let replica = "\x05+PONG\r\n*5\r\n$5\r\nslave\r\n$9\r\n127.0.0.1\r\n:6379\r\n$9\r\nconnected\r\n:0\r\n";
+        handshake(replica.as_bytes(), start());
+        let mut emptied = vec![7u8];
+        let honest = handshake_replies(None);
+        let text = String::from_utf8(honest).unwrap().replace("*2\r\n:0\r\n$6\r\nmarker\r\n", "*2\r\n:1\r\n$3\r\nnew\r\n");
+        emptied.extend_from_slice(text.as_bytes());
+        handshake(&emptied, start());
     }
 
     #[test]

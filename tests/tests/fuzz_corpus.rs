@@ -59,3 +59,9 @@ fn cluster_replies_corpus() {
     let start = Instant::now();
     replay("cluster_replies", |data| fuzzing::cluster_replies(data, start));
 }
+
+#[test]
+fn handshake_corpus() {
+    let start = Instant::now();
+    replay("handshake", |data| fuzzing::handshake(data, start));
+}
