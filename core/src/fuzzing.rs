@@ -310,7 +310,11 @@ pub fn handshake(data: &[u8], start: Instant) {
     };
     client.handle_connected(start, first);
     client.handle_input(start, first, &handshake_replies(None));
-    assert_eq!(client.connection(), Some((first, true)), "the first handshake completes");
+    assert_eq!(
+        client.connection(),
+        Some((first, true)),
+        "the first handshake completes"
+    );
     while client.poll_transmit().is_some() {}
     let key = Key::new("ns", "s").expect("valid");
     let limit = NonZeroU32::new(5).expect("non-zero");
@@ -454,7 +458,9 @@ mod tests {
         handshake(replica.as_bytes(), start());
         let mut emptied = vec![7u8];
         let honest = handshake_replies(None);
-        let text = String::from_utf8(honest).unwrap().replace("*2\r\n:0\r\n$6\r\nmarker\r\n", "*2\r\n:1\r\n$3\r\nnew\r\n");
+        let text = String::from_utf8(honest)
+            .unwrap()
+            .replace("*2\r\n:0\r\n$6\r\nmarker\r\n", "*2\r\n:1\r\n$3\r\nnew\r\n");
         emptied.extend_from_slice(text.as_bytes());
         handshake(&emptied, start());
     }

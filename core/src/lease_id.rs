@@ -23,6 +23,11 @@ impl LeaseId {
         Self { instance, counter }
     }
 
+    /// The client's instance bits and the counter: the id's two parts.
+    pub(crate) fn parts(&self) -> (u128, u64) {
+        (self.instance, self.counter)
+    }
+
     /// The id's bytes as they appear in Redis.
     pub fn to_bytes(&self) -> Vec<u8> {
         self.to_string().into_bytes()

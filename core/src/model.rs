@@ -477,14 +477,12 @@ impl RedisModel {
 
     /// `count` consecutive fencing tokens of the counter `fence` (the
     /// first returned): the counter's next values, never below the clock in
-    /// microseconds; the counter lives as long as the lease set.
+    /// microseconds; the counter lives `ttl` past the last grant (`SET … PX`).
     fn fencing_tokens(&mut self, fence: &Bytes, count: u64, ttl: u64) -> u64 {
         let floor = self.now_ms * 1000;
-        let expiry = self.now_ms + ttl + 1;
-        let counter = self.counters.entry(fence.clone()).or_insert((0, expiry));
+        let counter = self.counters.entry(fence.clone()).or_insert((0, 0));
         let first = (counter.0 + 1).max(floor);
-        counter.0 = first + count - 1;
-        counter.1 = counter.1.max(expiry);
+        *counter = (first + count - 1, self.now_ms + ttl);
         first
     }
 

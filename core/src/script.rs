@@ -27,7 +27,11 @@ use crate::resp::encode_command;
 /// score back, measured with redis-benchmark), so no lease outlives its key.
 ///
 /// Fencing tokens: every grant takes the next value of the subject's counter,
-/// never below the server's clock in microseconds. While the counter lives
+/// never below the server's clock in microseconds. The counter lives a TTL
+/// past the subject's last grant. On Redis 7 (`redis.REDIS_VERSION_NUM`) one
+/// `SET … PX … GET` writes the clock and reads the last token (a second `SET`
+/// only when the clock has not passed it); before, a `GET` and a `SET`.
+/// (Cost on Redis's thread: `docs/performance.md`, session 5.) While the counter lives
 /// the tokens of a subject strictly increase; when it is gone (idle subject,
 /// or a server that lost its data) the clock floor keeps them above every
 /// token handed out before, as long as the server's clock moved forward by
@@ -58,14 +62,19 @@ if not redis.call('ZSCORE', leases, id) then
     redis.call('PEXPIRE', leases, ttl + 1)
   end
 end
-local floor = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local token = redis.call('INCR', fence)
-if token < floor then
-  token = floor
-  redis.call('SET', fence, string.format('%.0f', floor))
+local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local last, written = nil, false
+if redis.REDIS_VERSION_NUM then
+  last = redis.call('SET', fence, string.format('%.0f', token), 'PX', ttl, 'GET')
+  written = true
+else
+  last = redis.call('GET', fence)
 end
-if redis.call('PTTL', fence) < ttl then
-  redis.call('PEXPIRE', fence, ttl + 1)
+if last and tonumber(last) >= token then
+  token, written = tonumber(last) + 1, false
+end
+if not written then
+  redis.call('SET', fence, string.format('%.0f', token), 'PX', ttl)
 end
 return {1, id, token}
 "#;
@@ -126,16 +135,20 @@ if #added > 0 then
   end
 end
 if granted > 0 then
-  local floor = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  local last = redis.call('INCRBY', fence, granted)
-  if last - granted + 1 < floor then
-    last = floor + granted - 1
-    redis.call('SET', fence, string.format('%.0f', last))
+  local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  local last, written = nil, false
+  if redis.REDIS_VERSION_NUM then
+    last = redis.call('SET', fence, string.format('%.0f', token + granted - 1), 'PX', ttl, 'GET')
+    written = true
+  else
+    last = redis.call('GET', fence)
   end
-  if redis.call('PTTL', fence) < ttl then
-    redis.call('PEXPIRE', fence, ttl + 1)
+  if last and tonumber(last) >= token then
+    token, written = tonumber(last) + 1, false
   end
-  local token = last - granted + 1
+  if not written then
+    redis.call('SET', fence, string.format('%.0f', token + granted - 1), 'PX', ttl)
+  end
   for i = 1, #reply, 3 do
     if reply[i] == 1 then
       reply[i + 2] = token

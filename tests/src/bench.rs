@@ -303,10 +303,17 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
             out,
             ScriptKind::Acquire,
             false,
-            &[keys.leases(), &tombstone],
-            // The same script and arguments the client sends; this baseline
-            // is never late, so its valid-until is far ahead.
-            &[ttl.as_bytes(), limit.as_bytes(), id.as_bytes(), b"99999999999999"],
+            &[keys.leases(), &tombstone, &keys.fence()],
+            // The same script and arguments the client sends (standalone,
+            // with the recovery hold key); this baseline is never late, so
+            // its valid-until is far ahead.
+            &[
+                ttl.as_bytes(),
+                limit.as_bytes(),
+                id.as_bytes(),
+                b"99999999999999",
+                b"bench:recovery",
+            ],
         );
         encode_command(out, &[b"ZREM", keys.leases(), id.as_bytes()]);
     };

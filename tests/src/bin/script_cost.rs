@@ -1,5 +1,6 @@
 //! The acquire script's cost on Redis's thread, before and after it learned
-//! to refuse stale requests (issue 18): the same acquire + release cycles,
+//! to hand out fencing tokens and honour the recovery hold (issue 13; the
+//! hold key given, as a standalone limiter does): the same acquire + release cycles,
 //! pipelined on one connection, alternating the two scripts in rounds on one
 //! server (which runs first alternates too). Starts its own redis-server; bounded in count.
 //!
@@ -15,17 +16,20 @@ use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
 use inflight_core::script::ACQUIRE;
 use inflight_tests::RedisServer;
 
-/// `ACQUIRE` as it was before valid-until (commit 71609f4), kept here only as
-/// this benchmark's baseline.
+/// `ACQUIRE` as it was before fencing tokens and the recovery hold (commit
+/// 4687ac6, session 4), kept here only as this benchmark's baseline.
 const ACQUIRE_BEFORE: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local leases, tombstone = KEYS[1], KEYS[2]
-local ttl, limit, id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local ttl, limit, id, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if now > valid_until then
+  return {-2, id}
+end
 if redis.call('EXISTS', tombstone) == 1 then
   return {-1, id}
 end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 if redis.call('ZSCORE', leases, id) then
   return {1, id}
@@ -56,6 +60,8 @@ fn main() {
     stream.set_nodelay(true).unwrap();
     let keys = SubjectKeys::new("cost", &Key::new("tier", "s").unwrap());
     let mut next = 0u64;
+    // The hold key a standalone limiter passes; `HOLD= ` for none (a cluster).
+    let hold = std::env::var("HOLD").unwrap_or_else(|_| "cost:recovery".into());
     println!("{CYCLES} acquire + release cycles per round, {WINDOW} pipelined, one connection");
     println!(
         "{:>6} {:>16} {:>16} {:>8}",
@@ -63,7 +69,7 @@ fn main() {
     );
     let mut ratios = Vec::new();
     for round in 1..=rounds {
-        let mut rate = |sha: &str, with_deadline: bool| {
+        let mut rate = |sha: &str, with_fencing: bool| {
             let started = Instant::now();
             let mut reader = ReplyReader::new(ReplyLimits::default());
             let mut buf = vec![0u8; 64 * 1024];
@@ -74,20 +80,34 @@ fn main() {
                     next += 1;
                     let lease = LeaseId::from_parts(0xc057, next);
                     let id = lease.to_string();
-                    let tombstone = keys.tombstone(&lease);
-                    let mut args: Vec<&[u8]> = vec![
-                        b"EVALSHA",
-                        sha.as_bytes(),
-                        b"2",
-                        keys.leases(),
-                        &tombstone,
-                        b"60000",
-                        b"1000",
-                        id.as_bytes(),
-                    ];
-                    if with_deadline {
-                        args.push(b"99999999999999");
-                    }
+                    let (tombstone, fence) = (keys.tombstone(&lease), keys.fence());
+                    let args: Vec<&[u8]> = if with_fencing {
+                        vec![
+                            b"EVALSHA",
+                            sha.as_bytes(),
+                            b"3",
+                            keys.leases(),
+                            &tombstone,
+                            &fence,
+                            b"60000",
+                            b"1000",
+                            id.as_bytes(),
+                            b"99999999999999",
+                            hold.as_bytes(),
+                        ]
+                    } else {
+                        vec![
+                            b"EVALSHA",
+                            sha.as_bytes(),
+                            b"2",
+                            keys.leases(),
+                            &tombstone,
+                            b"60000",
+                            b"1000",
+                            id.as_bytes(),
+                            b"99999999999999",
+                        ]
+                    };
                     encode_command(&mut out, &args);
                     encode_command(&mut out, &[b"ZREM", keys.leases(), id.as_bytes()]);
                 }
