@@ -232,7 +232,7 @@ return {2, id}
 /// The lease-data marker: a key this library keeps on the server so that
 /// "restarted with its data" and "restarted empty" (or flushed) are told
 /// apart. KEYS: the marker. ARGV: a value to write if it is missing. Returns
-/// `{created, value}`: 1 and ARGV[1] if it was missing, else 0 and its value.
+/// `{created, value}`: 1 and `ARGV[1]` if it was missing, else 0 and its value.
 pub const MARK: &str = r#"
 local value = redis.call('GET', KEYS[1])
 if value then
@@ -242,7 +242,7 @@ redis.call('SET', KEYS[1], ARGV[1])
 return {1, ARGV[1]}
 "#;
 
-/// Sets the recovery hold for at least ARGV[1] ms (never shortens it): the
+/// Sets the recovery hold for at least `ARGV[1]` ms (never shortens it): the
 /// acquire scripts grant nothing new while it exists. KEYS: the hold key.
 /// Returns the hold's remaining milliseconds.
 pub const HOLD: &str = r#"
