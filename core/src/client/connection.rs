@@ -50,8 +50,9 @@ pub(super) struct Connection {
     /// The handshake's replies are all in and were compared with the
     /// node's last identity (recovery steps may follow).
     pub(super) recovery_checked: bool,
-    /// `ROLE` said replica (cluster mode only: a source of the slot table).
-    pub(super) replica: bool,
+    /// What `ROLE` said, if not a primary: refused standalone; in a cluster
+    /// only a source of the slot table.
+    pub(super) replica: Option<String>,
     /// Grants read and not yet confirmed by a `WAIT` (with `replica_acks`),
     /// with their fencing tokens.
     pub(super) unreplicated: Vec<(AcquireOp, u64)>,
@@ -72,7 +73,7 @@ impl Connection {
             identity: Identity::default(),
             recovery_checked: false,
             unreplicated: Vec::new(),
-            replica: false,
+            replica: None,
         }
     }
 

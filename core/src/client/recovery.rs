@@ -119,7 +119,7 @@ impl Client {
     /// it was a replica of a primary this client knew (a cluster failover).
     fn loss_on(&self, node: usize) -> Option<DataLoss> {
         let conn = self.nodes[node].connection.as_ref()?;
-        if conn.replica {
+        if conn.replica.is_some() {
             return None; // no lease lives on a replica, none is written there
         }
         let now = &conn.identity;

@@ -54,14 +54,17 @@ impl Client {
         // source of the slot table (a seed demoted by a failover, say): no
         // route sends a write to a node the table does not name as a
         // slot's primary, and nothing is recovered on it.
+        // Standalone, the refusal waits for `INFO` (the next step), so that
+        // a cluster node reached without cluster mode hears that first.
         if let (Step::Role, Some(Err(role))) = (step, identity::primary(&frame)) {
-            if !cluster {
-                return Err(ConnectionError::Replica(role));
-            }
             if let Some(conn) = self.nodes[node].connection.as_mut() {
-                conn.replica = true;
+                conn.replica = Some(role);
             }
         }
+        let refused_replica = |conn: &super::Connection| match (&conn.replica, cluster) {
+            (Some(role), false) => Err(ConnectionError::Replica(role.clone())),
+            _ => Ok(()),
+        };
         let conn = self.nodes[node]
             .connection
             .as_mut()
@@ -75,10 +78,15 @@ impl Client {
                 (Some(true), false) => return Err(ConnectionError::ClusterMode),
                 (Some(false), true) => return Err(ConnectionError::NotCluster),
                 _ => {
+                    refused_replica(conn)?;
                     conn.identity.learn_info(info);
                     true
                 }
             },
+            (Step::Info, Frame::Error(message)) if !is_auth_error(message) => {
+                refused_replica(conn)?;
+                true
+            }
             // A server (or an ACL) that will not say: go on. A cluster node
             // that stays silent here still cannot misroute quietly: its
             // `MOVED` replies fail the acquires as unavailable, and in

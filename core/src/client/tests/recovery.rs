@@ -269,3 +269,16 @@ fn replica_acks_must_be_possible_within_the_acquire_timeout() {
     });
     assert!(config.validate().is_err());
 }
+
+#[test]
+fn a_cluster_replica_reached_without_cluster_mode_says_cluster_mode_first() {
+    let mut pair = Pair::new(config(), start());
+    pair.server.replica = true;
+    pair.server.cluster_enabled = true;
+    pair.accept();
+    pair.exchange();
+    assert!(pair
+        .events
+        .iter()
+        .any(|event| matches!(event, Event::ConnectFailed(_, ConnectionError::ClusterMode))));
+}
