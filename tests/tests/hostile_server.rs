@@ -90,9 +90,16 @@ async fn a_reply_of_the_wrong_type_or_arity_retires_the_connection() {
     case(executed(b"+OK\r\n"), lost_to(unexpected), true).await;
     case(executed(b"*1\r\n:1\r\n"), lost_to(unexpected), true).await;
     case(executed(b"*3\r\n:1\r\n:2\r\n:3\r\n"), lost_to(unexpected), true).await;
-    case(executed(b"*2\r\n$1\r\n1\r\n$1\r\nx\r\n"), lost_to(unexpected), true).await;
+    // Two items: an acquire answers three (status, id, fencing token).
+    case(executed(b"*2\r\n:1\r\n$1\r\nx\r\n"), lost_to(unexpected), true).await;
     case(
-        executed(b"*2\r\n:7\r\n$1\r\nx\r\n"),
+        executed(b"*3\r\n$1\r\n1\r\n$1\r\nx\r\n:1\r\n"),
+        lost_to(unexpected),
+        true,
+    )
+    .await;
+    case(
+        executed(b"*3\r\n:7\r\n$1\r\nx\r\n:0\r\n"),
         lost_to(|e| *e == ConnectionError::EchoMismatch),
         true,
     )
