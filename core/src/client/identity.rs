@@ -29,12 +29,7 @@ const NO_REPLID: &[u8] = b"0000000000000000000000000000000000000000";
 impl Identity {
     /// Reads `run_id`, `master_replid` and `master_replid2` from an `INFO` text.
     pub(super) fn learn_info(&mut self, info: &[u8]) {
-        for line in info.split(|byte| *byte == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let Some(colon) = line.iter().position(|byte| *byte == b':') else {
-                continue;
-            };
-            let (name, value) = (&line[..colon], &line[colon + 1..]);
+        for (name, value) in info_fields(info) {
             let value = (!value.is_empty() && value.len() <= 64).then(|| Bytes::copy_from_slice(value));
             match name {
                 b"run_id" => self.run_id = value,
@@ -69,6 +64,25 @@ impl Identity {
     pub(super) fn continues(&self, other: &Identity) -> bool {
         matches!((&self.replid2, &other.replid), (Some(a), Some(b)) if a == b)
     }
+}
+
+/// The `name:value` lines of an `INFO` text (section headers and blank
+/// lines skipped).
+pub(super) fn info_fields(info: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    info.split(|byte| *byte == b'\n').filter_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = line.iter().position(|byte| *byte == b':')?;
+        Some((&line[..colon], &line[colon + 1..]))
+    })
+}
+
+/// What an `INFO` text says of `cluster_enabled`, if anything.
+pub(super) fn cluster_enabled(info: &[u8]) -> Option<bool> {
+    info_fields(info).find_map(|field| match field {
+        (b"cluster_enabled", b"1") => Some(true),
+        (b"cluster_enabled", b"0") => Some(false),
+        _ => None,
+    })
 }
 
 /// What a `ROLE` reply says: `Ok(())` for a primary, `Err(role)` for

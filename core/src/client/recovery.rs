@@ -166,10 +166,8 @@ impl Client {
             Frame::Integer(back) if (0..=leases.len() as i64).contains(&back) => {
                 self.stats.releases_repeated += back as u64;
                 // Confirmed again, by a server that may fail over in turn.
-                if let Some(horizon) = self.config.recovery_window() {
-                    for lease in leases {
-                        self.held.released(now, horizon, lease, &keys);
-                    }
+                for lease in leases {
+                    self.remember_release(now, lease, &keys);
                 }
             }
             Frame::Error(_) => {}

@@ -9,6 +9,8 @@ use super::request::{AcquireOp, ReleaseJob, ReleaseKind};
 use super::Client;
 use crate::event::ConnectionError;
 use crate::event::{Event, ReleaseFailure};
+use crate::key::SubjectKeys;
+use crate::lease_id::LeaseId;
 use crate::resp::Frame;
 use crate::script::ScriptKind;
 use crate::server_error::ServerError;
@@ -204,9 +206,9 @@ impl Client {
     }
 
     /// Keeps a confirmed release for a recovery to repeat (see `held`).
-    fn remember_release(&mut self, now: Instant, job: &ReleaseJob) {
+    pub(super) fn remember_release(&mut self, now: Instant, lease: LeaseId, keys: &SubjectKeys) {
         if let Some(horizon) = self.config.recovery_window() {
-            self.held.released(now, horizon, job.lease, &job.keys);
+            self.held.released(now, horizon, lease, keys);
         }
     }
 
@@ -258,7 +260,7 @@ impl Client {
             return Err(unexpected("release", &frame));
         }
         self.stats.releases += 1;
-        self.remember_release(now, &job);
+        self.remember_release(now, job.lease, &job.keys);
         self.events.push_back(Event::Released {
             lease: job.lease,
             compensation: job.is_compensation(),
@@ -278,7 +280,7 @@ impl Client {
         if let Frame::Integer(_) = frame {
             for job in jobs {
                 self.stats.releases += 1;
-                self.remember_release(now, &job);
+                self.remember_release(now, job.lease, &job.keys);
                 self.events.push_back(Event::Released {
                     lease: job.lease,
                     compensation: false,

@@ -74,7 +74,7 @@ impl Client {
             (Step::Auth | Step::Select, Frame::SimpleString(s)) => &s[..] == b"OK",
             (Step::Ping, Frame::SimpleString(s)) => &s[..] == b"PONG",
             (Step::Role, Frame::Array(_)) => identity::primary(&frame).is_some(),
-            (Step::Info, Frame::BulkString(info)) => match (cluster_enabled(info), cluster) {
+            (Step::Info, Frame::BulkString(info)) => match (identity::cluster_enabled(info), cluster) {
                 (Some(true), false) => return Err(ConnectionError::ClusterMode),
                 (Some(false), true) => return Err(ConnectionError::NotCluster),
                 _ => {
@@ -515,16 +515,6 @@ impl Client {
             class => class,
         }
     }
-}
-
-/// What an `INFO` text says of `cluster_enabled`, if anything.
-fn cluster_enabled(info: &[u8]) -> Option<bool> {
-    info.split(|byte| *byte == b'\n')
-        .find_map(|line| match line.strip_suffix(b"\r").unwrap_or(line) {
-            b"cluster_enabled:1" => Some(true),
-            b"cluster_enabled:0" => Some(false),
-            _ => None,
-        })
 }
 
 /// `TIME`'s reply: seconds and microseconds, as bulk strings of digits.
