@@ -10,7 +10,7 @@ use inflight_core::{
 use crate::connector::{Connector, TcpConnector};
 use crate::driver::Driver;
 use crate::error::ConnectError;
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, RetryHints};
 use crate::telemetry;
 
 /// Whether `connect` waits for the first connection.
@@ -353,6 +353,10 @@ impl Builder {
             }
         };
         let policy = config.unavailable_policy;
+        let hints = RetryHints {
+            recovery_window: config.recovery_window(),
+            reconnect_max_backoff: config.reconnect_max_backoff,
+        };
         let key_prefix = config.key_prefix.clone();
         telemetry::describe();
         let metric_labels = telemetry::labels(self.metrics_namespace.as_deref());
@@ -371,6 +375,7 @@ impl Builder {
             key_prefix,
             spawned.stats,
             metric_labels,
+            hints,
         ))
     }
 }

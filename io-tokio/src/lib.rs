@@ -76,6 +76,9 @@ mod socket;
 mod telemetry;
 #[cfg(all(feature = "tls", not(madsim)))]
 mod tls;
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
 
 pub use builder::Builder;
 #[cfg(all(unix, not(madsim)))]

@@ -2,9 +2,10 @@
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::Duration;
 
 use inflight_core::key::SubjectKeys;
-use inflight_core::{Key, Stats, UnavailablePolicy};
+use inflight_core::{Key, Stats, Unavailable, UnavailablePolicy};
 use tokio::sync::{oneshot, watch};
 
 use crate::builder::Builder;
@@ -28,6 +29,16 @@ struct Shared {
     key_prefix: String,
     stats: watch::Receiver<Stats>,
     metric_labels: Vec<metrics::Label>,
+    hints: RetryHints,
+}
+
+/// What the settings say about when a refused request may succeed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RetryHints {
+    /// How long new grants are held after a data loss (`None`: recovery off).
+    pub(crate) recovery_window: Option<Duration>,
+    /// The longest wait between two attempts to reconnect.
+    pub(crate) reconnect_max_backoff: Duration,
 }
 
 impl Limiter {
@@ -59,6 +70,7 @@ impl Limiter {
         key_prefix: String,
         stats: watch::Receiver<Stats>,
         metric_labels: Vec<metrics::Label>,
+        hints: RetryHints,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -68,6 +80,7 @@ impl Limiter {
                 key_prefix,
                 stats,
                 metric_labels,
+                hints,
             }),
         }
     }
@@ -119,6 +132,26 @@ impl Limiter {
         match self.shared.policy {
             UnavailablePolicy::Allow => Ok(Permit::unenforced()),
             _ => Err(Error::Stopped),
+        }
+    }
+
+    /// When a request refused with `error` may be tried again, as far as the
+    /// limiter's settings tell (for an HTTP `Retry-After`): the recovery
+    /// window while Redis is being recovered after a data loss, the
+    /// reconnect backoff cap while there is no connection. `None` when the
+    /// settings say nothing: for `Exceeded` only the holders know when they
+    /// will finish (the tower layer estimates it from the hold times it
+    /// sees).
+    pub fn retry_after(&self, error: &Error) -> Option<Duration> {
+        let hints = &self.shared.hints;
+        match error {
+            Error::Unavailable {
+                reason: Unavailable::Recovering,
+            } => hints.recovery_window,
+            Error::Unavailable {
+                reason: Unavailable::NotConnected(_) | Unavailable::ConnectionLost(_) | Unavailable::NoPrimary,
+            } => Some(hints.reconnect_max_backoff),
+            _ => None,
         }
     }
 
