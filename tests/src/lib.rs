@@ -7,6 +7,7 @@
 pub mod alloc_counter;
 pub mod bench;
 pub mod hostile;
+pub mod http_client;
 pub mod pki;
 pub mod redis_cluster;
 pub mod redis_server;

@@ -153,10 +153,20 @@ impl RedisServer {
     /// Kills the server and starts a fresh one, empty (no persistence), on
     /// the same port: every connection breaks, every key is gone.
     pub fn restart_empty(&mut self) {
-        let port = self.port;
+        self.stop();
+        self.start_again();
+    }
+
+    /// Kills the server: every connection breaks, and nothing listens on
+    /// its port until [`start_again`](RedisServer::start_again).
+    pub fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        *self = Self::start_at(port);
+    }
+
+    /// Starts a fresh, empty server on the port of a stopped one.
+    pub fn start_again(&mut self) {
+        *self = Self::start_at(self.port);
     }
 
     /// Freezes the server (`SIGSTOP`): connections stay open and the kernel

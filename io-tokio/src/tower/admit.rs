@@ -174,6 +174,9 @@ mod tests {
             holds.record(Duration::from_secs(4));
         }
         let settled = holds.estimate().unwrap();
-        assert!(settled > Duration::from_millis(3990) && settled <= Duration::from_secs(4), "{settled:?}");
+        assert!(
+            settled > Duration::from_millis(3990) && settled <= Duration::from_secs(4),
+            "{settled:?}"
+        );
     }
 }

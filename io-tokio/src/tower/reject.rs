@@ -117,7 +117,10 @@ impl Reject for PlainText {
         let mut response = Response::new(Bytes::from(body.into_owned()));
         *response.status_mut() = rejection.status();
         let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
         if let Some(after) = rejection.retry_after() {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(whole_seconds(after)));
         }
