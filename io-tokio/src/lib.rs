@@ -38,6 +38,12 @@
 //! while slots migrate or fail over. A cluster node reached without it is
 //! refused at `connect` ([`ConnectError::ClusterMode`]).
 //!
+//! ## Tower middleware
+//! With the `tower` feature, [`tower::InflightLayer`] limits an HTTP
+//! service (axum, hyper, tonic) per key in one line, holding the permit
+//! until the response body ends, and [`tower::PermitLayer`] any other
+//! service. See the [`tower`] module.
+//!
 //! ## Cancellation safety
 //! The acquire future may be dropped at any point (a `select!`, a timeout, a
 //! client hanging up). The driver is told, and should Redis grant the lease
