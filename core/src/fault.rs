@@ -16,4 +16,8 @@ pub struct InjectedBugs {
     /// A handshake that finds lease data lost does nothing about it (as
     /// `Recovery::Off`): held leases stay lost, new grants are not held.
     pub no_recovery: bool,
+    /// Read by `inflight-tokio`'s tower layer, not by the core: the permit
+    /// is given back as soon as the response head is ready (as tower's
+    /// `ConcurrencyLimit` does), while the body may stream on.
+    pub release_at_response_head: bool,
 }

@@ -10,6 +10,7 @@ use inflight_core::InjectedBugs;
 use inflight_tokio::{Builder, Connector, Error, Key, Limiter, Permit, ReleasePolicy, RenewError, UnavailablePolicy};
 use tokio::time::Instant;
 
+use crate::http_callers::{self, HttpCaller};
 use crate::ledger::Ledger;
 use crate::rng::Rng;
 use crate::scenario::Scenario;
@@ -108,7 +109,25 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
     plan.ledger.lock().unwrap().note(at(), format!("{name} connected"));
 
     let mut callers = Vec::new();
+    let served = plan
+        .scenario
+        .tower
+        .then(|| http_callers::service(limiter.clone(), plan.bugs, plan.ledger.clone(), at));
     for caller in 0..plan.scenario.callers {
+        if let Some(service) = &served {
+            let task = HttpCaller {
+                who: format!("{name}/h{caller}"),
+                service: service.clone(),
+                rng: plan.rng.fork(caller as u64 + 1),
+                keys: plan.scenario.keys,
+                ledger: plan.ledger.clone(),
+                end,
+                slack: plan.slack,
+                at,
+            };
+            callers.push(tokio::spawn(task.run()));
+            continue;
+        }
         let task = Caller {
             who: format!("{name}/c{caller}"),
             limiter: limiter.clone(),

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod callers;
+pub mod http_callers;
 pub mod ledger;
 pub mod rng;
 pub mod scenario;
@@ -47,15 +48,19 @@ pub enum Bug {
     /// Lost lease data is reported and nothing else: held leases are not
     /// written back, new grants are not held (recovery switched off).
     NoRecovery,
+    /// The tower layer gives the permit back when the response head is
+    /// ready, while the body streams on (tower's `ConcurrencyLimit`).
+    ReleaseAtResponseHead,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 5] = [
+    pub const ALL: [Bug; 6] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
         Bug::RedirectAsDenial,
         Bug::NoRecovery,
+        Bug::ReleaseAtResponseHead,
     ];
 
     pub fn name(self) -> &'static str {
@@ -65,6 +70,7 @@ impl Bug {
             Bug::NoStaleCheck => "no-stale-check",
             Bug::RedirectAsDenial => "redirect-as-denial",
             Bug::NoRecovery => "no-recovery",
+            Bug::ReleaseAtResponseHead => "release-at-response-head",
         }
     }
 
@@ -79,6 +85,7 @@ impl Bug {
             skip_stale_check: bug == Some(Bug::NoStaleCheck),
             redirect_as_denial: bug == Some(Bug::RedirectAsDenial),
             no_recovery: bug == Some(Bug::NoRecovery),
+            release_at_response_head: bug == Some(Bug::ReleaseAtResponseHead),
         }
     }
 }

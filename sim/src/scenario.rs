@@ -24,6 +24,10 @@ pub struct Scenario {
     /// A Redis Cluster of 3 primaries and a spare instead of one server;
     /// the limiters run in cluster mode.
     pub cluster: bool,
+    /// Callers send HTTP requests through the tower layer to a handler
+    /// whose response body streams; clients hang up mid-body or give up
+    /// mid-acquire (`http_callers`).
+    pub tower: bool,
 }
 
 /// Which faults the seed's schedule may inject, and how often.
@@ -98,6 +102,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        tower: false,
     },
     Scenario {
         name: "stalls",
@@ -114,6 +119,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        tower: false,
     },
     Scenario {
         name: "partitions",
@@ -130,6 +136,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        tower: false,
     },
     Scenario {
         name: "resets",
@@ -146,6 +153,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        tower: false,
     },
     Scenario {
         name: "reply-loss",
@@ -161,6 +169,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        tower: false,
     },
     Scenario {
         name: "mixed",
@@ -180,6 +189,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        tower: false,
     },
     Scenario {
         name: "bounce",
@@ -196,6 +206,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        tower: false,
     },
     Scenario {
         name: "failover",
@@ -214,6 +225,7 @@ pub const SCENARIOS: &[Scenario] = &[
         // so S2 holds with leases that never expire during the run.
         lease_ttl: LONG_TTL,
         cluster: false,
+        tower: false,
     },
     Scenario {
         name: "ghosts",
@@ -232,6 +244,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: Duration::from_secs(2),
         cluster: false,
+        tower: false,
     },
     Scenario {
         name: "cluster",
@@ -250,6 +263,25 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: true,
+        tower: false,
+    },
+    Scenario {
+        name: "tower",
+        about: "requests through the tower HTTP layer with streaming bodies; clients hang up mid-body or give up mid-acquire; partitions and resets",
+        clients: 3,
+        callers: 12,
+        keys: KEYS,
+        active: Duration::from_secs(5),
+        faults: Faults {
+            partitions: true,
+            resets: 0.001,
+            jitter: true,
+            ..Faults::NONE
+        },
+        exact: true,
+        lease_ttl: LONG_TTL,
+        cluster: false,
+        tower: true,
     },
 ];
 

@@ -102,3 +102,12 @@ fn recovery_switched_off_is_caught_within_200_seeds() {
     let caught = seeds_to_catch(Bug::NoRecovery, 200);
     assert!(caught.is_some(), "the simulator cannot see lost lease data");
 }
+
+#[test]
+fn a_layer_releasing_at_the_response_head_is_caught_within_200_seeds() {
+    let caught = seeds_to_catch(Bug::ReleaseAtResponseHead, 200);
+    assert!(
+        caught.is_some(),
+        "the simulator cannot see a permit let go while its body streams"
+    );
+}

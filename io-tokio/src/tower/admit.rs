@@ -75,7 +75,7 @@ impl Held {
         }
     }
 
-    fn nothing() -> Self {
+    pub(crate) fn nothing() -> Self {
         Self { taken: None }
     }
 

@@ -11,6 +11,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::tower::admit::Gate;
+#[cfg(feature = "fault-injection")]
+use crate::tower::admit::Held;
 use crate::tower::{Extract, InflightBody, PlainText, Reject};
 use crate::Limiter;
 
@@ -36,6 +38,8 @@ pub struct InflightLayer<E, R = PlainText> {
     gate: Gate,
     extract: E,
     reject: R,
+    #[cfg(feature = "fault-injection")]
+    bugs: inflight_core::InjectedBugs,
 }
 
 impl<E> InflightLayer<E> {
@@ -46,6 +50,8 @@ impl<E> InflightLayer<E> {
             gate: Gate::new(limiter),
             extract,
             reject: PlainText,
+            #[cfg(feature = "fault-injection")]
+            bugs: inflight_core::InjectedBugs::default(),
         }
     }
 }
@@ -57,7 +63,17 @@ impl<E, R> InflightLayer<E, R> {
             gate: self.gate,
             extract: self.extract,
             reject,
+            #[cfg(feature = "fault-injection")]
+            bugs: self.bugs,
         }
+    }
+
+    /// Switches on deliberate bugs (`release_at_response_head`), for the
+    /// simulator's self-test only.
+    #[cfg(feature = "fault-injection")]
+    pub fn inject_bugs(mut self, bugs: inflight_core::InjectedBugs) -> Self {
+        self.bugs = bugs;
+        self
     }
 }
 
@@ -70,6 +86,8 @@ impl<S, E: Clone, R: Clone> Layer<S> for InflightLayer<E, R> {
             gate: self.gate.clone(),
             extract: self.extract.clone(),
             reject: self.reject.clone(),
+            #[cfg(feature = "fault-injection")]
+            bugs: self.bugs,
         }
     }
 }
@@ -81,6 +99,8 @@ pub struct Inflight<S, E, R = PlainText> {
     gate: Gate,
     extract: E,
     reject: R,
+    #[cfg(feature = "fault-injection")]
+    bugs: inflight_core::InjectedBugs,
 }
 
 impl<S, E, R, B, ResBody> Service<Request<B>> for Inflight<S, E, R>
@@ -109,11 +129,15 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let gate = self.gate.clone();
         let reject = self.reject.clone();
+        #[cfg(feature = "fault-injection")]
+        let release_at_head = self.bugs.release_at_response_head;
         Box::pin(async move {
             match gate.admit(decision).await {
                 Ok(held) => {
                     request.extensions_mut().insert(held.admitted());
                     let response = inner.call(request).await?;
+                    #[cfg(feature = "fault-injection")]
+                    let held = if release_at_head { Held::nothing() } else { held };
                     Ok(response.map(|body| InflightBody::served(body, held)))
                 }
                 Err(rejection) => {
