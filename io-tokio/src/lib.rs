@@ -39,10 +39,10 @@
 //! refused at `connect` ([`ConnectError::ClusterMode`]).
 //!
 //! ## Tower middleware
-//! With the `tower` feature, [`tower::InflightLayer`] limits an HTTP
+//! With the `tower` feature, `tower::InflightLayer` limits an HTTP
 //! service (axum, hyper, tonic) per key in one line, holding the permit
-//! until the response body ends, and [`tower::PermitLayer`] any other
-//! service. See the [`tower`] module.
+//! until the response body ends, and `tower::PermitLayer` any other
+//! service. See the `tower` module.
 //!
 //! ## Cancellation safety
 //! The acquire future may be dropped at any point (a `select!`, a timeout, a
