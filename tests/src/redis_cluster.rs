@@ -85,6 +85,8 @@ pub struct NodeInfo {
     pub port: u16,
     pub primary: bool,
     pub failed: bool,
+    /// The id of its primary (replicas).
+    pub primary_id: Option<String>,
     /// Inclusive slot ranges (primaries).
     pub slots: Vec<(u16, u16)>,
 }
@@ -408,19 +410,52 @@ impl RedisCluster {
             .collect()
     }
 
-    /// A replica of the primary at `primary`.
+    /// A primary with a live replica (an earlier test may have killed the
+    /// replica of another), for a test that fails one over.
+    pub fn primary_with_replica(&self) -> u16 {
+        let replicas: Vec<NodeInfo> = self
+            .topology()
+            .into_iter()
+            .filter(|n| !n.primary && !n.failed)
+            .collect();
+        let primaries = self
+            .topology()
+            .into_iter()
+            .filter(|n| n.primary && !n.failed && !n.slots.is_empty());
+        primaries
+            .filter(|p| replicas.iter().any(|r| r.primary_id.as_deref() == Some(p.id.as_str())))
+            .map(|p| p.port)
+            .next()
+            .expect("a primary with a live replica")
+    }
+
+    /// A replica of the primary at `primary`. After an earlier test's
+    /// failover the demoted node takes a moment to rejoin as a replica:
+    /// waits (bounded) until the primary has one.
     pub fn replica_of(&self, primary: u16) -> u16 {
         let topology = self.topology();
         let id = &topology.iter().find(|n| n.port == primary).expect("the primary").id;
-        let node = self.nodes.iter().find(|n| n.is_running()).expect("a running node");
-        let text = match node.client().call(&[b"CLUSTER", b"REPLICAS", id.as_bytes()]) {
-            Ok(Frame::Array(lines)) => lines,
-            other => panic!("CLUSTER REPLICAS answered {other:?}"),
-        };
-        let Some(Frame::BulkString(line)) = text.first() else {
-            panic!("the primary at {primary} has no replica")
-        };
-        parse_node_line(std::str::from_utf8(line).expect("text")).port
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let node = self.nodes.iter().find(|n| n.is_running()).expect("a running node");
+            let lines = match node.client().call(&[b"CLUSTER", b"REPLICAS", id.as_bytes()]) {
+                Ok(Frame::Array(lines)) => lines,
+                other => panic!("CLUSTER REPLICAS answered {other:?}"),
+            };
+            let live = lines.iter().find_map(|line| match line {
+                Frame::BulkString(line) => Some(parse_node_line(std::str::from_utf8(line).expect("text")))
+                    .filter(|replica| !replica.failed && self.node(replica.port).is_running()),
+                _ => None,
+            });
+            if let Some(replica) = live {
+                return replica.port;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the primary at {primary} has no replica after 15 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Moves `slot` to the primary at `to`, keys included, the way
@@ -637,6 +672,7 @@ fn parse_node_line(line: &str) -> NodeInfo {
         port,
         primary: flags.contains("master"),
         failed: flags.contains("fail") && !flags.contains("fail?"),
+        primary_id: Some(fields[3].to_string()).filter(|id| id != "-"),
         slots,
     }
 }

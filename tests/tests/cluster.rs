@@ -396,7 +396,7 @@ async fn a_failover_is_found_and_held_leases_are_written_back() {
         .connect()
         .await
         .unwrap();
-    let victim = cluster.primaries()[0];
+    let victim = cluster.primary_with_replica();
     let tenant = tenants[&victim][0].clone();
     let mut held = Vec::new();
     for _ in 0..3 {
