@@ -45,6 +45,8 @@ pub struct Lease {
     pub(crate) keys: SubjectKeys,
     pub(crate) expires_at: Instant,
     pub(crate) fencing_token: u64,
+    /// When its grant was read: releases report how long it was held.
+    pub(crate) granted_at: Instant,
 }
 
 impl Lease {

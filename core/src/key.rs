@@ -118,9 +118,34 @@ impl SubjectKeys {
 
     /// The subject's fencing counter: the last token granted.
     pub fn fence(&self) -> Bytes {
-        let mut key = Vec::with_capacity(self.base_len + 6);
+        self.with_suffix(b":fence")
+    }
+
+    /// The subject's wait queue: waiter ids scored by arrival.
+    pub fn queue(&self) -> Bytes {
+        self.with_suffix(b":queue")
+    }
+
+    /// The waiters' expiries: the queue's ids scored by when each waiter is
+    /// forgotten unless its client calls again.
+    pub fn waiters(&self) -> Bytes {
+        self.with_suffix(b":waiters")
+    }
+
+    /// The subject's average hold time (ms), kept while it has waiters.
+    pub fn holds(&self) -> Bytes {
+        self.with_suffix(b":held")
+    }
+
+    /// The shard channel on which a release wakes the subject's waiters.
+    pub fn wake_channel(&self) -> Bytes {
+        self.with_suffix(b":wake")
+    }
+
+    fn with_suffix(&self, suffix: &[u8]) -> Bytes {
+        let mut key = Vec::with_capacity(self.base_len + suffix.len());
         key.extend_from_slice(&self.leases[..self.base_len]);
-        key.extend_from_slice(b":fence");
+        key.extend_from_slice(suffix);
         Bytes::from(key)
     }
 

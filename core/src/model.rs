@@ -12,7 +12,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use bytes::{Bytes, BytesMut};
 
 use crate::resp::{Frame, ReplyLimits, ReplyReader};
-use crate::script::{Scripts, ACQUIRE, ACQUIRE_MANY, COMPENSATE, HOLD, MARK, REASSERT, RECOVERING, RENEW, STALE};
+use crate::script::{
+    Scripts, ACQUIRE, ACQUIRE_MANY, ACQUIRE_WAITING, COMPENSATE, HOLD, LEAVE, MARK, REASSERT, RECOVERING, RELEASE,
+    RENEW, STALE,
+};
 
 /// What one acquire did, in execution order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +39,14 @@ pub struct RedisModel {
     counters: HashMap<Bytes, (u64, u64)>,
     /// Keys without expiry (the lease-data marker) -> value.
     values: HashMap<Bytes, Bytes>,
+    /// Wait queues: queue key -> waiters in arrival order, each
+    /// `(ticket, id, expiry ms, lifetime ms)`. The waiters' expiry set is
+    /// folded in; the key lives `2 × lifetime` past the last refresh.
+    queues: HashMap<Bytes, Vec<(u64, Bytes, u64, u64)>>,
+    /// Average hold times (ms) -> (value, expiry ms).
+    holds: HashMap<Bytes, (f64, u64)>,
+    /// Channels published to (`SPUBLISH`), in order, until taken.
+    published: Vec<Bytes>,
     /// SHAs of the scripts in the script cache.
     cached: HashSet<String>,
     scripts: Scripts,
@@ -56,8 +67,10 @@ pub struct RedisModel {
     pub acquires: Vec<AcquireRecord>,
     /// `ACQUIRE_MANY` calls executed.
     pub batches: usize,
-    /// `ZREM` calls executed.
+    /// Release commands executed (`RELEASE` scripts and `ZREM`s).
     pub zrems: usize,
+    /// `LEAVE` calls executed.
+    pub leaves: usize,
     /// `TIME` calls executed.
     pub times: usize,
     /// Every renewal's status, in order.
@@ -71,6 +84,22 @@ pub struct RedisModel {
 pub struct ModelConnection {
     reader: ReplyReader,
     authenticated: bool,
+    /// Shard channels this connection subscribed to (`SSUBSCRIBE`).
+    subscribed: HashSet<Bytes>,
+}
+
+impl ModelConnection {
+    /// Whether a message on `channel` is delivered to this connection.
+    pub fn is_subscribed(&self, channel: &[u8]) -> bool {
+        self.subscribed.contains(channel)
+    }
+
+    /// The push frame that delivers a message on `channel`.
+    pub fn message(channel: &Bytes, payload: &[u8]) -> Bytes {
+        let mut out = BytesMut::new();
+        crate::resp::encode_command(&mut out, &[b"smessage", channel, payload]);
+        out.freeze()
+    }
 }
 
 impl ModelConnection {
@@ -79,11 +108,13 @@ impl ModelConnection {
             reader: ReplyReader::new(ReplyLimits {
                 max_frame_bytes: 1 << 20,
                 max_line_bytes: 4 * 1024,
-                // Room for the longest command we send: a ZREM of MAX_RELEASE_BATCH ids.
-                max_array_len: 2 + crate::script::MAX_RELEASE_BATCH,
+                // Room for the longest command we send: a RELEASE of
+                // MAX_RELEASE_BATCH ids (verb, sha, numkeys, 4 keys, hold).
+                max_array_len: 8 + crate::script::MAX_RELEASE_BATCH,
                 max_depth: 2,
             }),
             authenticated: false,
+            subscribed: HashSet::new(),
         }
     }
 }
@@ -131,6 +162,8 @@ impl RedisModel {
         model.strings = old.strings.clone();
         model.counters = old.counters.clone();
         model.values = old.values.clone();
+        model.queues = old.queues.clone();
+        model.holds = old.holds.clone();
         model.cluster_enabled = old.cluster_enabled;
         model.password = old.password.clone();
         model.replicas = old.replicas;
@@ -176,7 +209,13 @@ impl RedisModel {
             }
             let reply = match intercept(self, &args) {
                 Some(reply) => reply,
-                None => self.execute(conn, &args),
+                None => match subscription(conn, &args) {
+                    Some(pushes) => {
+                        replies.push(pushes);
+                        continue;
+                    }
+                    None => self.execute(conn, &args),
+                },
             };
             let mut out = BytesMut::new();
             redis_protocol::resp2::encode::extend_encode(&mut out, &reply, false).map_err(|_| ModelProtocolError)?;
@@ -289,6 +328,12 @@ impl RedisModel {
             Some(self.scripts.mark.sha.clone())
         } else if text == HOLD.as_bytes() {
             Some(self.scripts.hold.sha.clone())
+        } else if text == ACQUIRE_WAITING.as_bytes() {
+            Some(self.scripts.acquire_waiting.sha.clone())
+        } else if text == RELEASE.as_bytes() {
+            Some(self.scripts.release.sha.clone())
+        } else if text == LEAVE.as_bytes() {
+            Some(self.scripts.leave.sha.clone())
         } else {
             None
         }
@@ -297,18 +342,18 @@ impl RedisModel {
     /// `numkeys keys.. args..` for one of our scripts, identified by its SHA.
     fn run_script(&mut self, sha: &str, rest: &[Bytes]) -> Frame {
         self.expire();
-        if sha == self.scripts.acquire.sha && rest.len() == 9 && &rest[0][..] == b"3" {
-            let (leases, tombstone, fence) = (&rest[1], &rest[2], &rest[3]);
-            let (Some(ttl), Some(limit), Some(valid_until)) = (number(&rest[4]), number(&rest[5]), number(&rest[7]))
+        if sha == self.scripts.acquire.sha && rest.len() == 11 && &rest[0][..] == b"5" {
+            let (leases, tombstone, fence, queue) = (&rest[1], &rest[2], &rest[3], &rest[4]);
+            let (Some(ttl), Some(limit), Some(valid_until)) = (number(&rest[6]), number(&rest[7]), number(&rest[9]))
             else {
                 return error("ERR Error running script: bad arguments");
             };
-            let (id, hold) = (rest[6].clone(), &rest[8]);
+            let (id, hold) = (rest[8].clone(), &rest[10]);
             let held = !hold.is_empty() && self.strings.contains_key(hold);
             let status = if self.now_ms > valid_until {
                 STALE
             } else {
-                self.acquire(leases, tombstone, ttl, limit, &id, held)
+                self.acquire(leases, tombstone, queue, ttl, limit, &id, held)
             };
             let token = if status == 1 {
                 self.fencing_tokens(fence, 1, ttl)
@@ -326,33 +371,68 @@ impl RedisModel {
                 Frame::BulkString(id),
                 Frame::Integer(token as i64),
             ])
-        } else if sha == self.scripts.compensate.sha && rest.len() == 5 && &rest[0][..] == b"2" {
-            let Some(valid_until) = number(&rest[3]) else {
+        } else if sha == self.scripts.compensate.sha && rest.len() == 8 && &rest[0][..] == b"5" {
+            let Some(valid_until) = number(&rest[6]) else {
                 return error("ERR Error running script: bad arguments");
             };
+            let id = &rest[7];
             if let Some(set) = self.sets.get_mut(&rest[1]) {
-                set.remove(&rest[4]);
+                set.remove(id);
             }
             // The tombstone outlives the acquire's valid-until by 1 ms, as the
             // script's `PX valid_until - now + 1`.
             if self.now_ms <= valid_until {
                 self.strings.insert(rest[2].clone(), valid_until.saturating_add(1));
             }
-            Frame::BulkString(rest[4].clone())
-        } else if sha == self.scripts.acquire_many.sha {
-            // numkeys, the lease set, the fence, N tombstones, ttl, limit,
-            // valid-until, hold, N ids.
-            let batch = number(&rest[0]).map(|keys| keys.saturating_sub(2) as usize);
-            let Some(n) = batch.filter(|&n| n >= 1 && rest.len() == 2 * n + 7) else {
+            if self.queue_exists(&rest[3]) {
+                self.leave_queue(&rest[3], id);
+                self.published.push(rest[5].clone());
+            }
+            Frame::BulkString(id.clone())
+        } else if sha == self.scripts.release.sha && rest.len() >= 7 && &rest[0][..] == b"4" {
+            let Some(held) = number(&rest[5]) else {
                 return error("ERR Error running script: bad arguments");
             };
-            let (leases, fence, tombstones, ids) = (&rest[1], &rest[2], &rest[3..3 + n], &rest[7 + n..]);
+            self.zrems += 1;
+            let removed = match self.sets.get_mut(&rest[1]) {
+                Some(set) => rest[6..].iter().filter(|id| set.remove(*id).is_some()).count(),
+                None => 0,
+            };
+            if removed > 0 && self.queue_exists(&rest[2]) {
+                let average = match self.holds.get(&rest[3]) {
+                    Some((average, _)) => average + (held as f64 - average) / 8.0,
+                    None => held as f64,
+                };
+                // As the script's `%.3f`.
+                let average = (average * 1000.0).round() / 1000.0;
+                self.holds.insert(rest[3].clone(), (average, self.now_ms + 3_600_000));
+                self.published.push(rest[4].clone());
+            }
+            Frame::Integer(removed as i64)
+        } else if sha == self.scripts.leave.sha && rest.len() == 5 && &rest[0][..] == b"3" {
+            self.leaves += 1;
+            let removed = self.leave_queue(&rest[1], &rest[4]);
+            if removed && self.queue_exists(&rest[1]) {
+                self.published.push(rest[3].clone());
+            }
+            Frame::Integer(i64::from(removed))
+        } else if sha == self.scripts.acquire_waiting.sha && rest.len() == 14 && &rest[0][..] == b"6" {
+            self.run_acquire_waiting(rest)
+        } else if sha == self.scripts.acquire_many.sha {
+            // numkeys, the lease set, the fence, the queue, the waiters, N
+            // tombstones, ttl, limit, valid-until, hold, N ids.
+            let batch = number(&rest[0]).map(|keys| keys.saturating_sub(4) as usize);
+            let Some(n) = batch.filter(|&n| n >= 1 && rest.len() == 2 * n + 9) else {
+                return error("ERR Error running script: bad arguments");
+            };
+            let (leases, fence, queue) = (&rest[1], &rest[2], &rest[3]);
+            let (tombstones, ids) = (&rest[5..5 + n], &rest[9 + n..]);
             let (Some(ttl), Some(limit), Some(valid_until)) =
-                (number(&rest[3 + n]), number(&rest[4 + n]), number(&rest[5 + n]))
+                (number(&rest[5 + n]), number(&rest[6 + n]), number(&rest[7 + n]))
             else {
                 return error("ERR Error running script: bad arguments");
             };
-            let hold = &rest[6 + n];
+            let hold = &rest[8 + n];
             let held = !hold.is_empty() && self.strings.contains_key(hold);
             self.batches += 1;
             let stale = self.now_ms > valid_until;
@@ -363,7 +443,7 @@ impl RedisModel {
                     if stale {
                         STALE
                     } else {
-                        self.acquire(leases, tombstone, ttl, limit, id, held)
+                        self.acquire(leases, tombstone, queue, ttl, limit, id, held)
                     }
                 })
                 .collect();
@@ -455,24 +535,172 @@ impl RedisModel {
     }
 
     /// The acquire script's semantics: tombstone, prune, idempotent id,
-    /// recovery hold, limit.
-    fn acquire(&mut self, leases: &Bytes, tombstone: &Bytes, ttl: u64, limit: u64, id: &Bytes, held: bool) -> i64 {
+    /// recovery hold, limit counting the live waiters of `queue` as owed.
+    #[allow(clippy::too_many_arguments)] // the script's arguments, named
+    fn acquire(
+        &mut self,
+        leases: &Bytes,
+        tombstone: &Bytes,
+        queue: &Bytes,
+        ttl: u64,
+        limit: u64,
+        id: &Bytes,
+        held: bool,
+    ) -> i64 {
         if self.strings.contains_key(tombstone) {
             return -1;
         }
         let now = self.now_ms;
-        let set = self.sets.entry(leases.clone()).or_default();
-        if set.contains_key(id) {
+        if self.sets.get(leases).is_some_and(|set| set.contains_key(id)) {
             return 1;
         }
         if held {
             return RECOVERING;
         }
-        if set.len() as u64 >= limit {
+        let queued = if self.queue_exists(queue) {
+            self.purge_queue(queue)
+        } else {
+            0
+        };
+        let set = self.sets.entry(leases.clone()).or_default();
+        if (set.len() + queued) as u64 >= limit {
             return 0;
         }
         set.insert(id.clone(), now + ttl);
         1
+    }
+
+    /// `ACQUIRE_WAITING`: grant when the id's rank in the queue is below
+    /// the free slots, else queue it (or shed it when the estimate is longer
+    /// than its patience). `{status, id, token, ahead, expected}`.
+    fn run_acquire_waiting(&mut self, rest: &[Bytes]) -> Frame {
+        let (leases, tombstone, fence, queue, holds) = (&rest[1], &rest[2], &rest[3], &rest[4], &rest[6]);
+        let numbers = [7, 8, 10, 12, 13].map(|i| number(&rest[i]));
+        let [Some(ttl), Some(limit), Some(valid_until), Some(lifetime), Some(patience)] = numbers else {
+            return error("ERR Error running script: bad arguments");
+        };
+        let (id, hold) = (rest[9].clone(), &rest[11]);
+        let now = self.now_ms;
+        let reply = |status: i64, token: u64, ahead: i64, expected: i64| {
+            Frame::Array(vec![
+                Frame::Integer(status),
+                Frame::BulkString(id.clone()),
+                Frame::Integer(token as i64),
+                Frame::Integer(ahead),
+                Frame::Integer(expected),
+            ])
+        };
+        if now > valid_until {
+            return reply(STALE, 0, 0, 0);
+        }
+        if self.strings.contains_key(tombstone) {
+            return reply(-1, 0, 0, 0);
+        }
+        let already = self.sets.get(leases).is_some_and(|set| set.contains_key(&id));
+        if !already {
+            if !hold.is_empty() && self.strings.contains_key(hold) {
+                self.leave_queue(queue, &id);
+                self.record_acquire(leases, &id, RECOVERING, 0);
+                return reply(RECOVERING, 0, 0, 0);
+            }
+            self.purge_queue(queue);
+            let waiting = self.queues.get(queue).map_or(&[][..], Vec::as_slice);
+            let position = waiting.iter().position(|(_, waiter, _, _)| *waiter == id);
+            let rank = position.unwrap_or(waiting.len()) as i64;
+            let free = limit as i64 - self.sets.get(leases).map_or(0, BTreeMap::len) as i64;
+            if rank >= free {
+                let ahead = rank - free + 1;
+                let average = self.holds.get(holds).map_or(0.0, |(average, _)| *average);
+                let expected = (ahead as f64 * average / limit as f64).ceil() as i64;
+                if average > 0.0 && expected > patience as i64 {
+                    self.leave_queue(queue, &id);
+                    self.record_acquire(leases, &id, 0, 0);
+                    return reply(0, 0, ahead, expected);
+                }
+                let entries = self.queues.entry(queue.clone()).or_default();
+                match position {
+                    Some(at) => entries[at].2 = now + lifetime,
+                    None => {
+                        let ticket = entries.last().map_or(now, |(last, _, _, _)| (*last + 1).max(now));
+                        entries.push((ticket, id.clone(), now + lifetime, lifetime));
+                    }
+                }
+                self.record_acquire(leases, &id, 2, 0);
+                return reply(2, 0, ahead, expected);
+            }
+            self.leave_queue(queue, &id);
+            self.sets
+                .entry(leases.clone())
+                .or_default()
+                .insert(id.clone(), now + ttl);
+        }
+        let token = self.fencing_tokens(fence, 1, ttl);
+        self.record_acquire(leases, &id, 1, token);
+        reply(1, token, 0, 0)
+    }
+
+    fn record_acquire(&mut self, key: &Bytes, lease: &Bytes, status: i64, token: u64) {
+        self.acquires.push(AcquireRecord {
+            key: key.clone(),
+            lease: lease.clone(),
+            status,
+            token,
+        });
+    }
+
+    /// Whether the queue key exists (it may hold only dead waiters, until a
+    /// script purges them).
+    fn queue_exists(&self, queue: &Bytes) -> bool {
+        self.queues.get(queue).is_some_and(|waiting| !waiting.is_empty())
+    }
+
+    /// Drops the waiters whose expiry has passed; the live ones left.
+    fn purge_queue(&mut self, queue: &Bytes) -> usize {
+        let now = self.now_ms;
+        let Some(waiting) = self.queues.get_mut(queue) else {
+            return 0;
+        };
+        waiting.retain(|(_, _, expiry, _)| *expiry > now);
+        let live = waiting.len();
+        if live == 0 {
+            self.queues.remove(queue);
+        }
+        live
+    }
+
+    /// Takes `id` out of `queue`; whether it was there.
+    fn leave_queue(&mut self, queue: &Bytes, id: &Bytes) -> bool {
+        let Some(waiting) = self.queues.get_mut(queue) else {
+            return false;
+        };
+        let before = waiting.len();
+        waiting.retain(|(_, waiter, _, _)| waiter != id);
+        let removed = waiting.len() < before;
+        if waiting.is_empty() {
+            self.queues.remove(queue);
+        }
+        removed
+    }
+
+    /// The channels published to since the last call, in order (a
+    /// simulated server delivers them to its subscribed connections).
+    pub fn take_published(&mut self) -> Vec<Bytes> {
+        std::mem::take(&mut self.published)
+    }
+
+    /// Live waiters of a queue key, in arrival order.
+    pub fn waiters(&mut self, queue: &[u8]) -> Vec<Bytes> {
+        let now = self.now_ms;
+        self.queues
+            .get(queue)
+            .map(|waiting| {
+                waiting
+                    .iter()
+                    .filter(|(_, _, expiry, _)| *expiry > now)
+                    .map(|(_, id, _, _)| id.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// `count` consecutive fencing tokens of the counter `fence` (the
@@ -493,6 +721,8 @@ impl RedisModel {
         self.strings.clear();
         self.counters.clear();
         self.values.clear();
+        self.queues.clear();
+        self.holds.clear();
     }
 
     /// Drops what has expired, as Redis would on access.
@@ -504,6 +734,10 @@ impl RedisModel {
             set.retain(|_, expiry| *expiry > now);
         }
         self.sets.retain(|_, set| !set.is_empty());
+        self.holds.retain(|_, (_, expiry)| *expiry > now);
+        // A queue key's PEXPIRE is 2 × lifetime from its last refresh.
+        self.queues
+            .retain(|_, waiting| waiting.iter().any(|(_, _, expiry, lifetime)| expiry + lifetime > now));
     }
 
     /// Live lease ids of one lease-set key.
@@ -542,6 +776,36 @@ impl RedisModel {
     pub fn flush_scripts(&mut self) {
         self.cached.clear();
     }
+}
+
+/// `SSUBSCRIBE` and `SUNSUBSCRIBE`: one push frame per channel, as Redis
+/// answers them; `None` for any other command.
+fn subscription(conn: &mut ModelConnection, args: &[Bytes]) -> Option<Bytes> {
+    let name = args.first()?;
+    let subscribe = if name.eq_ignore_ascii_case(b"SSUBSCRIBE") {
+        true
+    } else if name.eq_ignore_ascii_case(b"SUNSUBSCRIBE") {
+        false
+    } else {
+        return None;
+    };
+    let mut frames = BytesMut::new();
+    for channel in &args[1..] {
+        let verb: &[u8] = if subscribe {
+            conn.subscribed.insert(channel.clone());
+            b"ssubscribe"
+        } else {
+            conn.subscribed.remove(channel);
+            b"sunsubscribe"
+        };
+        let frame = Frame::Array(vec![
+            Frame::BulkString(Bytes::copy_from_slice(verb)),
+            Frame::BulkString(channel.clone()),
+            Frame::Integer(conn.subscribed.len() as i64),
+        ]);
+        let _ = redis_protocol::resp2::encode::extend_encode(&mut frames, &frame, false);
+    }
+    Some(frames.freeze())
 }
 
 fn number(bytes: &[u8]) -> Option<u64> {

@@ -201,6 +201,8 @@ fn command_keys<'a>(name: &str, args: &'a [Bytes]) -> Option<&'a [Bytes]> {
             args.get(3..3 + count)
         }
         "ZREM" => args.get(1..2),
+        // A shard channel routes like a key.
+        "SSUBSCRIBE" | "SUNSUBSCRIBE" => args.get(1..),
         _ => None,
     }
 }

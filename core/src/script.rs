@@ -9,18 +9,25 @@ use bytes::BytesMut;
 
 use crate::resp::encode_command;
 
-/// Acquire a lease.
+/// Acquire a lease, failing fast.
 ///
-/// KEYS: lease set, this lease's tombstone, the subject's fencing counter.
-/// ARGV: ttl ms, limit, lease id, valid-until (server ms), the recovery hold
-/// key (empty for none). Returns `{status, lease id, fencing token}`: 1
-/// granted, 0 denied, -1 refused because the id was already compensated (its
-/// bytes reached Redis after its own release), -2 refused because it ran
-/// after its valid-until: bytes held back by a stall or a proxy must not take
-/// a slot after the client stopped accounting for them (see [`STALE`]), -3
-/// refused because the server is recovering lost lease data (see
-/// [`RECOVERING`]). The token is 0 unless granted.
+/// KEYS: lease set, this lease's tombstone, the subject's fencing counter,
+/// the subject's wait queue and its waiters' expiries (see
+/// [`ACQUIRE_WAITING`]). ARGV: ttl ms, limit, lease id, valid-until (server
+/// ms), the recovery hold key (empty for none). Returns `{status, lease id,
+/// fencing token}`: 1 granted, 0 denied, -1 refused because the id was
+/// already compensated (its bytes reached Redis after its own release), -2
+/// refused because it ran after its valid-until: bytes held back by a stall
+/// or a proxy must not take a slot after the client stopped accounting for
+/// them (see [`STALE`]), -3 refused because the server is recovering lost
+/// lease data (see [`RECOVERING`]). The token is 0 unless granted.
 /// An id that already holds a live lease is granted again without a second slot.
+///
+/// Fairness: a fail-fast acquire is a newcomer, so it is granted only if the
+/// free slots outnumber the live waiters queued for the subject (each of them
+/// arrived first and is owed a slot before it). With no queue this is one
+/// `EXISTS`.
+///
 /// The key expires (1 ms) after its longest-lived lease, so idle subjects vanish:
 /// every lease is added here, and each addition extends the key's TTL to cover
 /// it (`PTTL` + `PEXPIRE`, O(1); 20% cheaper per call than reading the highest
@@ -38,7 +45,7 @@ use crate::resp::encode_command;
 /// more than the grants made in excess of one per microsecond.
 pub const ACQUIRE: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
-local leases, tombstone, fence = KEYS[1], KEYS[2], KEYS[3]
+local leases, tombstone, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ttl, limit, id, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local hold = ARGV[5]
 local time = redis.call('TIME')
@@ -54,7 +61,16 @@ if not redis.call('ZSCORE', leases, id) then
   if hold ~= '' and redis.call('EXISTS', hold) == 1 then
     return {-3, id, 0}
   end
-  if redis.call('ZCARD', leases) >= limit then
+  local queued = 0
+  if redis.call('EXISTS', queue) == 1 then
+    local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', now)
+    if #dead > 0 then
+      redis.call('ZREM', queue, unpack(dead))
+      redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now)
+    end
+    queued = redis.call('ZCARD', queue)
+  end
+  if redis.call('ZCARD', leases) + queued >= limit then
     return {0, id, 0}
   end
   redis.call('ZADD', leases, now + ttl, id)
@@ -79,18 +95,168 @@ end
 return {1, id, token}
 "#;
 
+/// Acquire a lease, or wait for one in the subject's queue: first come, first
+/// served across the fleet.
+///
+/// The queue is a sorted set of waiter ids (the lease ids they will hold)
+/// scored by arrival (a ticket: the server's clock in ms, or one past the
+/// last ticket), beside a second sorted set of the same ids scored by when
+/// each waiter expires unless its client calls again. A waiter at rank `r`
+/// (0-based, live waiters only) is granted when `r < free`: every waiter
+/// ahead of it can still be served from the free slots. So a free slot always
+/// goes to the head of the queue, never to a later arrival; O(log n) per call
+/// in queue length and live leases.
+///
+/// KEYS: lease set, tombstone, fencing counter, queue, waiters' expiries,
+/// the subject's average hold (ms, kept by [`RELEASE`]). ARGV: ttl ms,
+/// limit, lease id, valid-until (server ms), recovery hold key, how long the
+/// waiter lives without another call (ms), how long its caller may still
+/// wait (ms). Returns `{status, id, token, ahead, expected}`: statuses as
+/// [`ACQUIRE`] (1 granted, -1, -2, -3 refused; the waiter leaves the queue
+/// on -3), 2 queued: `ahead` slots must free before it is served, and
+/// `expected` ms is the estimate of that (0 when none is known yet); 0 shed:
+/// the estimate is longer than the caller may still wait, so it left the
+/// queue at once instead of waiting for a certain failure.
+pub const ACQUIRE_WAITING: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
+local leases, tombstone, fence, queue, waiters, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local ttl, limit, id, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local hold, lifetime, patience = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if now > valid_until then
+  return {-2, id, 0, 0, 0}
+end
+if redis.call('EXISTS', tombstone) == 1 then
+  return {-1, id, 0, 0, 0}
+end
+redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+if not redis.call('ZSCORE', leases, id) then
+  if hold ~= '' and redis.call('EXISTS', hold) == 1 then
+    redis.call('ZREM', queue, id)
+    redis.call('ZREM', waiters, id)
+    return {-3, id, 0, 0, 0}
+  end
+  local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', now)
+  if #dead > 0 then
+    redis.call('ZREM', queue, unpack(dead))
+    redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now)
+  end
+  local rank = redis.call('ZRANK', queue, id)
+  local queued = rank ~= false
+  if not queued then
+    rank = redis.call('ZCARD', queue)
+  end
+  local free = limit - redis.call('ZCARD', leases)
+  if rank >= free then
+    local ahead = rank - free + 1
+    local average = tonumber(redis.call('GET', holds) or '0')
+    local expected = math.ceil(ahead * average / limit)
+    if average > 0 and expected > patience then
+      if queued then
+        redis.call('ZREM', queue, id)
+        redis.call('ZREM', waiters, id)
+      end
+      return {0, id, 0, ahead, expected}
+    end
+    if not queued then
+      local ticket = now
+      local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+      if last[2] and tonumber(last[2]) >= ticket then
+        ticket = tonumber(last[2]) + 1
+      end
+      redis.call('ZADD', queue, ticket, id)
+    end
+    redis.call('ZADD', waiters, now + lifetime, id)
+    if redis.call('PTTL', queue) < 2 * lifetime then
+      redis.call('PEXPIRE', queue, 2 * lifetime)
+      redis.call('PEXPIRE', waiters, 2 * lifetime)
+    end
+    return {2, id, 0, ahead, expected}
+  end
+  if queued then
+    redis.call('ZREM', queue, id)
+    redis.call('ZREM', waiters, id)
+  end
+  redis.call('ZADD', leases, now + ttl, id)
+  if redis.call('PTTL', leases) < ttl then
+    redis.call('PEXPIRE', leases, ttl + 1)
+  end
+end
+local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local last, written = nil, false
+if redis.REDIS_VERSION_NUM then
+  last = redis.call('SET', fence, string.format('%.0f', token), 'PX', ttl, 'GET')
+  written = true
+else
+  last = redis.call('GET', fence)
+end
+if last and tonumber(last) >= token then
+  token, written = tonumber(last) + 1, false
+end
+if not written then
+  redis.call('SET', fence, string.format('%.0f', token), 'PX', ttl)
+end
+return {1, id, token, 0, 0}
+"#;
+
+/// Give leases back (all of one subject), and wake the subject's waiters.
+///
+/// KEYS: lease set, wait queue, average hold, wake channel. ARGV: how long
+/// the leases were held on average (ms), then the ids. Returns how many were
+/// removed. Only when the subject has a queue does it do more than `ZREM`:
+/// it folds the hold time into the subject's average (each release weighs
+/// 1/8; the waiting script's estimate) and publishes on the subject's shard
+/// channel (`SPUBLISH`, Redis 7; older servers leave waiters to their
+/// periodic re-check).
+pub const RELEASE: &str = r#"
+local removed = redis.call('ZREM', KEYS[1], unpack(ARGV, 2))
+if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
+  local held = tonumber(ARGV[1])
+  local average = tonumber(redis.call('GET', KEYS[3]) or '')
+  if average then
+    average = average + (held - average) / 8
+  else
+    average = held
+  end
+  redis.call('SET', KEYS[3], string.format('%.3f', average), 'PX', 3600000)
+  if redis.REDIS_VERSION_NUM and redis.REDIS_VERSION_NUM >= 0x070000 then
+    redis.call('SPUBLISH', KEYS[4], removed)
+  end
+end
+return removed
+"#;
+
+/// A waiter leaves the queue (its caller gave up, or its deadline passed),
+/// and the waiters behind it are woken: they may now fit in free slots.
+///
+/// KEYS: queue, waiters' expiries, wake channel. ARGV: the waiter's id.
+/// Returns 1 if it was queued, else 0.
+pub const LEAVE: &str = r#"
+local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if removed == 1 and redis.call('EXISTS', KEYS[1]) == 1 then
+  if redis.REDIS_VERSION_NUM and redis.REDIS_VERSION_NUM >= 0x070000 then
+    redis.call('SPUBLISH', KEYS[3], 0)
+  end
+end
+return removed
+"#;
+
 /// Acquire several leases of one subject in one call: `ACQUIRE` for each id
 /// in turn, at one server instant. Redis's thread pays mostly per command, so
 /// a batch costs a fraction of as many single calls.
 ///
-/// KEYS: lease set, fencing counter, then each id's tombstone. ARGV: ttl ms,
-/// limit, valid-until (server ms), recovery hold key (empty for none), then
-/// the ids, in the order of KEYS. Returns `{status, id, token, ...}`, one
-/// triple per id, with `ACQUIRE`'s statuses; grants take increasing tokens
-/// in the order of the ids.
+/// KEYS: lease set, fencing counter, wait queue, waiters' expiries, then
+/// each id's tombstone. ARGV: ttl ms, limit, valid-until (server ms),
+/// recovery hold key (empty for none), then the ids, in the order of the
+/// tombstones (`ARGV[i]`'s tombstone is `KEYS[i]`). Returns `{status, id,
+/// token, ...}`, one triple per id, with `ACQUIRE`'s statuses (and its
+/// fairness to queued waiters); grants take increasing tokens in the order
+/// of the ids.
 pub const ACQUIRE_MANY: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
-local leases, fence = KEYS[1], KEYS[2]
+local leases, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl, limit, valid_until, hold = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -105,10 +271,18 @@ if now > valid_until then
 end
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 local live = redis.call('ZCARD', leases)
+if redis.call('EXISTS', queue) == 1 then
+  local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', now)
+  if #dead > 0 then
+    redis.call('ZREM', queue, unpack(dead))
+    redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now)
+  end
+  live = live + redis.call('ZCARD', queue)
+end
 local held = hold ~= '' and redis.call('EXISTS', hold) == 1
 for i = 5, #ARGV do
   local id, status = ARGV[i], 1
-  if redis.call('EXISTS', KEYS[i - 2]) == 1 then
+  if redis.call('EXISTS', KEYS[i]) == 1 then
     status = -1
   elseif redis.call('ZSCORE', leases, id) then
     status = 1
@@ -169,10 +343,13 @@ pub const MAX_RELEASE_BATCH: usize = 64;
 /// Compensating release: drop the lease and, while the acquire it answers
 /// may still run, leave a tombstone so that it takes no slot when it does.
 ///
-/// KEYS: lease set, tombstone. ARGV: the acquire's valid-until (server ms; 0
-/// when its reply was read, so it has run), lease id. Returns the id. The
-/// tombstone lives exactly until that acquire turns stale: after that the
-/// acquire script refuses it anyway, so no tombstone outlives its use.
+/// KEYS: lease set, tombstone, wait queue, waiters' expiries, wake channel.
+/// ARGV: the acquire's valid-until (server ms; 0 when its reply was read, so
+/// it has run), lease id. Returns the id. The tombstone lives exactly until
+/// that acquire turns stale: after that the acquire script refuses it
+/// anyway, so no tombstone outlives its use. The id also leaves the wait
+/// queue (a waiter whose caller left may be queued rather than granted), and
+/// when the subject has a queue its waiters are woken: a slot may be free.
 pub const COMPENSATE: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local valid_until, id = tonumber(ARGV[1]), ARGV[2]
@@ -181,6 +358,13 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if now <= valid_until then
   redis.call('SET', KEYS[2], '1', 'PX', valid_until - now + 1)
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZREM', KEYS[4], id)
+  if redis.REDIS_VERSION_NUM and redis.REDIS_VERSION_NUM >= 0x070000 then
+    redis.call('SPUBLISH', KEYS[5], 0)
+  end
 end
 return id
 "#;
@@ -306,6 +490,8 @@ impl Script {
 /// Which of our scripts a command runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScriptKind {
+    // Those the handshake loads come first (`ALL`): a connection's reload
+    // flags are indexed by kind.
     /// Takes one lease if the limit allows.
     Acquire,
     /// Releases a lease no caller got and tombstones its id.
@@ -314,6 +500,12 @@ pub enum ScriptKind {
     Renew,
     /// Several acquires of one subject and limit in one call.
     AcquireMany,
+    /// Takes a lease or waits for one in the subject's queue.
+    AcquireWaiting,
+    /// Gives leases back and wakes the subject's waiters.
+    Release,
+    /// Takes a waiter out of its queue.
+    Leave,
     /// Writes back a held lease after lost data (sent as `EVAL`: rare).
     Reassert,
     /// Reads (or creates) the lease-data marker at each handshake (`EVAL`).
@@ -325,11 +517,14 @@ pub enum ScriptKind {
 impl ScriptKind {
     /// The scripts the handshake loads, in its order (the others run rarely,
     /// by text).
-    pub const ALL: [ScriptKind; 4] = [
+    pub const ALL: [ScriptKind; 7] = [
         ScriptKind::Acquire,
         ScriptKind::Compensate,
         ScriptKind::Renew,
         ScriptKind::AcquireMany,
+        ScriptKind::AcquireWaiting,
+        ScriptKind::Release,
+        ScriptKind::Leave,
     ];
 }
 
@@ -350,6 +545,12 @@ pub struct Scripts {
     pub mark: Script,
     /// [`ScriptKind::Hold`].
     pub hold: Script,
+    /// [`ScriptKind::AcquireWaiting`].
+    pub acquire_waiting: Script,
+    /// [`ScriptKind::Release`].
+    pub release: Script,
+    /// [`ScriptKind::Leave`].
+    pub leave: Script,
 }
 
 impl Default for Scripts {
@@ -362,6 +563,9 @@ impl Default for Scripts {
             reassert: Script::new(REASSERT),
             mark: Script::new(MARK),
             hold: Script::new(HOLD),
+            acquire_waiting: Script::new(ACQUIRE_WAITING),
+            release: Script::new(RELEASE),
+            leave: Script::new(LEAVE),
         }
     }
 }
@@ -377,6 +581,9 @@ impl Scripts {
             ScriptKind::Reassert => &self.reassert,
             ScriptKind::Mark => &self.mark,
             ScriptKind::Hold => &self.hold,
+            ScriptKind::AcquireWaiting => &self.acquire_waiting,
+            ScriptKind::Release => &self.release,
+            ScriptKind::Leave => &self.leave,
         }
     }
 
@@ -389,8 +596,8 @@ impl Scripts {
             (b"EVALSHA", script.sha.as_bytes())
         };
         let numkeys = [b'0' + keys.len() as u8];
-        debug_assert!(keys.len() < 10 && 3 + keys.len() + args.len() <= 12);
-        let mut command: [&[u8]; 12] = [b""; 12];
+        debug_assert!(keys.len() < 10 && 3 + keys.len() + args.len() <= 16);
+        let mut command: [&[u8]; 16] = [b""; 16];
         command[..3].copy_from_slice(&[verb, body, &numkeys]);
         command[3..3 + keys.len()].copy_from_slice(keys);
         let used = 3 + keys.len();
@@ -398,14 +605,14 @@ impl Scripts {
         encode_command(out, &command[..used + args.len()]);
     }
 
-    /// `EVALSHA` of `ACQUIRE_MANY`: the lease set and fencing counter, one
-    /// tombstone per id, the TTL, limit, valid-until and hold key, then the
-    /// ids (in the tombstones' order).
+    /// `EVALSHA` of `ACQUIRE_MANY`: the lease set, fencing counter, wait
+    /// queue and waiters' expiries, one tombstone per id, the TTL, limit,
+    /// valid-until and hold key, then the ids (in the tombstones' order).
     #[allow(clippy::too_many_arguments)] // the script's arguments, named
     pub fn encode_acquire_many(
         &self,
         out: &mut BytesMut,
-        subject: [&[u8]; 2],
+        subject: [&[u8]; 4],
         tombstones: &[&[u8]],
         ttl_ms: &[u8],
         limit: &[u8],
@@ -413,8 +620,8 @@ impl Scripts {
         hold: &[u8],
         ids: &[&[u8]],
     ) {
-        let numkeys = (2 + tombstones.len()).to_string();
-        let mut command: Vec<&[u8]> = Vec::with_capacity(8 + tombstones.len() + ids.len());
+        let numkeys = (4 + tombstones.len()).to_string();
+        let mut command: Vec<&[u8]> = Vec::with_capacity(10 + tombstones.len() + ids.len());
         command.extend([
             b"EVALSHA".as_slice(),
             self.acquire_many.sha.as_bytes(),
@@ -487,7 +694,7 @@ mod tests {
         let mut out = BytesMut::new();
         scripts.encode_acquire_many(
             &mut out,
-            [b"L", b"F"],
+            [b"L", b"F", b"Q", b"W"],
             &[b"T1", b"T2"],
             b"1000",
             b"5",
@@ -497,7 +704,7 @@ mod tests {
         );
         let sha = &scripts.acquire_many.sha;
         let expected = format!(
-            "*13\r\n$7\r\nEVALSHA\r\n$40\r\n{sha}\r\n$1\r\n4\r\n$1\r\nL\r\n$1\r\nF\r\n$2\r\nT1\r\n$2\r\nT2\r\n$4\r\n1000\r\n$1\r\n5\r\n$2\r\n99\r\n$0\r\n\r\n$1\r\na\r\n$1\r\nb\r\n"
+            "*15\r\n$7\r\nEVALSHA\r\n$40\r\n{sha}\r\n$1\r\n6\r\n$1\r\nL\r\n$1\r\nF\r\n$1\r\nQ\r\n$1\r\nW\r\n$2\r\nT1\r\n$2\r\nT2\r\n$4\r\n1000\r\n$1\r\n5\r\n$2\r\n99\r\n$0\r\n\r\n$1\r\na\r\n$1\r\nb\r\n"
         );
         assert_eq!(out, expected.as_bytes());
     }

@@ -109,7 +109,7 @@ pub async fn run(budget: Budget) -> Results {
     progress("limit");
     let limit = raw_pipelined_cycles(&server, 64, budget).await;
     results.rows.push(Measured {
-        name: "limit: raw pipelined EVALSHA+ZREM, 64 in flight".into(),
+        name: "limit: raw pipelined ACQUIRE+RELEASE, 64 in flight".into(),
         cycles_per_sec: limit,
         note: "no library in the way".into(),
     });
@@ -285,12 +285,14 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
     stream.set_nodelay(true).expect("nodelay");
     let mut out = BytesMut::new();
     scripts.encode_load(&mut out, ScriptKind::Acquire);
+    scripts.encode_load(&mut out, ScriptKind::Release);
     stream.write_all(&out).await.expect("write");
     let mut reader = ReplyReader::new(ReplyLimits::default());
     let mut buf = vec![0u8; 64 * 1024];
-    read_replies(&mut stream, &mut reader, &mut buf, 1).await;
+    read_replies(&mut stream, &mut reader, &mut buf, 2).await;
 
     let keys = SubjectKeys::new("bench", &key_of("raw"));
+    let (queue, waiters, holds, wake) = (keys.queue(), keys.waiters(), keys.holds(), keys.wake_channel());
     let limit = HIGH_LIMIT.to_string();
     let ttl = TTL_MS.to_string();
     let mut next = 0u64;
@@ -303,7 +305,7 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
             out,
             ScriptKind::Acquire,
             false,
-            &[keys.leases(), &tombstone, &keys.fence()],
+            &[keys.leases(), &tombstone, &keys.fence(), &queue, &waiters],
             // The same script and arguments the client sends (standalone,
             // with the recovery hold key); this baseline is never late, so
             // its valid-until is far ahead.
@@ -315,7 +317,20 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
                 b"bench:recovery",
             ],
         );
-        encode_command(out, &[b"ZREM", keys.leases(), id.as_bytes()]);
+        encode_command(
+            out,
+            &[
+                b"EVALSHA",
+                scripts.release.sha.as_bytes(),
+                b"4",
+                keys.leases(),
+                &queue,
+                &holds,
+                &wake,
+                b"1",
+                id.as_bytes(),
+            ],
+        );
     };
     let warm_until = Instant::now() + budget.warmup;
     let mut started = None;

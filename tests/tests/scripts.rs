@@ -78,7 +78,13 @@ impl Leases {
             &mut out,
             ScriptKind::Acquire,
             false,
-            &[self.keys.leases(), &tombstone, &self.keys.fence()],
+            &[
+                self.keys.leases(),
+                &tombstone,
+                &self.keys.fence(),
+                &self.keys.queue(),
+                &self.keys.waiters(),
+            ],
             &[
                 ttl.as_bytes(),
                 limit.as_bytes(),
@@ -145,7 +151,13 @@ impl Leases {
             &mut out,
             ScriptKind::Compensate,
             false,
-            &[self.keys.leases(), &tombstone],
+            &[
+                self.keys.leases(),
+                &tombstone,
+                &self.keys.queue(),
+                &self.keys.waiters(),
+                &self.keys.wake_channel(),
+            ],
             &[ttl.as_bytes(), id_text.as_bytes()],
         );
         let reply = self.client.call_raw(&out).unwrap();
@@ -206,6 +218,87 @@ impl Leases {
         match self.client.call(&[b"PTTL", self.keys.leases()]).unwrap() {
             Frame::Integer(n) => n,
             other => panic!("unexpected PTTL reply {other:?}"),
+        }
+    }
+}
+
+impl Leases {
+    /// `ACQUIRE_WAITING` for `id`: `(status, ahead, expected)`.
+    fn wait(&mut self, id: u64, limit: u32, lifetime_ms: u64, patience_ms: u64) -> (i64, i64, i64) {
+        let lease = lease(id);
+        let tombstone = self.keys.tombstone(&lease);
+        let valid_until = self.fresh().to_string();
+        let (limit, id_text) = (limit.to_string(), lease.to_string());
+        let (lifetime, patience) = (lifetime_ms.to_string(), patience_ms.to_string());
+        let mut out = BytesMut::new();
+        self.scripts.encode_call(
+            &mut out,
+            ScriptKind::AcquireWaiting,
+            false,
+            &[
+                self.keys.leases(),
+                &tombstone,
+                &self.keys.fence(),
+                &self.keys.queue(),
+                &self.keys.waiters(),
+                &self.keys.holds(),
+            ],
+            &[
+                b"60000",
+                limit.as_bytes(),
+                id_text.as_bytes(),
+                valid_until.as_bytes(),
+                &self.hold,
+                lifetime.as_bytes(),
+                patience.as_bytes(),
+            ],
+        );
+        match self.client.call_raw(&out).unwrap() {
+            Frame::Array(items) => match &items[..] {
+                [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(ahead), Frame::Integer(expected)]
+                    if echo[..] == *id_text.as_bytes() =>
+                {
+                    assert_eq!(*status == 1, *token > 0, "a token exactly with a grant");
+                    (*status, *ahead, *expected)
+                }
+                other => panic!("unexpected wait reply {other:?}"),
+            },
+            other => panic!("unexpected wait reply {other:?}"),
+        }
+    }
+
+    /// `RELEASE` of `ids`, held `held_ms`: how many were removed.
+    fn release_script(&mut self, ids: &[u64], held_ms: u64) -> i64 {
+        let ids: Vec<String> = ids.iter().map(|id| lease(*id).to_string()).collect();
+        let (queue, holds, wake) = (self.keys.queue(), self.keys.holds(), self.keys.wake_channel());
+        let held = held_ms.to_string();
+        let mut args: Vec<&[u8]> = vec![
+            b"EVALSHA",
+            self.scripts.release.sha.as_bytes(),
+            b"4",
+            self.keys.leases(),
+            &queue,
+            &holds,
+            &wake,
+            held.as_bytes(),
+        ];
+        args.extend(ids.iter().map(|id| id.as_bytes()));
+        match self.client.call(&args).unwrap() {
+            Frame::Integer(n) => n,
+            other => panic!("unexpected RELEASE reply {other:?}"),
+        }
+    }
+
+    fn queued(&mut self) -> Vec<Bytes> {
+        match self.client.call(&[b"ZRANGE", &self.keys.queue(), b"0", b"-1"]).unwrap() {
+            Frame::Array(items) => items
+                .into_iter()
+                .map(|item| match item {
+                    Frame::BulkString(id) => id,
+                    other => panic!("{other:?}"),
+                })
+                .collect(),
+            other => panic!("{other:?}"),
         }
     }
 }
@@ -348,7 +441,7 @@ fn injective_keys_keep_subjects_apart_and_share_one_hash_tag() {
             &mut out,
             ScriptKind::Acquire,
             true,
-            &[keys.leases(), &tombstone, &keys.fence()],
+            &[keys.leases(), &tombstone, &keys.fence(), &keys.queue(), &keys.waiters()],
             &[b"60000", b"1", id.as_bytes(), b"99999999999999", b""],
         );
         let reply = client.call_raw(&out).unwrap();
@@ -370,7 +463,7 @@ fn evalsha_of_an_unloaded_script_answers_noscript() {
         &mut out,
         ScriptKind::Acquire,
         false,
-        &[keys.leases(), b"t", &keys.fence()],
+        &[keys.leases(), b"t", &keys.fence(), b"q", b"w"],
         &[b"1", b"1", b"x", b"1", b""],
     );
     match client.call_raw(&out).unwrap() {
@@ -402,10 +495,10 @@ fn a_request_that_runs_after_its_valid_until_is_refused_and_changes_nothing() {
     let ids_bytes: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes()).collect();
     let mut out = BytesMut::new();
     let (ttl, past_text) = (LONG.to_string(), past.to_string());
-    let fence = leases.keys.fence();
+    let (fence, queue, waiters) = (leases.keys.fence(), leases.keys.queue(), leases.keys.waiters());
     leases.scripts.encode_acquire_many(
         &mut out,
-        [leases.keys.leases(), &fence],
+        [leases.keys.leases(), &fence, &queue, &waiters],
         &tombstones,
         ttl.as_bytes(),
         b"5",
@@ -549,4 +642,104 @@ fn the_marker_is_written_once_and_read_back() {
         Frame::Integer(-1),
         "no expiry"
     );
+}
+
+#[test]
+fn waiters_are_served_in_arrival_order_and_newcomers_wait_behind_them() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "fifo");
+    assert!(leases.granted(1, 2, LONG));
+    assert!(leases.granted(2, 2, LONG));
+    // Three waiters queue in order 10, 11, 12: one slot must free for the
+    // first, two for the second...
+    for (id, ahead) in [(10, 1), (11, 2), (12, 3)] {
+        assert_eq!(leases.wait(id, 2, LONG, LONG), (2, ahead, 0));
+    }
+    let expected: Vec<Bytes> = [10, 11, 12]
+        .iter()
+        .map(|id| Bytes::from(lease(*id).to_string()))
+        .collect();
+    assert_eq!(leases.queued(), expected);
+    // One slot frees: a fail-fast newcomer is refused (three waiters are
+    // owed slots first), the last waiter still waits, the first is served.
+    assert_eq!(leases.release_script(&[1], 40), 1);
+    assert!(!leases.granted(3, 2, LONG), "a newcomer never takes a waiter's slot");
+    assert_eq!(leases.wait(12, 2, LONG, LONG).0, 2);
+    assert_eq!(leases.wait(11, 2, LONG, LONG).0, 2);
+    assert_eq!(leases.wait(10, 2, LONG, LONG).0, 1);
+    // Asking again is idempotent: the grant stands, no second slot.
+    assert_eq!(leases.wait(10, 2, LONG, LONG).0, 1);
+    assert_eq!(leases.live(), 2);
+    assert_eq!(leases.queued().len(), 2);
+}
+
+#[test]
+fn a_waiter_that_stops_calling_is_forgotten_and_stops_blocking_the_queue() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "dead");
+    assert!(leases.granted(1, 1, LONG));
+    // Waiter 10 lives 50 ms without calling again; 11 is behind it.
+    assert_eq!(leases.wait(10, 1, 50, LONG).0, 2);
+    assert_eq!(leases.wait(11, 1, LONG, LONG), (2, 2, 0));
+    assert_eq!(leases.release_script(&[1], 5), 1);
+    assert_eq!(leases.wait(11, 1, LONG, LONG), (2, 1, 5), "10 is still owed the slot");
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(leases.wait(11, 1, LONG, LONG).0, 1, "10 expired: 11 is served");
+}
+
+#[test]
+fn a_wait_that_cannot_fit_its_patience_is_shed_at_once() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "shed");
+    for id in 1..=2 {
+        assert!(leases.granted(id, 2, LONG));
+    }
+    assert_eq!(leases.wait(10, 2, LONG, LONG).0, 2);
+    // No hold time is known yet: nothing is shed. Two releases while the
+    // queue exists teach the subject that holds last about 400 ms.
+    assert_eq!(leases.release_script(&[1], 400), 1);
+    assert_eq!(leases.release_script(&[2], 400), 1);
+    assert_eq!(leases.wait(10, 2, LONG, LONG).0, 1);
+    assert!(leases.granted(3, 2, LONG));
+    // Full again, one waiter ahead: the fourth in line needs 2 slots to
+    // free, about 2 × 400 / 2 = 400 ms.
+    assert_eq!(leases.wait(11, 2, LONG, LONG), (2, 1, 200));
+    assert_eq!(
+        leases.wait(12, 2, LONG, 399),
+        (0, 2, 400),
+        "shed: 400 ms expected, 399 allowed"
+    );
+    assert_eq!(leases.queued().len(), 1, "the shed waiter left the queue");
+    assert_eq!(
+        leases.wait(12, 2, LONG, 400),
+        (2, 2, 400),
+        "with patience enough it queues"
+    );
+}
+
+#[test]
+fn a_release_on_a_subject_with_waiters_wakes_them_on_its_shard_channel() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "wake");
+    let mut subscriber = server.client();
+    let channel = leases.keys.wake_channel();
+    match subscriber.call(&[b"SSUBSCRIBE", &channel]).unwrap() {
+        Frame::Array(items) => assert_eq!(items[0], Frame::BulkString(Bytes::from_static(b"ssubscribe"))),
+        other => panic!("{other:?}"),
+    }
+    assert!(leases.granted(1, 1, LONG));
+    assert!(leases.granted(2, 2, LONG));
+    // No waiter: a release publishes nothing (checked below: the first
+    // message is the one after the waiter queued).
+    assert_eq!(leases.release_script(&[2], 1), 1);
+    assert_eq!(leases.wait(10, 1, LONG, LONG).0, 2);
+    assert_eq!(leases.release_script(&[1], 1), 1);
+    match subscriber.read_reply().unwrap() {
+        Frame::Array(items) => {
+            assert_eq!(items[0], Frame::BulkString(Bytes::from_static(b"smessage")));
+            assert_eq!(items[1], Frame::BulkString(channel.clone()));
+            assert_eq!(items[2], Frame::BulkString(Bytes::from_static(b"1")));
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -65,13 +65,8 @@ impl Request {
                     &[ttl_ms, &call.lease_bytes, valid_until.as_bytes()],
                 )
             }
-            Request::Release(job) => encode_command(out, &[b"ZREM", job.keys.leases(), &job.lease_bytes]),
-            Request::ReleaseMany(jobs) => {
-                let mut command: Vec<&[u8]> = Vec::with_capacity(2 + jobs.len());
-                command.extend([b"ZREM".as_slice(), jobs[0].keys.leases()]);
-                command.extend(jobs.iter().map(|job| &job.lease_bytes[..]));
-                encode_command(out, &command);
-            }
+            Request::Release(job) => encode_release(std::slice::from_ref(job), scripts, out),
+            Request::ReleaseMany(jobs) => encode_release(jobs, scripts, out),
             Request::Compensate(job) => encode_compensate(job, scripts, out),
             Request::Asking => encode_command(out, &[b"ASKING"]),
             Request::Wait => {
@@ -128,7 +123,13 @@ fn encode_acquire(op: &AcquireOp, wire: &Wire, out: &mut BytesMut) {
         out,
         ScriptKind::Acquire,
         call.by_text,
-        &[call.keys.leases(), &tombstone, &call.keys.fence()],
+        &[
+            call.keys.leases(),
+            &tombstone,
+            &call.keys.fence(),
+            &call.keys.queue(),
+            &call.keys.waiters(),
+        ],
         &[
             wire.ttl_ms,
             limit.as_bytes(),
@@ -140,8 +141,8 @@ fn encode_acquire(op: &AcquireOp, wire: &Wire, out: &mut BytesMut) {
 }
 
 fn encode_acquire_many(ops: &[AcquireOp], wire: &Wire, out: &mut BytesMut) {
-    let leases = ops[0].call.keys.leases();
-    let fence = ops[0].call.keys.fence();
+    let keys = &ops[0].call.keys;
+    let (fence, queue, waiters) = (keys.fence(), keys.queue(), keys.waiters());
     let tombstones: Vec<_> = ops.iter().map(|op| op.call.keys.tombstone(&op.call.lease)).collect();
     let tombstones: Vec<&[u8]> = tombstones.iter().map(|t| &t[..]).collect();
     let ids: Vec<&[u8]> = ops.iter().map(|op| &op.call.lease_bytes[..]).collect();
@@ -155,7 +156,7 @@ fn encode_acquire_many(ops: &[AcquireOp], wire: &Wire, out: &mut BytesMut) {
         .to_string();
     wire.scripts.encode_acquire_many(
         out,
-        [leases, &fence],
+        [keys.leases(), &fence, &queue, &waiters],
         &tombstones,
         wire.ttl_ms,
         limit.as_bytes(),
@@ -172,13 +173,49 @@ fn encode_compensate(job: &ReleaseJob, scripts: &Scripts, out: &mut BytesMut) {
         ReleaseKind::Release => 0,
     };
     let until = until.to_string();
+    let keys = &job.keys;
     scripts.encode_call(
         out,
         ScriptKind::Compensate,
         job.by_text,
-        &[job.keys.leases(), &tombstone],
+        &[
+            keys.leases(),
+            &tombstone,
+            &keys.queue(),
+            &keys.waiters(),
+            &keys.wake_channel(),
+        ],
         &[until.as_bytes(), &job.lease_bytes],
     );
+}
+
+/// `RELEASE` of leases of one subject: the subject's keys, the batch's
+/// average hold, the ids. Always by `EVALSHA`: a `NOSCRIPT` reply fails the
+/// attempt, which is retried once the script is loaded again.
+fn encode_release(jobs: &[ReleaseJob], scripts: &Scripts, out: &mut BytesMut) {
+    let keys = &jobs[0].keys;
+    let (queue, holds, wake) = (keys.queue(), keys.holds(), keys.wake_channel());
+    let held = jobs.iter().map(|job| job.held_ms).sum::<u64>() / jobs.len() as u64;
+    let held = held.to_string();
+    let numkeys = b"4";
+    let mut command: Vec<&[u8]> = Vec::with_capacity(8 + jobs.len());
+    let (verb, body): (&[u8], &[u8]) = if jobs[0].by_text {
+        (b"EVAL", scripts.release.text.as_bytes())
+    } else {
+        (b"EVALSHA", scripts.release.sha.as_bytes())
+    };
+    command.extend([
+        verb,
+        body,
+        numkeys,
+        keys.leases(),
+        &queue,
+        &holds,
+        &wake,
+        held.as_bytes(),
+    ]);
+    command.extend(jobs.iter().map(|job| &job.lease_bytes[..]));
+    encode_command(out, &command);
 }
 
 impl Client {

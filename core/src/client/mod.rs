@@ -344,8 +344,15 @@ impl Client {
     pub fn renew(&mut self, now: Instant, lease: &Lease) -> RequestId {
         let request = self.register(now, Awaits::Renewal);
         let call = Call::new(request, lease.id, lease.keys.clone());
-        let token = lease.fencing_token;
-        self.submit(now, Op::Renew(RenewOp { call, token }));
+        let (token, granted_at) = (lease.fencing_token, lease.granted_at);
+        self.submit(
+            now,
+            Op::Renew(RenewOp {
+                call,
+                token,
+                granted_at,
+            }),
+        );
         request
     }
 

@@ -128,6 +128,8 @@ impl Client {
             kind: ReleaseKind::Compensation {
                 tombstone_until_ms: if may_still_run { call.valid_until_ms } else { 0 },
             },
+            // Nobody held it: it says nothing about hold times.
+            held_ms: 0,
             failures: 0,
             deadline: ran_by + self.config.lease_ttl,
             not_before: now,
@@ -233,9 +235,14 @@ impl Client {
             Frame::Error(message) => {
                 let message = message.to_string();
                 return match self.error_class(&message) {
-                    ErrorClass::NoScript if job.is_compensation() => {
+                    ErrorClass::NoScript => {
                         job.by_text = true;
-                        self.reload(now, node, ScriptKind::Compensate);
+                        let script = if job.is_compensation() {
+                            ScriptKind::Compensate
+                        } else {
+                            ScriptKind::Release
+                        };
+                        self.reload(now, node, script);
                         self.send_release(now, node, job);
                         Ok(())
                     }
@@ -301,6 +308,14 @@ impl Client {
             ErrorClass::Redirect(redirect) => {
                 for job in jobs {
                     self.redirect_release(now, node, job, redirect, &message);
+                }
+                Ok(())
+            }
+            ErrorClass::NoScript => {
+                self.reload(now, node, ScriptKind::Release);
+                for mut job in jobs {
+                    job.by_text = true;
+                    self.send_release(now, node, job);
                 }
                 Ok(())
             }

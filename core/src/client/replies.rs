@@ -262,6 +262,7 @@ impl Client {
                     expires_at: lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl),
                     keys: call.keys,
                     fencing_token: op.token,
+                    granted_at: op.granted_at,
                 };
                 self.held.renewed(&lease);
                 Renewal::Extended(lease)
@@ -376,6 +377,7 @@ impl Client {
             expires_at: lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl),
             keys: call.keys,
             fencing_token: token,
+            granted_at: now,
         };
         self.held.insert(now, &lease, op.limit);
         self.finish(request, Outcome::Granted(lease));

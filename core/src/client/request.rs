@@ -140,6 +140,8 @@ pub(super) struct RenewOp {
     pub(super) call: Call,
     /// The lease's fencing token: a renewal keeps it.
     pub(super) token: u64,
+    /// When the lease was granted: a renewal keeps that too.
+    pub(super) granted_at: Instant,
 }
 
 /// An acquire or a renewal on its way to a connection: waiting for the
@@ -212,6 +214,9 @@ pub(super) struct ReleaseJob {
     pub(super) lease_bytes: Bytes,
     pub(super) keys: SubjectKeys,
     pub(super) kind: ReleaseKind,
+    /// How long the lease was held, in ms (the release script keeps the
+    /// subject's average while it has waiters).
+    pub(super) held_ms: u64,
     /// Failed attempts so far.
     pub(super) failures: u32,
     /// Retries stop here: the lease has expired by then anyway.
@@ -234,6 +239,7 @@ impl ReleaseJob {
         Self {
             lease_bytes: Bytes::from(lease.id.to_bytes()),
             lease: lease.id,
+            held_ms: now.saturating_duration_since(lease.granted_at).as_millis() as u64,
             keys: lease.keys,
             kind,
             failures: 0,

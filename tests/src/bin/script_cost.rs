@@ -81,14 +81,17 @@ fn main() {
                     let lease = LeaseId::from_parts(0xc057, next);
                     let id = lease.to_string();
                     let (tombstone, fence) = (keys.tombstone(&lease), keys.fence());
+                    let (queue, waiters) = (keys.queue(), keys.waiters());
                     let args: Vec<&[u8]> = if with_fencing {
                         vec![
                             b"EVALSHA",
                             sha.as_bytes(),
-                            b"3",
+                            b"5",
                             keys.leases(),
                             &tombstone,
                             &fence,
+                            &queue,
+                            &waiters,
                             b"60000",
                             b"1000",
                             id.as_bytes(),
