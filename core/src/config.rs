@@ -140,6 +140,11 @@ pub struct Config {
     /// Deliver a grant only once this many replicas have it (`WAIT`); off
     /// (`None`) by default. See [`ReplicaAcks`].
     pub replica_acks: Option<ReplicaAcks>,
+    /// How long a waiting acquire keeps its place in its subject's queue
+    /// without calling again. The client checks again every third of it
+    /// (the fallback for a lost wake-up), so a waiter whose replica crashed
+    /// stops blocking the queue within this. 1 s by default.
+    pub waiter_lifetime: Duration,
 }
 
 /// Synchronous replication of grants: after each write of acquires the
@@ -205,6 +210,7 @@ impl Default for Config {
             servers: Servers::default(),
             recovery: Recovery::default(),
             replica_acks: None,
+            waiter_lifetime: Duration::from_secs(1),
         }
     }
 }
@@ -270,6 +276,12 @@ impl Config {
         self.reconnect_max_backoff + self.connect_timeout
     }
 
+    /// How often a waiting acquire checks again with no wake-up: a third of
+    /// its lifetime, so two checks can be lost before it is forgotten.
+    pub fn waiter_recheck(&self) -> Duration {
+        self.waiter_lifetime / 3
+    }
+
     /// How long new grants are held after a loss; `None` with recovery off.
     pub fn recovery_window(&self) -> Option<Duration> {
         match self.recovery {
@@ -318,6 +330,7 @@ impl Config {
             ("connect_timeout", self.connect_timeout),
             ("reconnect_initial_backoff", self.reconnect_initial_backoff),
             ("release.initial_backoff", self.release.initial_backoff),
+            ("waiter_lifetime", self.waiter_lifetime),
         ];
         for (field, value) in positive {
             if value.is_zero() {

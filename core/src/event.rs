@@ -6,7 +6,7 @@
 //! release, a socket to open), so a driver that does not know it should fail
 //! to compile rather than drop it on a wildcard arm.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -112,8 +112,13 @@ pub enum Reassertion {
 pub enum Outcome {
     /// Redis recorded the lease: the caller holds a slot until it releases.
     Granted(Lease),
-    /// Redis, over a trusted connection, counted `limit` live leases.
+    /// Redis, over a trusted connection, counted `limit` live leases (for a
+    /// waiting acquire: no slot came before its deadline).
     Exceeded,
+    /// A waiting acquire was refused at once: the server expects the wait
+    /// for a slot (the queue ahead of it, at the subject's average hold) to
+    /// be about this long, longer than the caller may wait.
+    Shed(Duration),
     /// No trustworthy answer (policy `Deny`).
     Unavailable(Unavailable),
     /// No trustworthy answer, let through without a lease (policy `Allow`).
@@ -359,4 +364,12 @@ pub struct Stats {
     pub releases_repeated: u64,
     /// Grants released because `WAIT` confirmed too few replicas.
     pub not_replicated: u64,
+    /// Waiting acquires refused at once: the expected wait was longer than
+    /// the caller's deadline.
+    pub shed: u64,
+    /// Wake-ups received (messages on a subject's channel, subscriptions
+    /// confirmed).
+    pub wake_ups: u64,
+    /// Waiters taken out of their queue (`LEAVE`) after their callers left.
+    pub waiters_left: u64,
 }

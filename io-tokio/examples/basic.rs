@@ -42,7 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     drop(permit);
                     "served"
                 }
-                Err(Error::Exceeded) => "shed (429)",
+                Err(Error::Exceeded { .. }) => "shed (429)",
                 Err(_) => "shed (503)",
             }
         }));

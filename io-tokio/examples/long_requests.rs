@@ -41,7 +41,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                         serve(stream, permit, started).await;
                         return;
                     }
-                    Err(Error::Exceeded) => {
+                    Err(Error::Exceeded { .. }) => {
                         println!(
                             "{:>5.1}s stream {stream}: refused, retrying",
                             started.elapsed().as_secs_f64()

@@ -194,6 +194,15 @@ impl Builder {
         self
     }
 
+    /// How long a waiting acquire keeps its place in its key's queue
+    /// without checking in (default 1 s; it checks every third of it). A
+    /// replica that crashes while its callers wait stops blocking the queue
+    /// within this.
+    pub fn waiter_lifetime(mut self, lifetime: Duration) -> Self {
+        self.config.waiter_lifetime = lifetime;
+        self
+    }
+
     /// Labels every metric of this limiter `namespace="…"`, to tell apart
     /// limiters of one process on a dashboard (say, one per protected
     /// backend). Off by default. The subject never becomes a label: its

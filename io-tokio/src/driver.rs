@@ -178,9 +178,14 @@ impl<C: Connector> Driver<C> {
                 ticket,
                 keys,
                 limit,
+                wait,
                 reply,
             } => {
-                let request = self.client.acquire_keys(now, keys, limit);
+                let request = match wait {
+                    // The caller's deadline, on the core's clock.
+                    Some(wait) => self.client.acquire_waiting(now, keys, limit, now + wait),
+                    None => self.client.acquire_keys(now, keys, limit),
+                };
                 self.tickets.insert(ticket, request);
                 self.callers.insert(request, (ticket, Caller::Acquire(reply)));
             }
@@ -362,7 +367,10 @@ impl<C: Connector> Driver<C> {
                     Err(Error::Stopped)
                 }
             },
-            Outcome::Exceeded => Err(Error::Exceeded),
+            Outcome::Exceeded => Err(Error::Exceeded { retry_after: None }),
+            Outcome::Shed(expected) => Err(Error::Exceeded {
+                retry_after: Some(expected),
+            }),
             Outcome::Unavailable(reason) => Err(Error::Unavailable { reason }),
             Outcome::FailOpen(reason) => {
                 tracing::warn!(%reason, "inflight: Redis unavailable; letting the request through unenforced");
@@ -434,7 +442,11 @@ impl<C: Connector> Driver<C> {
         let stats = self.client.stats();
         let up = self.client.connections().filter(|(_, _, ready)| *ready).count();
         let in_flight = self.client.in_flight_acquires();
-        if self.published.report(&self.metric_labels, stats, up, in_flight) {
+        let waiting = self.client.waiting_acquires();
+        if self
+            .published
+            .report(&self.metric_labels, stats, up, in_flight, waiting)
+        {
             self.stats.send_replace(stats);
         }
     }

@@ -8,10 +8,17 @@ use inflight_core::{ConfigError, ConnectionError, ReleaseFailure, Unavailable};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The key already has `limit` requests in flight across the fleet. Shed
-    /// the request (e.g. HTTP 429).
+    /// The key already has `limit` requests in flight across the fleet
+    /// (for a waiting acquire: no slot came before its deadline, or none is
+    /// expected to). Shed the request (e.g. HTTP 429).
     #[error("the in-flight limit for this key is reached")]
-    Exceeded,
+    Exceeded {
+        /// A waiting acquire refused at once: the server's estimate of the
+        /// wait for a slot (the queue ahead at the subject's recent hold
+        /// time), which was longer than the caller could wait. `None` for a
+        /// plain denial or a deadline that passed.
+        retry_after: Option<Duration>,
+    },
     /// Redis gave no trustworthy answer in time, and the policy is `Deny`.
     /// Shed the request (e.g. HTTP 503); the limiter recovers on its own.
     #[error("the limiter is unavailable: {reason}")]

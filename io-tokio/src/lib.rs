@@ -18,7 +18,7 @@
 //!     .await?;
 //! match limiter.acquire(&Key::new("tenant", "acme")?).await {
 //!     Ok(permit) => { /* serve the request; dropping `permit` releases the slot */ drop(permit) }
-//!     Err(Error::Exceeded) => { /* 429 */ }
+//!     Err(Error::Exceeded { .. }) => { /* 429 */ }
 //!     Err(other) => { /* 503: {other} */ }
 //! }
 //! # Ok(()) }
@@ -95,7 +95,7 @@ pub use inflight_core::{
     ConfigError, ConnectionError, DataLoss, Endpoint, Key, KeyError, LeaseId, ProtocolError, Reassertion, Recovery,
     ReleaseFailure, ReleasePolicy, ReplicaAcks, ServerError, ServerErrorKind, Stats, Unavailable, UnavailablePolicy,
 };
-pub use limiter::Limiter;
+pub use limiter::{Acquire, Limiter};
 pub use permit::Permit;
 
 /// The crate README's code compiles as written.

@@ -32,6 +32,30 @@ struct Shared {
     hints: RetryHints,
 }
 
+/// How one acquire asks: the default is the limiter's default limit, and
+/// no wait (`Exceeded` at once when the key is full).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Acquire {
+    limit: Option<u32>,
+    wait: Option<Duration>,
+}
+
+impl Acquire {
+    /// Under `limit` for this call instead of the default (zero is refused
+    /// with `Error::Config`).
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Wait up to `max_wait` for a slot, in the subject's fleet-wide queue.
+    pub fn wait(mut self, max_wait: Duration) -> Self {
+        self.wait = Some(max_wait);
+        self
+    }
+}
+
 /// What the settings say about when a refused request may succeed.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RetryHints {
@@ -87,18 +111,36 @@ impl Limiter {
 
     /// Takes a slot under the default limit.
     pub async fn acquire(&self, key: &Key) -> Result<Permit, Error> {
-        self.acquire_limited(key, self.shared.default_limit).await
+        self.acquire_limited(key, self.shared.default_limit, None).await
     }
 
     /// Takes a slot under `limit` for this call (tiers need no second limiter).
     pub async fn acquire_with(&self, key: &Key, limit: u32) -> Result<Permit, Error> {
-        let limit = inflight_core::config::limit(limit)?;
-        self.acquire_limited(key, limit).await
+        self.acquire_opts(key, Acquire::default().limit(limit)).await
+    }
+
+    /// Waits up to `max_wait` for a slot under the default limit: first come,
+    /// first served across the fleet (the subject's queue lives in Redis),
+    /// woken by releases, with no polling. `Exceeded` when `max_wait` passes
+    /// without a slot, or at once (with `retry_after`) when Redis expects
+    /// the wait to be longer than that.
+    pub async fn acquire_wait(&self, key: &Key, max_wait: Duration) -> Result<Permit, Error> {
+        self.acquire_opts(key, Acquire::default().wait(max_wait)).await
+    }
+
+    /// Takes a slot as `options` say: a limit for this call, a wait.
+    pub async fn acquire_opts(&self, key: &Key, options: Acquire) -> Result<Permit, Error> {
+        let limit = match options.limit {
+            Some(limit) => inflight_core::config::limit(limit)?,
+            None => self.shared.default_limit,
+        };
+        self.acquire_limited(key, limit, options.wait).await
     }
 
     /// Cancel-safe: dropping this future at any await point tells the driver
-    /// the caller is gone; a grant that arrives later is released.
-    async fn acquire_limited(&self, key: &Key, limit: NonZeroU32) -> Result<Permit, Error> {
+    /// the caller is gone; a grant that arrives later is released, and a
+    /// waiter leaves its queue.
+    async fn acquire_limited(&self, key: &Key, limit: NonZeroU32, wait: Option<Duration>) -> Result<Permit, Error> {
         let started = tokio::time::Instant::now();
         let ticket = next_ticket();
         let (reply, outcome) = oneshot::channel();
@@ -107,6 +149,7 @@ impl Limiter {
             // Encoded here, on the caller's thread, not on the driver's.
             keys: SubjectKeys::new(&self.shared.key_prefix, key),
             limit,
+            wait,
             reply,
         };
         if self.shared.commands.send(command).is_err() {
@@ -121,10 +164,16 @@ impl Limiter {
         let outcome = match &result {
             Ok(permit) if permit.is_enforced() => AcquireOutcome::Granted,
             Ok(_) => AcquireOutcome::FailOpen,
-            Err(Error::Exceeded) => AcquireOutcome::Denied,
+            Err(Error::Exceeded { retry_after: Some(_) }) => AcquireOutcome::Shed,
+            Err(Error::Exceeded { .. }) => AcquireOutcome::Denied,
             Err(_) => AcquireOutcome::Unavailable,
         };
-        telemetry::record_acquire(&self.shared.metric_labels, outcome, started.elapsed().as_secs_f64());
+        telemetry::record_acquire(
+            &self.shared.metric_labels,
+            outcome,
+            started.elapsed().as_secs_f64(),
+            wait.is_some(),
+        );
         result
     }
 
@@ -138,13 +187,14 @@ impl Limiter {
     /// When a request refused with `error` may be tried again, as far as the
     /// limiter's settings tell (for an HTTP `Retry-After`): the recovery
     /// window while Redis is being recovered after a data loss, the
-    /// reconnect backoff cap while there is no connection. `None` when the
-    /// settings say nothing: for `Exceeded` only the holders know when they
-    /// will finish (the tower layer estimates it from the hold times it
-    /// sees).
+    /// reconnect backoff cap while there is no connection, the expected wait
+    /// of a waiting acquire that was shed. `None` when nothing says: for a
+    /// plain `Exceeded` only the holders know when they will finish (the
+    /// tower layer estimates it from the hold times it sees).
     pub fn retry_after(&self, error: &Error) -> Option<Duration> {
         let hints = &self.shared.hints;
         match error {
+            Error::Exceeded { retry_after } => *retry_after,
             Error::Unavailable {
                 reason: Unavailable::Recovering,
             } => hints.recovery_window,

@@ -24,6 +24,8 @@ pub(crate) enum Command {
         ticket: u64,
         keys: SubjectKeys,
         limit: NonZeroU32,
+        /// Wait up to this long for a slot (`None`: fail fast).
+        wait: Option<std::time::Duration>,
         /// `Ok(None)`: let through unenforced (fail open).
         reply: oneshot::Sender<Result<Option<HeldLease>, Error>>,
     },

@@ -49,8 +49,17 @@ pub mod names {
     pub const NOT_REPLICATED: &str = "inflight_acquire_not_replicated_total";
     /// Counter: acquires refused during a recovery hold.
     pub const RECOVERING: &str = "inflight_acquire_recovering_total";
-    /// Histogram, labelled `outcome` = `granted`, `denied`, `unavailable` or `fail_open`.
+    /// Counter: waiting acquires refused at once (the expected wait was
+    /// longer than their deadline).
+    pub const SHED: &str = "inflight_acquire_shed_total";
+    /// Counter: wake-ups received for waiting acquires.
+    pub const WAKE_UPS: &str = "inflight_wake_ups_total";
+    /// Histogram, labelled `outcome` = `granted`, `denied`, `shed`, `unavailable` or `fail_open`.
     pub const ACQUIRE_SECONDS: &str = "inflight_acquire_seconds";
+    /// Histogram: how long waiting acquires waited, whatever their outcome.
+    pub const WAIT_SECONDS: &str = "inflight_acquire_wait_seconds";
+    /// Gauge: waiting acquires queued for a slot (or checking again).
+    pub const WAITING: &str = "inflight_acquires_waiting";
     /// Gauge: ready connections to Redis.
     pub const CONNECTIONS_UP: &str = "inflight_connections_up";
     /// Gauge: acquires (and renewals) waiting for a connection or a reply.
@@ -60,7 +69,7 @@ pub mod names {
 /// A counter: its name, its help text, and its figure in [`Stats`].
 type CounterSpec = (&'static str, &'static str, fn(&Stats) -> u64);
 
-const COUNTERS: [CounterSpec; 19] = [
+const COUNTERS: [CounterSpec; 21] = [
     (names::GRANTED, "Permits granted (enforced).", |s| s.granted),
     (
         names::DENIED,
@@ -148,6 +157,16 @@ const COUNTERS: [CounterSpec; 19] = [
         "Grants released because WAIT confirmed fewer replicas than min_replicas_acked asked for.",
         |s| s.not_replicated,
     ),
+    (
+        names::SHED,
+        "Waiting acquires refused at once: the expected wait for a slot was longer than their deadline.",
+        |s| s.shed,
+    ),
+    (
+        names::WAKE_UPS,
+        "Wake-ups received for waiting acquires (a slot of their key may be free).",
+        |s| s.wake_ups,
+    ),
 ];
 
 /// Tells the installed recorder the unit and meaning of every metric. Cheap
@@ -161,6 +180,16 @@ pub(crate) fn describe() {
         names::ACQUIRE_SECONDS,
         Unit::Seconds,
         "Time from an acquire call to its outcome, labelled by outcome."
+    );
+    metrics::describe_histogram!(
+        names::WAIT_SECONDS,
+        Unit::Seconds,
+        "Time waiting acquires spent from the call to their outcome."
+    );
+    metrics::describe_gauge!(
+        names::WAITING,
+        Unit::Count,
+        "Waiting acquires queued for a slot of their key."
     );
     metrics::describe_gauge!(names::CONNECTIONS_UP, Unit::Count, "Ready connections to Redis.");
     metrics::describe_gauge!(
@@ -183,23 +212,29 @@ pub(crate) fn labels(namespace: Option<&str>) -> Vec<Label> {
 pub(crate) enum AcquireOutcome {
     Granted,
     Denied,
+    Shed,
     Unavailable,
     FailOpen,
 }
 
 /// Records one acquire's latency. Without a namespace (the common case) the
 /// keys are static: nothing is allocated per acquire.
-pub(crate) fn record_acquire(labels: &[Label], outcome: AcquireOutcome, seconds: f64) {
+pub(crate) fn record_acquire(labels: &[Label], outcome: AcquireOutcome, seconds: f64, waited: bool) {
     use AcquireOutcome as O;
+    if waited {
+        metrics::histogram!(names::WAIT_SECONDS, labels.to_vec()).record(seconds);
+    }
     let histogram = match (labels.is_empty(), outcome) {
         (true, O::Granted) => metrics::histogram!(names::ACQUIRE_SECONDS, "outcome" => "granted"),
         (true, O::Denied) => metrics::histogram!(names::ACQUIRE_SECONDS, "outcome" => "denied"),
+        (true, O::Shed) => metrics::histogram!(names::ACQUIRE_SECONDS, "outcome" => "shed"),
         (true, O::Unavailable) => metrics::histogram!(names::ACQUIRE_SECONDS, "outcome" => "unavailable"),
         (true, O::FailOpen) => metrics::histogram!(names::ACQUIRE_SECONDS, "outcome" => "fail_open"),
         (false, outcome) => {
             let name = match outcome {
                 O::Granted => "granted",
                 O::Denied => "denied",
+                O::Shed => "shed",
                 O::Unavailable => "unavailable",
                 O::FailOpen => "fail_open",
             };
@@ -219,11 +254,19 @@ pub(crate) struct Published {
     stats: Stats,
     connections_up: usize,
     in_flight: usize,
+    waiting: usize,
 }
 
 impl Published {
     /// Publishes what changed since the last call; whether the counters did.
-    pub(crate) fn report(&mut self, labels: &[Label], stats: Stats, connections_up: usize, in_flight: usize) -> bool {
+    pub(crate) fn report(
+        &mut self,
+        labels: &[Label],
+        stats: Stats,
+        connections_up: usize,
+        in_flight: usize,
+        waiting: usize,
+    ) -> bool {
         let changed = stats != self.stats;
         if changed {
             for (name, _, figure) in COUNTERS {
@@ -236,6 +279,7 @@ impl Published {
         }
         move_gauge(names::CONNECTIONS_UP, labels, &mut self.connections_up, connections_up);
         move_gauge(names::ACQUIRES_IN_FLIGHT, labels, &mut self.in_flight, in_flight);
+        move_gauge(names::WAITING, labels, &mut self.waiting, waiting);
         changed
     }
 
@@ -243,6 +287,7 @@ impl Published {
     pub(crate) fn withdraw(&mut self, labels: &[Label]) {
         move_gauge(names::CONNECTIONS_UP, labels, &mut self.connections_up, 0);
         move_gauge(names::ACQUIRES_IN_FLIGHT, labels, &mut self.in_flight, 0);
+        move_gauge(names::WAITING, labels, &mut self.waiting, 0);
     }
 }
 

@@ -284,7 +284,7 @@ impl Caller {
                 ledger.counters.fail_open += 1;
                 ledger.note(at(), format!("{who} fails open on {key}"));
             }
-            Some(Err(Error::Exceeded)) => {
+            Some(Err(Error::Exceeded { .. })) => {
                 let mut ledger = self.ledger.lock().unwrap();
                 ledger.counters.denied += 1;
                 ledger.exceeded(key);

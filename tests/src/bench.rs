@@ -259,7 +259,7 @@ async fn inflight_cycles(
                             cycles.fetch_add(1, Ordering::Relaxed);
                         }
                     }
-                    Err(Error::Exceeded) => {
+                    Err(Error::Exceeded { .. }) => {
                         if counting.load(Ordering::Relaxed) {
                             denials.fetch_add(1, Ordering::Relaxed);
                         }

@@ -112,7 +112,7 @@ async fn tenants_here_and_elsewhere_get_exact_outcomes() {
         let (subject, outcome) = task.await.unwrap();
         let kind = match &outcome {
             Ok(_) => "granted",
-            Err(Error::Exceeded) => "denied",
+            Err(Error::Exceeded { .. }) => "denied",
             Err(other) => panic!("{subject}: {other}"),
         };
         *counts.entry((subject, kind)).or_default() += 1;
@@ -159,7 +159,7 @@ async fn limits_hold_per_tenant_across_every_primary() {
             let limiter = if round % 2 == 0 { &a } else { &b };
             match limiter.acquire(&key(subject)).await {
                 Ok(permit) => held.push((subject.clone(), permit)),
-                Err(Error::Exceeded) => assert!(round >= 3, "{subject}: denied at {round}"),
+                Err(Error::Exceeded { .. }) => assert!(round >= 3, "{subject}: denied at {round}"),
                 Err(other) => panic!("{subject}: {other}"),
             }
         }
@@ -209,7 +209,7 @@ impl Load {
                         let outcome = limiter.acquire(&key(&subject)).await;
                         let kind = match &outcome {
                             Ok(_) => "granted".to_string(),
-                            Err(Error::Exceeded) => "denied".to_string(),
+                            Err(Error::Exceeded { .. }) => "denied".to_string(),
                             Err(other) => other.to_string(),
                         };
                         *outcomes.entry(kind).or_default() += 1;
@@ -547,7 +547,10 @@ async fn passwords_and_announced_host_names_apply_to_every_node() {
         for _ in 0..2 {
             held.push(limiter.acquire(&key(&subjects[0])).await.unwrap());
         }
-        assert_eq!(limiter.acquire(&key(&subjects[0])).await.unwrap_err(), Error::Exceeded);
+        assert_eq!(
+            limiter.acquire(&key(&subjects[0])).await.unwrap_err(),
+            Error::Exceeded { retry_after: None }
+        );
     }
     let stats = limiter.stats();
     assert_eq!(
@@ -580,7 +583,10 @@ async fn tls_reaches_every_primary_at_its_tls_port() {
     let mut held = Vec::new();
     for subjects in tenants.values() {
         held.push(limiter.acquire(&key(&subjects[0])).await.unwrap());
-        assert_eq!(limiter.acquire(&key(&subjects[0])).await.unwrap_err(), Error::Exceeded);
+        assert_eq!(
+            limiter.acquire(&key(&subjects[0])).await.unwrap_err(),
+            Error::Exceeded { retry_after: None }
+        );
         assert_eq!(live(&cluster, prefix, &subjects[0]), 1);
     }
     let stats = limiter.stats();

@@ -69,8 +69,14 @@ async fn two_limiters_sharing_one_redis_enforce_one_limit() {
     let b = builder(&server.url()).connect().await.unwrap();
     let permit = a.acquire(&key("shared")).await.unwrap();
     assert!(permit.is_enforced());
-    assert_eq!(b.acquire(&key("shared")).await.unwrap_err(), Error::Exceeded);
-    assert_eq!(a.acquire(&key("shared")).await.unwrap_err(), Error::Exceeded);
+    assert_eq!(
+        b.acquire(&key("shared")).await.unwrap_err(),
+        Error::Exceeded { retry_after: None }
+    );
+    assert_eq!(
+        a.acquire(&key("shared")).await.unwrap_err(),
+        Error::Exceeded { retry_after: None }
+    );
     permit.release().await.unwrap();
     let permit = b.acquire(&key("shared")).await.unwrap();
     // Per-call limits: a bigger tier on the same key admits one more.
@@ -88,7 +94,10 @@ async fn a_forgotten_lease_is_reclaimed_after_its_ttl() {
         .await
         .unwrap();
     std::mem::forget(limiter.acquire(&key("forgotten")).await.unwrap());
-    assert_eq!(limiter.acquire(&key("forgotten")).await.unwrap_err(), Error::Exceeded);
+    assert_eq!(
+        limiter.acquire(&key("forgotten")).await.unwrap_err(),
+        Error::Exceeded { retry_after: None }
+    );
     tokio::time::sleep(Duration::from_millis(400)).await; // Redis's clock must pass the TTL
     let permit = limiter
         .acquire(&key("forgotten"))
@@ -600,7 +609,10 @@ async fn a_renewed_permit_outlives_its_ttl_and_a_lost_one_says_so() {
     while started.elapsed() < TTL * 5 / 2 {
         tokio::time::sleep(TTL / 10).await;
         permit.renew().await.unwrap();
-        assert_eq!(other.acquire(&key("long")).await.unwrap_err(), Error::Exceeded);
+        assert_eq!(
+            other.acquire(&key("long")).await.unwrap_err(),
+            Error::Exceeded { retry_after: None }
+        );
     }
     assert!(permit.expires_at().unwrap() > first_expiry + TTL);
     assert_eq!(live(&server, "long"), 1);
@@ -611,7 +623,10 @@ async fn a_renewed_permit_outlives_its_ttl_and_a_lost_one_says_so() {
         poll_then_drop(permit.renew(), polls).await;
         assert!(permit.is_enforced());
     }
-    assert_eq!(other.acquire(&key("long")).await.unwrap_err(), Error::Exceeded);
+    assert_eq!(
+        other.acquire(&key("long")).await.unwrap_err(),
+        Error::Exceeded { retry_after: None }
+    );
 
     // Stop renewing: past the TTL the slot comes back, and the holder is told.
     let wait = permit

@@ -58,7 +58,9 @@ async fn load(limiter: Limiter, key: Key, limit: u32, holders: Arc<AtomicU32>, p
                 drop(permit);
             }
             Ok(_) => panic!("the policy is Deny: no unenforced permit"),
-            Err(Error::Exceeded | Error::Unavailable { .. }) => tokio::time::sleep(Duration::from_millis(3)).await,
+            Err(Error::Exceeded { .. } | Error::Unavailable { .. }) => {
+                tokio::time::sleep(Duration::from_millis(3)).await
+            }
             Err(other) => panic!("{other}"),
         }
     }
@@ -116,7 +118,7 @@ async fn an_empty_restart_under_load_loses_no_held_lease_and_over_admits_nothing
     for limiter in [&a, &b] {
         assert!(matches!(
             limiter.acquire_with(&held, 4).await,
-            Err(Error::Exceeded | Error::Unavailable { .. })
+            Err(Error::Exceeded { .. } | Error::Unavailable { .. })
         ));
     }
     for task in tasks {

@@ -69,6 +69,13 @@ impl Request {
             Request::ReleaseMany(jobs) => encode_release(jobs, scripts, out),
             Request::Compensate(job) => encode_compensate(job, scripts, out),
             Request::Asking => encode_command(out, &[b"ASKING"]),
+            Request::Leave(keys, lease) => scripts.encode_call(
+                out,
+                ScriptKind::Leave,
+                false,
+                &[&keys.queue(), &keys.waiters(), &keys.wake_channel()],
+                &[lease],
+            ),
             Request::Wait => {
                 let acks = wire.config.replica_acks.expect("WAIT is sent only with replica_acks");
                 let (replicas, timeout) = (acks.replicas.to_string(), acks.timeout.as_millis().to_string());
@@ -119,6 +126,32 @@ fn encode_acquire(op: &AcquireOp, wire: &Wire, out: &mut BytesMut) {
     let tombstone = call.keys.tombstone(&call.lease);
     let limit = op.limit.to_string();
     let valid_until = call.valid_until_ms.to_string();
+    if let Some(wait) = op.wait {
+        let lifetime = wire.config.waiter_lifetime.as_millis().max(1).to_string();
+        let patience = wait.patience_ms.to_string();
+        return wire.scripts.encode_call(
+            out,
+            ScriptKind::AcquireWaiting,
+            call.by_text,
+            &[
+                call.keys.leases(),
+                &tombstone,
+                &call.keys.fence(),
+                &call.keys.queue(),
+                &call.keys.waiters(),
+                &call.keys.holds(),
+            ],
+            &[
+                wire.ttl_ms,
+                limit.as_bytes(),
+                &call.lease_bytes,
+                valid_until.as_bytes(),
+                wire.hold,
+                lifetime.as_bytes(),
+                patience.as_bytes(),
+            ],
+        );
+    }
     wire.scripts.encode_call(
         out,
         ScriptKind::Acquire,

@@ -84,7 +84,8 @@ impl Client {
                 | Request::Asking
                 | Request::Wait
                 | Request::Reassert(_)
-                | Request::ReleaseAgain(..) => {}
+                | Request::ReleaseAgain(..)
+                | Request::Leave(..) => {}
             }
         }
         if !wanted {
@@ -133,6 +134,8 @@ impl Client {
 
     /// Sends what can be sent on ready connections.
     pub(super) fn drive(&mut self, now: Instant) {
+        self.sync_subscriptions(now);
+        self.send_leaves(now);
         for node in 0..self.nodes.len() {
             if !self.nodes[node].is_ready() {
                 continue;
@@ -184,6 +187,9 @@ impl Client {
         let (valid_until_ms, margin) = conn.clock.map_or((0, Duration::ZERO), |clock| {
             (clock.server_ms(valid_until), clock.margin(valid_until))
         });
+        if let Op::Acquire(AcquireOp { wait: Some(wait), .. }) = &mut op {
+            wait.patience_ms = wait.until.saturating_duration_since(now).as_millis() as u64;
+        }
         let call = op.call_mut();
         call.valid_until_ms = if no_deadline { u64::MAX } else { valid_until_ms };
         call.runnable_until = Some(valid_until + margin);
@@ -315,7 +321,7 @@ fn acquire_groups(staged: Vec<(Op, Instant)>, most: usize) -> Vec<(Group, Instan
     let mut groups: Vec<(Group, Instant)> = Vec::new();
     for (op, at) in staged {
         match op {
-            Op::Acquire(acquire) if !acquire.call.by_text && acquire.call.ask.is_none() => {
+            Op::Acquire(acquire) if !acquire.call.by_text && acquire.call.ask.is_none() && acquire.wait.is_none() => {
                 let same = |ops: &Vec<AcquireOp>| {
                     ops.len() < most
                         && ops[0].limit == acquire.limit
@@ -332,7 +338,7 @@ fn acquire_groups(staged: Vec<(Op, Instant)>, most: usize) -> Vec<(Group, Instan
                     None => groups.push((Group::Acquires(vec![acquire]), at)),
                 }
             }
-            op => groups.push((Group::Alone(op), at)),
+            op => groups.push((Group::Alone(Box::new(op)), at)),
         }
     }
     groups
@@ -343,8 +349,9 @@ enum Group {
     /// Plain acquires of one subject and limit: one `ACQUIRE_MANY` when
     /// there are two or more.
     Acquires(Vec<AcquireOp>),
-    /// A renewal, an acquire sent as `EVAL` text, or one sent to an `ASK` target.
-    Alone(Op),
+    /// A renewal, an acquire sent as `EVAL` text, one sent to an `ASK`
+    /// target, or a waiting one. (Boxed: an `Op` is far larger than a `Vec`.)
+    Alone(Box<Op>),
 }
 
 impl Group {
@@ -352,7 +359,7 @@ impl Group {
         match self {
             Group::Acquires(mut ops) if ops.len() == 1 => Request::Acquire(ops.pop().expect("one")),
             Group::Acquires(ops) => Request::AcquireMany(ops),
-            Group::Alone(op) => op.into_request(),
+            Group::Alone(op) => (*op).into_request(),
         }
     }
 }

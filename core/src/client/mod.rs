@@ -12,7 +12,7 @@ use bytes::Bytes;
 use crate::address::Endpoint;
 use crate::config::{Config, ConfigError, Servers};
 use crate::event::{
-    Action, ConnectionError, ConnectionId, Event, Lease, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
+    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
     Unavailable,
 };
 use crate::key::{Key, SubjectKeys};
@@ -27,8 +27,9 @@ use node::Node;
 use reconnect::Reconnect;
 use recovery::RecoveryKeys;
 use releases::ReleaseQueue;
-use request::{AcquireOp, Call, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Step};
+use request::{AcquireOp, Call, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Step, Wait};
 use topology::{Route, Topology};
+use waiters::Waiters;
 
 mod callers;
 mod connection;
@@ -45,7 +46,9 @@ mod redirects;
 mod releases;
 mod replies;
 mod request;
+mod subscriber;
 mod topology;
+mod waiters;
 
 /// The sans-IO state machine of `inflight`: it owns every request, every
 /// reply and every compensation decision; a driver only moves bytes and time.
@@ -193,6 +196,10 @@ pub struct Client {
     held: HeldLeases,
     /// The marker and hold keys of recovery.
     recovery_keys: RecoveryKeys,
+    /// Waiting acquires between their checks.
+    waiters: Waiters,
+    /// The wake-up connections must be brought in line with the waiters.
+    subscriptions_dirty: bool,
     /// Deliberate bugs, for the simulator's self-test only.
     #[cfg(feature = "fault-injection")]
     bugs: crate::InjectedBugs,
@@ -231,6 +238,8 @@ impl Client {
             actions: VecDeque::new(),
             held: HeldLeases::default(),
             recovery_keys,
+            waiters: Waiters::default(),
+            subscriptions_dirty: false,
             #[cfg(feature = "fault-injection")]
             bugs: crate::InjectedBugs::default(),
             stats: Stats::default(),
@@ -333,8 +342,41 @@ impl Client {
     pub fn acquire_keys(&mut self, now: Instant, keys: SubjectKeys, limit: NonZeroU32) -> RequestId {
         let request = self.register(now, Awaits::Acquire);
         let call = Call::new(request, self.lease_ids.id(request.0), keys);
-        self.submit(now, Op::Acquire(AcquireOp { call, limit }));
+        self.submit(
+            now,
+            Op::Acquire(AcquireOp {
+                call,
+                limit,
+                wait: None,
+            }),
+        );
         request
+    }
+
+    /// As [`Client::acquire_keys`], waiting for a slot until `until`
+    /// instead of being denied at once: first come, first served across the
+    /// fleet (the subject's queue lives on the server). `Event::Acquired`
+    /// follows with a grant, `Exceeded` when `until` passes without a slot,
+    /// `Shed` at once when the server expects the wait to be longer than
+    /// that, or `Unavailable`.
+    pub fn acquire_waiting(&mut self, now: Instant, keys: SubjectKeys, limit: NonZeroU32, until: Instant) -> RequestId {
+        let request = RequestId(self.next_request);
+        self.next_request += 1;
+        self.callers.insert(request, until.max(now), Awaits::Acquire);
+        let call = Call::new(request, self.lease_ids.id(request.0), keys);
+        let op = AcquireOp {
+            call,
+            limit,
+            wait: Some(Wait { until, patience_ms: 0 }),
+        };
+        self.start_waiting(request, &op);
+        self.submit(now, Op::Acquire(op));
+        request
+    }
+
+    /// Waiting acquires now, parked or in flight.
+    pub fn waiting_acquires(&self) -> usize {
+        self.waiters.len()
     }
 
     /// Extends `lease` to the lease TTL from now, if Redis still holds it.
@@ -414,6 +456,7 @@ impl Client {
     pub fn abandon(&mut self, now: Instant, request: RequestId) {
         if self.stop_waiting(request) {
             self.unsend(request);
+            self.send_leaves(now);
             return;
         }
         // A driver feeds a reply and the caller's departure in one wake-up
@@ -443,7 +486,12 @@ impl Client {
     // ---- inputs -----------------------------------------------------------
 
     /// The socket for `connection` is open.
-    pub fn handle_connected(&mut self, _now: Instant, connection: ConnectionId) {
+    pub fn handle_connected(&mut self, now: Instant, connection: ConnectionId) {
+        if let Some(node) = self.subscriber_of(connection) {
+            self.subscriber_connected(node);
+            self.sync_subscriptions(now);
+            return;
+        }
         let Some(node) = self.node_of(connection) else {
             return;
         };
@@ -479,6 +527,10 @@ impl Client {
 
     /// Bytes arrived on `connection`.
     pub fn handle_input(&mut self, now: Instant, connection: ConnectionId, data: &[u8]) {
+        if let Some(node) = self.subscriber_of(connection) {
+            self.subscriber_input(now, node, data);
+            return self.drive(now);
+        }
         let Some(node) = self.node_of(connection) else {
             return; // A retired generation: nothing it says is trusted.
         };
@@ -504,6 +556,10 @@ impl Client {
 
     /// `connection` closed, or could not be opened.
     pub fn handle_closed(&mut self, now: Instant, connection: ConnectionId) {
+        if let Some(node) = self.subscriber_of(connection) {
+            self.drop_subscriber(now, node);
+            return self.drive(now);
+        }
         if let Some(node) = self.node_of(connection) {
             self.drop_connection(now, node, ConnectionError::Closed);
             self.drive(now);
@@ -514,8 +570,15 @@ impl Client {
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(request) = self.callers.overdue(now) {
             self.unsend(request);
-            self.fail(request, Unavailable::Timeout);
+            if self.waiters.contains(request) {
+                // No slot came in time: that is the limit's answer.
+                self.finish(request, Outcome::Exceeded);
+            } else {
+                self.fail(request, Unavailable::Timeout);
+            }
         }
+        self.check_due_waiters(now);
+        self.check_subscribers(now);
         for node in 0..self.nodes.len() {
             if let Some(error) = self.nodes[node].connection.as_ref().and_then(|conn| conn.overdue(now)) {
                 self.drop_connection(now, node, error);
@@ -550,7 +613,7 @@ impl Client {
     /// The next bytes to write, if any; staged calls are written here, in one go.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.write_staged();
-        self.nodes.iter_mut().find_map(|node| {
+        let requests = self.nodes.iter_mut().find_map(|node| {
             let conn = node.connection.as_mut()?;
             if matches!(conn.phase, Phase::Connecting { .. }) {
                 return None;
@@ -559,6 +622,16 @@ impl Client {
             Some(Transmit {
                 connection: conn.id(),
                 data,
+            })
+        });
+        requests.or_else(|| {
+            self.nodes.iter_mut().find_map(|node| {
+                let subscriber = node.subscriber.as_mut()?;
+                let data = subscriber.take_outgoing()?;
+                Some(Transmit {
+                    connection: subscriber.id(),
+                    data,
+                })
             })
         })
     }
@@ -570,10 +643,13 @@ impl Client {
 
     /// The next instant at which `handle_timeout` has work to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        let wanted = self.waiters.len() > 0;
         let nodes = self.nodes.iter().flat_map(|node| {
             [
                 node.connection.as_ref().and_then(Connection::next_deadline),
                 node.reconnect.next_deadline(),
+                node.subscriber.as_ref().and_then(subscriber::Subscriber::next_deadline),
+                node.subscriber_retry.filter(|_| wanted),
             ]
         });
         let sendable = |job: &ReleaseJob| {
@@ -584,6 +660,7 @@ impl Client {
             self.releases.next_deadline(sendable),
             self.topology.next_deadline(),
             self.deferred.next_deadline(),
+            self.waiters.next_check(),
         ]
         .into_iter()
         .chain(nodes)

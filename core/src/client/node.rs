@@ -11,6 +11,7 @@ use super::connection::Connection;
 use super::identity::Identity;
 use super::reconnect::Reconnect;
 use super::request::Op;
+use super::subscriber::Subscriber;
 use crate::address::Endpoint;
 
 #[derive(Debug)]
@@ -29,6 +30,10 @@ pub(super) struct Node {
     /// New grants here are refused until then: this client found the
     /// server's lease data lost (see `recovery`).
     pub(super) holding_until: Option<Instant>,
+    /// The wake-up connection, while someone waits on a subject here.
+    pub(super) subscriber: Option<Subscriber>,
+    /// When to open it again after it failed.
+    pub(super) subscriber_retry: Option<Instant>,
 }
 
 impl Node {
@@ -40,6 +45,8 @@ impl Node {
             waiting: VecDeque::new(),
             identity: None,
             holding_until: None,
+            subscriber: None,
+            subscriber_retry: None,
         }
     }
 

@@ -12,6 +12,8 @@ use crate::UnavailablePolicy;
 impl Client {
     /// Forgets `request`'s caller; whether it was still waiting.
     pub(super) fn stop_waiting(&mut self, request: RequestId) -> bool {
+        // A waiter that leaves without a grant gives its queue place back.
+        self.waiters.remove(request, false);
         self.callers.remove(request).is_some()
     }
 
@@ -23,6 +25,10 @@ impl Client {
         match &outcome {
             Outcome::Granted(_) => self.stats.granted += 1,
             Outcome::Exceeded => self.stats.denied += 1,
+            Outcome::Shed(_) => {
+                self.stats.denied += 1;
+                self.stats.shed += 1;
+            }
             Outcome::Unavailable(_) => self.stats.unavailable += 1,
             Outcome::FailOpen(_) => self.stats.fail_open += 1,
         }
@@ -42,6 +48,10 @@ impl Client {
                 self.submit_release(now, ReleaseJob::of(lease, compensation, now));
             }
             Outcome::Exceeded => self.stats.denied -= 1,
+            Outcome::Shed(_) => {
+                self.stats.denied -= 1;
+                self.stats.shed -= 1;
+            }
             Outcome::Unavailable(_) => self.stats.unavailable -= 1,
             Outcome::FailOpen(_) => self.stats.fail_open -= 1,
         }

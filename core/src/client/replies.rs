@@ -36,6 +36,12 @@ impl Client {
             // Whatever it says, the command after it answers for itself.
             Request::Asking => Ok(()),
             Request::Wait => self.on_wait_reply(now, node, frame),
+            // Best effort: an error or a lost reply leaves the entry to
+            // expire. Only a reply of the wrong shape says the stream is off.
+            Request::Leave(..) => match frame {
+                Frame::Integer(_) | Frame::Error(_) => Ok(()),
+                other => Err(unexpected("leave", &other)),
+            },
         }
     }
 
@@ -175,8 +181,22 @@ impl Client {
             Op::Acquire(_) => "acquire",
             Op::Renew(_) => "renew",
         };
-        // An acquire answers `{status, id, token}`, a renewal `{status, id}`.
+        // An acquire answers `{status, id, token}`, a waiting one `{status,
+        // id, token, ahead, expected ms}`, a renewal `{status, id}`.
+        let mut expected_ms = 0;
         let (status, echo, token) = match (frame, &op) {
+            (Frame::Array(items), Op::Acquire(AcquireOp { wait: Some(_), .. })) => {
+                match <[Frame; 5]>::try_from(items) {
+                    Ok(
+                        [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(_), Frame::Integer(expected)],
+                    ) if expected >= 0 => {
+                        expected_ms = expected as u64;
+                        (status, echo, token)
+                    }
+                    Ok(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items.into())))),
+                    Err(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items)))),
+                }
+            }
             (Frame::Array(items), Op::Acquire(_)) => match <[Frame; 3]>::try_from(items) {
                 Ok([Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token)]) => (status, echo, token),
                 Ok(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items.into())))),
@@ -194,8 +214,41 @@ impl Client {
             return Err(self.ambiguous(now, op, ConnectionError::EchoMismatch));
         }
         match op {
+            Op::Acquire(op) if op.wait.is_some() => self.on_waiting_status(now, node, op, status, token, expected_ms),
             Op::Acquire(op) => self.on_acquire_status(now, node, op, status, token),
             Op::Renew(op) => self.on_renew_status(now, op, status),
+        }
+    }
+
+    /// What a trusted answer to a waiting acquire means: `ACQUIRE`'s
+    /// statuses, and 2 queued (park it), 0 shed (the expected wait is longer
+    /// than its deadline allows).
+    fn on_waiting_status(
+        &mut self,
+        now: Instant,
+        node: usize,
+        op: AcquireOp,
+        status: i64,
+        token: i64,
+        expected_ms: u64,
+    ) -> Result<(), ConnectionError> {
+        match status {
+            2 => {
+                self.park(now, op);
+                Ok(())
+            }
+            0 => {
+                let expected = std::time::Duration::from_millis(expected_ms);
+                self.finish(op.call.request, Outcome::Shed(expected));
+                Ok(())
+            }
+            // It ran too late: its queue entry (if any) is not needed.
+            STALE => {
+                self.fail(op.call.request, Unavailable::Stale);
+                self.waiters.leave(op.call.keys, op.call.lease_bytes);
+                Ok(())
+            }
+            _ => self.on_acquire_status(now, node, op, status, token),
         }
     }
 
@@ -371,6 +424,8 @@ impl Client {
         if !self.callers.contains(request) {
             return self.compensate(now, op, false);
         }
+        // The grant took it out of its queue: nothing to leave.
+        self.waiters.remove(request, true);
         let call = op.call;
         let lease = Lease {
             id: call.lease,

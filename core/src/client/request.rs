@@ -41,6 +41,9 @@ pub(super) enum Request {
     /// `WAIT replicas timeout` after a write of acquires: the grants read
     /// since the last one are delivered when it answers enough.
     Wait,
+    /// Takes a waiter out of its subject's queue (`LEAVE`): its caller is
+    /// gone. Best effort: if it is lost, the entry expires on its own.
+    Leave(SubjectKeys, Bytes),
 }
 
 impl Request {
@@ -131,6 +134,19 @@ impl Call {
 pub(super) struct AcquireOp {
     pub(super) call: Call,
     pub(super) limit: NonZeroU32,
+    /// A waiting acquire: it queues for a slot until then, instead of
+    /// being denied at once.
+    pub(super) wait: Option<Wait>,
+}
+
+/// What a waiting acquire sends besides an acquire's arguments.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Wait {
+    /// The caller's deadline.
+    pub(super) until: Instant,
+    /// How long it may still wait when written (ms): the script sheds it
+    /// at once if the expected wait is longer.
+    pub(super) patience_ms: u64,
 }
 
 /// Extends a lease its caller holds (`RENEW`). It never creates a lease, so
@@ -170,6 +186,7 @@ impl Op {
     /// The script it runs.
     pub(super) fn script(&self) -> ScriptKind {
         match self {
+            Op::Acquire(AcquireOp { wait: Some(_), .. }) => ScriptKind::AcquireWaiting,
             Op::Acquire(_) => ScriptKind::Acquire,
             Op::Renew(_) => ScriptKind::Renew,
         }

@@ -95,10 +95,19 @@ impl Pair {
                             .filter(|a| a.lease[..] == *lease_id.as_bytes())
                             .map(|a| a.status)
                             .collect();
+                        // A denial; or, waiting, queued until the deadline.
                         assert!(
-                            ran.contains(&0) && !ran.contains(&1),
+                            (ran.contains(&0) && !ran.contains(&1)) || ran.contains(&2),
                             "Exceeded without a trusted denial: {ran:?}"
                         );
+                    }
+                    Outcome::Shed(_) => {
+                        let shed = self
+                            .server
+                            .acquires
+                            .iter()
+                            .any(|a| a.lease[..] == *lease_id.as_bytes() && a.status == 0);
+                        assert!(shed, "Shed without the server shedding it");
                     }
                     Outcome::Unavailable(_) | Outcome::FailOpen(_) => {}
                 }

@@ -10,7 +10,7 @@ use inflight_core::LeaseId;
 use tokio::time::Instant;
 
 use crate::tower::{Decision, Rejection};
-use crate::{Error, Limiter, Permit};
+use crate::{Acquire, Error, Limiter, Permit};
 
 /// The limiter and what the layer has learnt about how long requests hold
 /// their slots.
@@ -18,6 +18,8 @@ use crate::{Error, Limiter, Permit};
 pub(crate) struct Gate {
     limiter: Limiter,
     holds: Arc<HoldTimes>,
+    /// Wait up to this long for a slot instead of rejecting at once.
+    wait: Option<Duration>,
 }
 
 impl Gate {
@@ -25,30 +27,40 @@ impl Gate {
         Self {
             limiter,
             holds: Arc::default(),
+            wait: None,
         }
     }
 
-    /// Takes the permit the decision asks for. Cancel-safe as the limiter's
-    /// acquire is: dropped here, nothing is held.
-    ///
-    /// Rejecting at once is the only mode for now; waiting up to a deadline
-    /// for a slot (a separate issue) goes here, so both layers get it.
+    /// Waits up to `wait` for a slot (in the key's fleet-wide queue).
+    pub(crate) fn waiting(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Takes the permit the decision asks for, waiting for a slot if the
+    /// layer was told to. Cancel-safe as the limiter's acquire is: dropped
+    /// here, nothing is held (and a waiter leaves its queue).
     pub(crate) async fn admit(&self, decision: Decision) -> Result<Held, Rejection> {
         let limited = match decision {
             Decision::Limit(limited) => limited,
             Decision::Pass => return Ok(Held::nothing()),
             Decision::Refuse(reason) => return Err(Rejection::Refused { reason }),
         };
-        let taken = match limited.limit() {
-            Some(limit) => self.limiter.acquire_with(limited.key(), limit).await,
-            None => self.limiter.acquire(limited.key()).await,
-        };
+        let mut options = Acquire::default();
+        if let Some(limit) = limited.limit() {
+            options = options.limit(limit);
+        }
+        if let Some(wait) = self.wait {
+            options = options.wait(wait);
+        }
+        let taken = self.limiter.acquire_opts(limited.key(), options).await;
         let key = limited.key().clone();
         match taken {
             Ok(permit) => Ok(Held::new(permit, Arc::clone(&self.holds))),
-            Err(Error::Exceeded) => Err(Rejection::Exceeded {
+            Err(Error::Exceeded { retry_after }) => Err(Rejection::Exceeded {
                 key,
-                retry_after: self.holds.estimate(),
+                // Redis's own estimate when it shed a wait; else ours.
+                retry_after: retry_after.or_else(|| self.holds.estimate()),
             }),
             Err(Error::Config(error)) => Err(Rejection::Misconfigured { key, error }),
             Err(error) => Err(Rejection::Unavailable {

@@ -31,6 +31,15 @@ impl<E> PermitLayer<E> {
     }
 }
 
+impl<E> PermitLayer<E> {
+    /// Waits up to `max_wait` for a slot of a full key (first come, first
+    /// served across the fleet) instead of rejecting at once.
+    pub fn wait_up_to(mut self, max_wait: std::time::Duration) -> Self {
+        self.gate = self.gate.waiting(max_wait);
+        self
+    }
+}
+
 impl<S, E: Clone> Layer<S> for PermitLayer<E> {
     type Service = PermitService<S, E>;
 

@@ -57,6 +57,15 @@ impl<E> InflightLayer<E> {
 }
 
 impl<E, R> InflightLayer<E, R> {
+    /// Waits up to `max_wait` for a slot of a full key (first come, first
+    /// served across the fleet) instead of rejecting at once; a wait Redis
+    /// expects to take longer is rejected at once, with its estimate as
+    /// `Retry-After`.
+    pub fn wait_up_to(mut self, max_wait: std::time::Duration) -> Self {
+        self.gate = self.gate.waiting(max_wait);
+        self
+    }
+
     /// Answers rejections with `reject` instead.
     pub fn on_reject<R2: Reject>(self, reject: R2) -> InflightLayer<E, R2> {
         InflightLayer {

@@ -77,7 +77,7 @@ async fn cycles(builder: Builder, tasks: usize, measure: Duration) -> (f64, u64)
                                 done.fetch_add(1, Ordering::Relaxed);
                             }
                         }
-                        Err(Error::Exceeded) => unreachable!("the limit is never reached"),
+                        Err(Error::Exceeded { .. }) => unreachable!("the limit is never reached"),
                         Err(other) => panic!("bench acquire failed: {other}"),
                     }
                 }

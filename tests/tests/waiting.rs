@@ -1,0 +1,289 @@
+//! Waiting acquires on a real redis-server: first come, first served across
+//! limiters, woken by releases (not by their periodic check), dead waiters
+//! forgotten within their lifetime, deadlines kept, hopeless waits shed.
+
+use std::time::{Duration, Instant};
+
+use inflight_core::key::SubjectKeys;
+use inflight_core::resp::Frame;
+use inflight_tests::RedisServer;
+use inflight_tokio::{Builder, Error, Key, Limiter, Permit};
+use tokio::sync::mpsc;
+
+const PREFIX: &str = "wait";
+
+fn builder(server: &RedisServer) -> Builder {
+    Limiter::builder(server.url())
+        .key_prefix(PREFIX)
+        .default_limit(3)
+        .lease_ttl(Duration::from_secs(60))
+        .timeout(Duration::from_millis(500))
+}
+
+fn key(subject: &str) -> Key {
+    Key::new("job", subject).unwrap()
+}
+
+/// Waiters queued in Redis for `subject`.
+fn queued(server: &RedisServer, subject: &str) -> i64 {
+    let keys = SubjectKeys::new(PREFIX, &key(subject));
+    match server.client().call(&[b"ZCARD", &keys.queue()]) {
+        Ok(Frame::Integer(n)) => n,
+        other => panic!("ZCARD: {other:?}"),
+    }
+}
+
+fn live(server: &RedisServer, subject: &str) -> i64 {
+    let keys = SubjectKeys::new(PREFIX, &key(subject));
+    match server.client().call(&[b"ZCARD", keys.leases()]) {
+        Ok(Frame::Integer(n)) => n,
+        other => panic!("ZCARD: {other:?}"),
+    }
+}
+
+async fn eventually(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_waiters_on_three_limiters_are_served_in_arrival_order_each_by_a_wake_up() {
+    let server = RedisServer::start();
+    // A long lifetime: the periodic check comes every 10 s, so a grant
+    // within a second of a release can only be the wake-up's doing.
+    let limiters: Vec<Limiter> = futures_util::future::join_all(
+        (0..3).map(|_| builder(&server).waiter_lifetime(Duration::from_secs(30)).connect()),
+    )
+    .await
+    .into_iter()
+    .map(Result::unwrap)
+    .collect();
+    let subject = "fifo";
+    let mut holders: Vec<Permit> = Vec::new();
+    for limiter in &limiters {
+        holders.push(limiter.acquire(&key(subject)).await.unwrap());
+    }
+    let (granted, mut grants) = mpsc::unbounded_channel::<(usize, Permit, Instant)>();
+    let mut tasks = Vec::new();
+    for arrival in 0..30 {
+        let limiter = limiters[arrival % 3].clone();
+        let granted = granted.clone();
+        tasks.push(tokio::spawn(async move {
+            let permit = limiter
+                .acquire_wait(&key(subject), Duration::from_secs(60))
+                .await
+                .expect("a slot within the minute");
+            let _ = granted.send((arrival, permit, Instant::now()));
+        }));
+        // The next one arrives only once this one is queued in Redis.
+        eventually("the waiter is queued", Duration::from_secs(5), || {
+            queued(&server, subject) == arrival as i64 + 1
+        })
+        .await;
+    }
+    // A fail-fast newcomer does not jump the queue.
+    assert!(matches!(
+        limiters[0].acquire(&key(subject)).await,
+        Err(Error::Exceeded { .. })
+    ));
+
+    let mut order = Vec::new();
+    let mut handoffs = Vec::new();
+    let mut held: Vec<Permit> = Vec::new();
+    for _ in 0..30 {
+        // Free one slot; exactly the next waiter in line gets it.
+        let released = Instant::now();
+        let freed = if holders.is_empty() {
+            held.remove(0)
+        } else {
+            holders.remove(0)
+        };
+        drop(freed);
+        let (arrival, permit, at) = tokio::time::timeout(Duration::from_secs(5), grants.recv())
+            .await
+            .expect("a grant after the release")
+            .expect("the channel is open");
+        handoffs.push(at.duration_since(released));
+        order.push(arrival);
+        held.push(permit);
+        assert_eq!(live(&server, subject), 3, "never more than the limit");
+    }
+    assert_eq!(order, (0..30).collect::<Vec<_>>(), "grants in arrival order");
+    handoffs.sort();
+    println!(
+        "release -> next waiter granted: median {:?}, max {:?} (loopback; Redis round trip ~0.1 ms)",
+        handoffs[handoffs.len() / 2],
+        handoffs[handoffs.len() - 1]
+    );
+    assert!(
+        handoffs[handoffs.len() - 1] < Duration::from_secs(1),
+        "every hand-off came from a wake-up, not from the 10 s periodic check: {handoffs:?}"
+    );
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(queued(&server, subject), 0);
+    drop(held);
+    for limiter in limiters {
+        limiter.drain().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_replicas_waiter_stops_blocking_the_queue_within_its_lifetime() {
+    let server = RedisServer::start();
+    let subject = "crash";
+    let lifetime = Duration::from_millis(600);
+    let survivor = builder(&server).waiter_lifetime(lifetime).connect().await.unwrap();
+    let holder = survivor.acquire_with(&key(subject), 1).await.unwrap();
+
+    // The replica that will crash runs on a runtime of its own, and queues
+    // first.
+    let crashing = tokio::runtime::Runtime::new().unwrap();
+    let url = server.url();
+    crashing.spawn(async move {
+        let limiter = Limiter::builder(url)
+            .key_prefix(PREFIX)
+            .waiter_lifetime(lifetime)
+            .connect()
+            .await
+            .unwrap();
+        let _ = limiter
+            .acquire_opts(
+                &key(subject),
+                inflight_tokio::Acquire::default()
+                    .limit(1)
+                    .wait(Duration::from_secs(60)),
+            )
+            .await;
+        std::future::pending::<()>().await;
+    });
+    eventually("the doomed waiter is queued", Duration::from_secs(5), || {
+        queued(&server, subject) == 1
+    })
+    .await;
+    let waiting = {
+        let survivor = survivor.clone();
+        tokio::spawn(async move {
+            let options = inflight_tokio::Acquire::default()
+                .limit(1)
+                .wait(Duration::from_secs(10));
+            survivor
+                .acquire_opts(&key(subject), options)
+                .await
+                .map(|permit| (permit, Instant::now()))
+        })
+    };
+    eventually("both are queued", Duration::from_secs(5), || {
+        queued(&server, subject) == 2
+    })
+    .await;
+    // The slot frees while the doomed waiter is first in line; then its
+    // process dies without a word (no LEAVE, no more checks).
+    drop(holder);
+    let crashed = Instant::now();
+    crashing.shutdown_background();
+
+    let (permit, granted) = waiting.await.unwrap().expect("the survivor is served");
+    let took = granted.duration_since(crashed);
+    println!(
+        "served {took:?} after the crash (lifetime {lifetime:?}, check every {:?})",
+        lifetime / 3
+    );
+    // The bound: the dead entry expires a lifetime after its last check
+    // (at most now), and the survivor checks every third of its lifetime.
+    assert!(took <= lifetime + lifetime / 3 + Duration::from_millis(300), "{took:?}");
+    drop(permit);
+    survivor.drain().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_deadline_passes_gets_exceeded_on_time_and_leaves_the_queue() {
+    let server = RedisServer::start();
+    let subject = "deadline";
+    let limiter = builder(&server).connect().await.unwrap();
+    let full = key(subject);
+    let mut _held = Vec::new();
+    for _ in 0..3 {
+        _held.push(limiter.acquire(&full).await.unwrap());
+    }
+    for max_wait in [Duration::from_millis(50), Duration::from_millis(300)] {
+        let started = Instant::now();
+        let outcome = limiter.acquire_wait(&key(subject), max_wait).await;
+        let took = started.elapsed();
+        assert!(
+            matches!(outcome, Err(Error::Exceeded { retry_after: None })),
+            "{outcome:?}"
+        );
+        assert!(
+            took >= max_wait && took < max_wait + Duration::from_millis(100),
+            "{took:?} for {max_wait:?}"
+        );
+        eventually("the waiter left the queue", Duration::from_secs(2), || {
+            queued(&server, subject) == 0
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_wait_leaves_the_queue_at_once() {
+    let server = RedisServer::start();
+    let subject = "dropped";
+    let limiter = builder(&server).connect().await.unwrap();
+    let full = key(subject);
+    let mut _held = Vec::new();
+    for _ in 0..3 {
+        _held.push(limiter.acquire(&full).await.unwrap());
+    }
+    let wait = limiter.acquire_wait(&full, Duration::from_secs(30));
+    assert!(tokio::time::timeout(Duration::from_millis(100), wait).await.is_err());
+    eventually("the abandoned waiter left", Duration::from_secs(2), || {
+        queued(&server, subject) == 0
+    })
+    .await;
+    assert_eq!(limiter.stats().waiters_left, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_cannot_be_served_in_time_is_shed_at_once() {
+    let server = RedisServer::start();
+    let subject = "shed";
+    let limiter = builder(&server).default_limit(1).connect().await.unwrap();
+    // Teach the subject its hold time: 300 ms holds, released while a
+    // waiter is queued.
+    for _ in 0..3 {
+        let holder = limiter.acquire(&key(subject)).await.unwrap();
+        let waiter = {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.acquire_wait(&key(subject), Duration::from_secs(5)).await })
+        };
+        eventually("queued", Duration::from_secs(2), || queued(&server, subject) == 1).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(holder);
+        drop(waiter.await.unwrap().unwrap());
+        eventually("released", Duration::from_secs(2), || live(&server, subject) == 0).await;
+    }
+    let _holder = limiter.acquire(&key(subject)).await.unwrap();
+    // One slot, held ~300 ms on average: a 50 ms wait cannot be served.
+    let started = Instant::now();
+    let outcome = limiter.acquire_wait(&key(subject), Duration::from_millis(50)).await;
+    let took = started.elapsed();
+    match outcome {
+        Err(Error::Exceeded {
+            retry_after: Some(expected),
+        }) => {
+            assert!(expected >= Duration::from_millis(100), "{expected:?}");
+        }
+        other => panic!("expected a shed, got {other:?}"),
+    }
+    assert!(
+        took < Duration::from_millis(40),
+        "shed at once, not at the deadline: {took:?}"
+    );
+    assert_eq!(limiter.stats().shed, 1);
+    assert_eq!(queued(&server, subject), 0);
+}
