@@ -20,4 +20,11 @@ pub struct InjectedBugs {
     /// is given back as soon as the response head is ready (as tower's
     /// `ConcurrencyLimit` does), while the body may stream on.
     pub release_at_response_head: bool,
+    /// Wake-ups are ignored: waiters learn of free slots only at their
+    /// periodic check.
+    pub skip_wake_up: bool,
+    /// Read by the simulated Redis, not by the client: the fail-fast acquire
+    /// script ignores the wait queue, so newcomers take slots owed to
+    /// waiters (a script bug).
+    pub acquire_ignores_queue: bool,
 }

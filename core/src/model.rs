@@ -25,6 +25,11 @@ pub struct AcquireRecord {
     pub status: i64,
     /// The fencing token of a grant; 0 otherwise.
     pub token: u64,
+    /// For a grant: live waiters queued before it (all of them, for a
+    /// fail-fast acquire) and free slots just before it. A grant with
+    /// `ahead >= free` took a slot owed to an earlier waiter (S8).
+    pub ahead: u64,
+    pub free: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -45,8 +50,9 @@ pub struct RedisModel {
     queues: HashMap<Bytes, Vec<(u64, Bytes, u64, u64)>>,
     /// Average hold times (ms) -> (value, expiry ms).
     holds: HashMap<Bytes, (f64, u64)>,
-    /// Channels published to (`SPUBLISH`), in order, until taken.
-    published: Vec<Bytes>,
+    /// Messages published (`SPUBLISH`): channel and payload, in order,
+    /// until taken.
+    published: Vec<(Bytes, Bytes)>,
     /// SHAs of the scripts in the script cache.
     cached: HashSet<String>,
     scripts: Scripts,
@@ -65,6 +71,11 @@ pub struct RedisModel {
     pub replid2: String,
     /// Every acquire executed, in order.
     pub acquires: Vec<AcquireRecord>,
+    /// A deliberate script bug, for the simulator's self-test: fail-fast
+    /// acquires ignore the wait queue (newcomers take waiters' slots).
+    pub ignore_queue: bool,
+    /// `(ahead, free)` of the last grant decided by `acquire`.
+    fairness: (u64, u64),
     /// `ACQUIRE_MANY` calls executed.
     pub batches: usize,
     /// Release commands executed (`RELEASE` scripts and `ZREM`s).
@@ -360,11 +371,14 @@ impl RedisModel {
             } else {
                 0
             };
+            let (ahead, free) = std::mem::take(&mut self.fairness);
             self.acquires.push(AcquireRecord {
                 key: leases.clone(),
                 lease: id.clone(),
                 status,
                 token,
+                ahead,
+                free,
             });
             Frame::Array(vec![
                 Frame::Integer(status),
@@ -386,7 +400,7 @@ impl RedisModel {
             }
             if self.queue_exists(&rest[3]) {
                 self.leave_queue(&rest[3], id);
-                self.published.push(rest[5].clone());
+                self.published.push((rest[5].clone(), Bytes::from_static(b"0")));
             }
             Frame::BulkString(id.clone())
         } else if sha == self.scripts.release.sha && rest.len() >= 7 && &rest[0][..] == b"4" {
@@ -406,14 +420,14 @@ impl RedisModel {
                 // As the script's `%.3f`.
                 let average = (average * 1000.0).round() / 1000.0;
                 self.holds.insert(rest[3].clone(), (average, self.now_ms + 3_600_000));
-                self.published.push(rest[4].clone());
+                self.published.push((rest[4].clone(), Bytes::from(removed.to_string())));
             }
             Frame::Integer(removed as i64)
         } else if sha == self.scripts.leave.sha && rest.len() == 5 && &rest[0][..] == b"3" {
             self.leaves += 1;
             let removed = self.leave_queue(&rest[1], &rest[4]);
             if removed && self.queue_exists(&rest[1]) {
-                self.published.push(rest[3].clone());
+                self.published.push((rest[3].clone(), Bytes::from_static(b"0")));
             }
             Frame::Integer(i64::from(removed))
         } else if sha == self.scripts.acquire_waiting.sha && rest.len() == 14 && &rest[0][..] == b"6" {
@@ -436,17 +450,19 @@ impl RedisModel {
             let held = !hold.is_empty() && self.strings.contains_key(hold);
             self.batches += 1;
             let stale = self.now_ms > valid_until;
-            let statuses: Vec<i64> = tombstones
+            let decided: Vec<(i64, (u64, u64))> = tombstones
                 .iter()
                 .zip(ids)
                 .map(|(tombstone, id)| {
                     if stale {
-                        STALE
+                        (STALE, (0, 0))
                     } else {
-                        self.acquire(leases, tombstone, queue, ttl, limit, id, held)
+                        let status = self.acquire(leases, tombstone, queue, ttl, limit, id, held);
+                        (status, std::mem::take(&mut self.fairness))
                     }
                 })
                 .collect();
+            let (statuses, fairness): (Vec<i64>, Vec<(u64, u64)>) = decided.into_iter().unzip();
             let granted = statuses.iter().filter(|s| **s == 1).count() as u64;
             let mut token = if granted > 0 {
                 self.fencing_tokens(fence, granted, ttl)
@@ -454,7 +470,7 @@ impl RedisModel {
                 0
             };
             let mut reply = Vec::with_capacity(3 * n);
-            for (status, id) in statuses.into_iter().zip(ids) {
+            for ((status, id), (ahead, free)) in statuses.into_iter().zip(ids).zip(fairness) {
                 let this = if status == 1 {
                     token += 1;
                     token - 1
@@ -466,6 +482,8 @@ impl RedisModel {
                     lease: id.clone(),
                     status,
                     token: this,
+                    ahead,
+                    free,
                 });
                 reply.extend([
                     Frame::Integer(status),
@@ -562,10 +580,12 @@ impl RedisModel {
         } else {
             0
         };
+        let counted = if self.ignore_queue { 0 } else { queued };
         let set = self.sets.entry(leases.clone()).or_default();
-        if (set.len() + queued) as u64 >= limit {
+        if (set.len() + counted) as u64 >= limit {
             return 0;
         }
+        self.fairness = (queued as u64, limit.saturating_sub(set.len() as u64));
         set.insert(id.clone(), now + ttl);
         1
     }
@@ -640,11 +660,14 @@ impl RedisModel {
     }
 
     fn record_acquire(&mut self, key: &Bytes, lease: &Bytes, status: i64, token: u64) {
+        let (ahead, free) = std::mem::take(&mut self.fairness);
         self.acquires.push(AcquireRecord {
             key: key.clone(),
             lease: lease.clone(),
             status,
             token,
+            ahead,
+            free,
         });
     }
 
@@ -682,9 +705,10 @@ impl RedisModel {
         removed
     }
 
-    /// The channels published to since the last call, in order (a
-    /// simulated server delivers them to its subscribed connections).
-    pub fn take_published(&mut self) -> Vec<Bytes> {
+    /// The messages published since the last call, as (channel, payload),
+    /// in order (a simulated server delivers them to its subscribed
+    /// connections).
+    pub fn take_published(&mut self) -> Vec<(Bytes, Bytes)> {
         std::mem::take(&mut self.published)
     }
 

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use inflight_core::InjectedBugs;
-use inflight_tokio::{Builder, Connector, Error, Key, Limiter, Permit, ReleasePolicy, RenewError, UnavailablePolicy};
+use inflight_tokio::{
+    Acquire, Builder, Connector, Error, Key, Limiter, Permit, ReleasePolicy, RenewError, UnavailablePolicy,
+};
 use tokio::time::Instant;
 
 use crate::http_callers::{self, HttpCaller};
@@ -39,6 +41,11 @@ pub const RELEASE_MAX_BACKOFF: Duration = Duration::from_millis(250);
 /// no caller holds (a request's liveness, a reconnect and a release retry at
 /// their longest backoff, and round trips).
 pub const S10_WINDOW: Duration = Duration::from_millis(500 + 200 + 250 + 150);
+
+/// S9 in fault-free runs: a free slot reaches a waiter first in line within
+/// this (a release's wake-up and one round trip, with a few ticks to spare),
+/// long before the waiters' own periodic check (every 333 ms).
+pub const WAKE_BOUND: Duration = Duration::from_millis(50);
 
 /// The lease TTL of each replica's second limiter, whose callers hold for up
 /// to several TTLs and renew every third of it.
@@ -129,6 +136,7 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
             continue;
         }
         let task = Caller {
+            calm: plan.scenario.faults.is_calm(),
             who: format!("{name}/c{caller}"),
             limiter: limiter.clone(),
             renewing: renewing.clone(),
@@ -194,6 +202,8 @@ async fn connect<C: Connector + Clone>(
 }
 
 struct Caller {
+    /// No faults: S9 holds a waiter to the wake-up bound.
+    calm: bool,
     who: String,
     limiter: Limiter,
     renewing: Limiter,
@@ -214,28 +224,36 @@ impl Caller {
             let started = Instant::now();
             let long = self.rng.chance(1, 25);
             let limiter = if long { &self.renewing } else { &self.limiter };
+            // Three acquires in ten wait for a slot, up to 20-400 ms.
+            let wait = (!long && self.rng.chance(3, 10)).then(|| Duration::from_millis(self.rng.range(20, 400)));
+            let mut options = Acquire::default().limit(limit);
+            if let Some(wait) = wait {
+                options = options.wait(wait);
+                self.ledger.lock().unwrap().counters.waits += 1;
+            }
             let outcome = match self.rng.range(0, 10) {
                 // Gives up early: its future is dropped at whatever point it reached.
                 0 => {
                     let patience = Duration::from_millis(self.rng.range(1, 60));
-                    tokio::time::timeout(patience, limiter.acquire_with(&subject, limit))
+                    tokio::time::timeout(patience, limiter.acquire_opts(&subject, options))
                         .await
                         .ok()
                 }
                 // Aborted mid-acquire from outside.
                 1 => {
                     let (limiter, subject) = (limiter.clone(), subject.clone());
-                    let task = tokio::spawn(async move { limiter.acquire_with(&subject, limit).await });
+                    let task = tokio::spawn(async move { limiter.acquire_opts(&subject, options).await });
                     tokio::time::sleep(Duration::from_millis(self.rng.range(0, 40))).await;
                     task.abort();
                     task.await.ok()
                 }
                 _ => {
-                    let outcome = limiter.acquire_with(&subject, limit).await;
+                    let outcome = limiter.acquire_opts(&subject, options).await;
                     let took = started.elapsed();
-                    if took > ACQUIRE_TIMEOUT + self.slack {
+                    let budget = wait.unwrap_or_default().max(ACQUIRE_TIMEOUT);
+                    if took > budget + self.slack {
                         let detail = format!(
-                            "{} waited {took:?} for an acquire (timeout {ACQUIRE_TIMEOUT:?})",
+                            "{} waited {took:?} for an acquire (timeout {ACQUIRE_TIMEOUT:?}, wait {wait:?})",
                             self.who
                         );
                         self.ledger
@@ -246,12 +264,12 @@ impl Caller {
                     Some(outcome)
                 }
             };
-            self.settle(key, outcome, long).await;
+            self.settle(key, outcome, long, wait.is_some()).await;
             tokio::time::sleep(Duration::from_millis(self.rng.range(1, 30))).await;
         }
     }
 
-    async fn settle(&mut self, key: &'static str, outcome: Option<Result<Permit, Error>>, long: bool) {
+    async fn settle(&mut self, key: &'static str, outcome: Option<Result<Permit, Error>>, long: bool, waited: bool) {
         let (who, at) = (self.who.clone(), self.at);
         match outcome {
             Some(Ok(mut permit)) if permit.is_enforced() => {
@@ -259,6 +277,9 @@ impl Caller {
                 {
                     let mut ledger = self.ledger.lock().unwrap();
                     ledger.counters.granted += 1;
+                    if waited {
+                        ledger.counters.waits_granted += 1;
+                    }
                     ledger.hold(at(), &who, key, lease.clone());
                 }
                 if long {
@@ -284,9 +305,17 @@ impl Caller {
                 ledger.counters.fail_open += 1;
                 ledger.note(at(), format!("{who} fails open on {key}"));
             }
-            Some(Err(Error::Exceeded { .. })) => {
+            // A wait whose deadline passed: not a denial (S4), but S9.
+            Some(Err(Error::Exceeded { retry_after: None })) if waited => {
+                let bound = self.calm.then_some(WAKE_BOUND);
+                self.ledger.lock().unwrap().wait_timed_out(at(), &who, key, bound);
+            }
+            Some(Err(Error::Exceeded { retry_after })) => {
                 let mut ledger = self.ledger.lock().unwrap();
                 ledger.counters.denied += 1;
+                if retry_after.is_some() {
+                    ledger.counters.shed += 1;
+                }
                 ledger.exceeded(key);
                 ledger.note(at(), format!("{who} exceeded on {key}"));
             }

@@ -29,6 +29,15 @@ pub struct Counters {
     /// Renewals that extended a long-held lease, and renewals that found it gone.
     pub renewals: u64,
     pub leases_lost: u64,
+    /// Waiting acquires: started, granted, timed out at their deadline,
+    /// shed at once.
+    pub waits: u64,
+    pub waits_granted: u64,
+    pub wait_timeouts: u64,
+    pub shed: u64,
+    /// Grants that took a slot owed to an earlier waiter (S8; counted, and
+    /// a violation, in every scenario: the server's queue has no excuse).
+    pub overtakes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -39,6 +48,8 @@ struct KeyState {
     /// `Exceeded` outcomes seen by callers, and denials Redis really made.
     exceeded: u64,
     denials: u64,
+    /// Since when the key has had a free slot (S9), as of the last command.
+    free_since: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -155,6 +166,49 @@ impl Ledger {
             self.violate(at, "S7 fencing", detail);
         } else {
             *last = token;
+        }
+    }
+
+    /// S8 fairness: Redis granted a slot of `key` while `ahead` live
+    /// waiters queued before the grantee (all of them, for a fail-fast
+    /// acquire) shared `free` free slots. With `ahead >= free` the grant took
+    /// a slot one of them was owed.
+    pub fn server_fairness(&mut self, at: Duration, key: &'static str, ahead: u64, free: u64) {
+        if ahead >= free {
+            self.counters.overtakes += 1;
+            let detail = format!("a grant on {key} with {ahead} earlier waiters and {free} free slots");
+            self.violate(at, "S8 fairness", detail);
+        }
+    }
+
+    /// After each command: whether `key` is at its limit (S9 tracks since
+    /// when it has had a free slot).
+    pub fn server_live(&mut self, at: Duration, key: &'static str, full: bool) {
+        let state = self.keys.get_mut(key).expect("known key");
+        state.free_since = match (full, state.free_since) {
+            (true, _) => None,
+            (false, None) => Some(at),
+            (false, since) => since,
+        };
+    }
+
+    /// S9 no lost wake-up: a waiter of `key` reached its deadline. It must
+    /// not have done so while a slot stood free for longer than `bound`
+    /// (a wake-up, or its own check, would have taken it).
+    pub fn wait_timed_out(&mut self, at: Duration, who: &str, key: &'static str, bound: Option<Duration>) {
+        self.counters.wait_timeouts += 1;
+        let free_since = self.keys.get(key).expect("known key").free_since;
+        self.note(
+            at,
+            format!("{who} timed out waiting on {key} (free since {free_since:?})"),
+        );
+        if let (Some(bound), Some(since)) = (bound, free_since) {
+            let free_for = at.saturating_sub(since);
+            if free_for > bound {
+                let detail =
+                    format!("{who} timed out on {key} while a slot stood free for {free_for:?} (bound {bound:?})");
+                self.violate(at, "S9 no lost wake-up", detail);
+            }
         }
     }
 

@@ -51,16 +51,24 @@ pub enum Bug {
     /// The tower layer gives the permit back when the response head is
     /// ready, while the body streams on (tower's `ConcurrencyLimit`).
     ReleaseAtResponseHead,
+    /// Waiters ignore wake-ups and learn of free slots only at their
+    /// periodic check.
+    NoWakeUp,
+    /// The fail-fast acquire script ignores the wait queue (a script bug,
+    /// injected into the simulated Redis).
+    AcquireIgnoresQueue,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 6] = [
+    pub const ALL: [Bug; 8] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
         Bug::RedirectAsDenial,
         Bug::NoRecovery,
         Bug::ReleaseAtResponseHead,
+        Bug::NoWakeUp,
+        Bug::AcquireIgnoresQueue,
     ];
 
     pub fn name(self) -> &'static str {
@@ -71,6 +79,8 @@ impl Bug {
             Bug::RedirectAsDenial => "redirect-as-denial",
             Bug::NoRecovery => "no-recovery",
             Bug::ReleaseAtResponseHead => "release-at-response-head",
+            Bug::NoWakeUp => "no-wake-up",
+            Bug::AcquireIgnoresQueue => "acquire-ignores-queue",
         }
     }
 
@@ -86,6 +96,8 @@ impl Bug {
             redirect_as_denial: bug == Some(Bug::RedirectAsDenial),
             no_recovery: bug == Some(Bug::NoRecovery),
             release_at_response_head: bug == Some(Bug::ReleaseAtResponseHead),
+            skip_wake_up: bug == Some(Bug::NoWakeUp),
+            acquire_ignores_queue: bug == Some(Bug::AcquireIgnoresQueue),
         }
     }
 }

@@ -74,6 +74,19 @@ impl Faults {
         failovers: false,
     };
 
+    /// No fault at all: timing bounds (S9's wake-up bound) apply.
+    pub fn is_calm(&self) -> bool {
+        !(self.partitions
+            || self.stalls
+            || self.resets > 0.0
+            || self.reply_loss
+            || self.jitter
+            || self.bounce
+            || self.lagging_failover
+            || self.migrations
+            || self.failovers)
+    }
+
     /// How long a stall (a held link) lasts, in milliseconds.
     pub fn stall_ms(&self) -> (u64, u64) {
         if self.long_stalls {

@@ -42,6 +42,11 @@ pub struct ServerState {
     /// fail over to it: the primary's data after each batch of commands of
     /// the last `REPLICA_LAG_MS` (and the last one before), by when.
     replica: Option<Arc<Mutex<History>>>,
+    /// Messages published (`SPUBLISH`), by host, for every connection to
+    /// deliver to its subscriber if it subscribed to the channel.
+    wakes: tokio::sync::broadcast::Sender<(usize, bytes::Bytes, bytes::Bytes)>,
+    /// The injected script bug `acquire-ignores-queue`.
+    pub ignore_queue: bool,
 }
 
 /// The primary's data after each batch of commands, by virtual millisecond.
@@ -63,6 +68,8 @@ impl ServerState {
             restarts: Arc::new(tokio::sync::watch::Sender::new(0)),
             cluster: None,
             replica: None,
+            wakes: tokio::sync::broadcast::Sender::new(4096),
+            ignore_queue: false,
         }
     }
 
@@ -166,20 +173,35 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
     let mut connection = ModelConnection::new();
     let mut cluster_connection = ClusterConnection::default();
     let mut restarted = state.restarts.subscribe();
+    let mut wakes = state.wakes.subscribe();
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let read = tokio::select! {
             biased;
             _ = restarted.changed() => return,
+            wake = wakes.recv() => {
+                // A lagging receiver loses messages, as a slow subscriber
+                // may: waiters then rely on their own checks.
+                if let Ok((from, channel, payload)) = wake {
+                    if from == host && connection.is_subscribed(&channel) {
+                        let message = ModelConnection::message(&channel, &payload);
+                        if stream.write_all(&message).await.is_err() || stream.flush().await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                continue;
+            }
             read = stream.read(&mut buf) => read,
         };
         let n = match read {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        let replies = {
+        let (replies, published) = {
             let mut model = state.model.lock().unwrap();
             model.now_ms = EPOCH_MS + (state.elapsed_ms)();
+            model.ignore_queue = state.ignore_queue;
             let replies = match &state.cluster {
                 Some(cluster) => {
                     let cluster = cluster.lock().unwrap();
@@ -194,17 +216,39 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
                 .drain(..)
                 .filter(|r| r.status == 0 || r.status == 1)
                 .collect();
+            let published = model.take_published();
+            let live: Vec<(&'static str, u32, usize)> = state
+                .keys
+                .iter()
+                .map(|(key, limit)| {
+                    (
+                        *key,
+                        *limit,
+                        model.live_leases(crate::callers::subject_keys(key).leases()).len(),
+                    )
+                })
+                .collect();
             drop(model);
             let mut ledger = state.ledger.lock().unwrap();
             let at = std::time::Duration::from_millis((state.elapsed_ms)());
             for record in executed {
                 match (key_name(state.keys, &record.key), record.status) {
                     (Some(key), 0) => ledger.server_denied(key),
-                    (Some(key), _) => ledger.server_granted(at, key, record.token),
+                    (Some(key), _) => {
+                        ledger.server_granted(at, key, record.token);
+                        // A fresh grant needs a free slot; `free` is 0 for
+                        // an id that already held one.
+                        if record.free > 0 {
+                            ledger.server_fairness(at, key, record.ahead, record.free);
+                        }
+                    }
                     (None, _) => {}
                 }
             }
-            replies
+            for (key, limit, live) in live {
+                ledger.server_live(at, key, live as u32 >= limit);
+            }
+            (replies, published)
         };
         state.replicate(&state.model.lock().unwrap());
         let Ok(replies) = replies else {
@@ -221,6 +265,9 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
             if stream.write_all(&reply).await.is_err() || stream.flush().await.is_err() {
                 return;
             }
+        }
+        for (channel, payload) in published {
+            let _ = state.wakes.send((host, channel, payload));
         }
     }
 }

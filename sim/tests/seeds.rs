@@ -111,3 +111,18 @@ fn a_layer_releasing_at_the_response_head_is_caught_within_200_seeds() {
         "the simulator cannot see a permit let go while its body streams"
     );
 }
+
+#[test]
+fn waiters_that_ignore_wake_ups_are_caught_within_200_seeds() {
+    let caught = seeds_to_catch(Bug::NoWakeUp, 200);
+    assert!(caught.is_some(), "the simulator cannot see lost wake-ups");
+}
+
+#[test]
+fn an_acquire_that_ignores_the_wait_queue_is_caught_within_200_seeds() {
+    let caught = seeds_to_catch(Bug::AcquireIgnoresQueue, 200);
+    assert!(
+        caught.is_some(),
+        "the simulator cannot see a newcomer taking a waiter's slot"
+    );
+}

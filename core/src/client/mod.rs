@@ -570,8 +570,10 @@ impl Client {
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(request) = self.callers.overdue(now) {
             self.unsend(request);
-            if self.waiters.contains(request) {
-                // No slot came in time: that is the limit's answer.
+            if self.waiters.was_queued(request) {
+                // It was queued, and no slot came in time: that is the
+                // limit's answer. (A waiter Redis never answered is as
+                // unavailable as any other request.)
                 self.finish(request, Outcome::Exceeded);
             } else {
                 self.fail(request, Unavailable::Timeout);

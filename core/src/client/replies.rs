@@ -492,6 +492,13 @@ impl Client {
         false
     }
 
+    pub(super) fn bug_skip_wake_up(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.bugs.skip_wake_up;
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+
     pub(super) fn bug_skip_stale_check(&self) -> bool {
         #[cfg(feature = "fault-injection")]
         return self.bugs.skip_stale_check;

@@ -65,9 +65,10 @@ impl Subscriber {
 
 /// What one frame on a wake-up connection says.
 enum Push {
-    /// A message on the channel, or its subscription confirmed: either way
-    /// its first parked waiter should check.
-    Wake(Bytes),
+    /// A message on the channel (with the number of slots a release freed;
+    /// 1 for anything else), or its subscription confirmed: either way its
+    /// first parked waiters should check.
+    Wake(Bytes, usize),
     /// The server dropped the subscription (its slot moved away).
     Dropped(Bytes),
     /// `AUTH`'s `OK`, an unsubscription confirmed.
@@ -84,8 +85,16 @@ fn read_push(frame: Frame) -> Push {
         };
     };
     match <[Frame; 3]>::try_from(items) {
-        Ok([Frame::BulkString(kind), Frame::BulkString(channel), _]) => match &kind[..] {
-            b"smessage" | b"ssubscribe" => Push::Wake(channel),
+        Ok([Frame::BulkString(kind), Frame::BulkString(channel), payload]) => match &kind[..] {
+            b"smessage" => {
+                // At most the slots one release frees: a lie costs checks, no more.
+                let slots = match payload {
+                    Frame::BulkString(n) => std::str::from_utf8(&n).ok().and_then(|n| n.parse().ok()),
+                    _ => None,
+                };
+                Push::Wake(channel, slots.unwrap_or(1).clamp(1, crate::script::MAX_RELEASE_BATCH))
+            }
+            b"ssubscribe" => Push::Wake(channel, 1),
             b"sunsubscribe" => Push::Dropped(channel),
             _ => Push::Nothing,
         },
@@ -109,7 +118,10 @@ impl Client {
                 wanted[node].push(channel.clone());
             }
         }
-        for (node, wanted) in wanted.into_iter().enumerate() {
+        for (node, mut wanted) in wanted.into_iter().enumerate() {
+            // Sorted, so that the same waiters give the same commands (and a
+            // simulated run replays exactly).
+            wanted.sort();
             let target = &mut self.nodes[node];
             match target.subscriber.as_mut() {
                 None if !wanted.is_empty() && target.subscriber_retry.is_none_or(|at| at <= now) => {
@@ -117,12 +129,13 @@ impl Client {
                 }
                 Some(subscriber) if subscriber.connecting_until.is_none() => {
                     let new: Vec<&Bytes> = wanted.iter().filter(|c| !subscriber.channels.contains(*c)).collect();
-                    let old: Vec<Bytes> = subscriber
+                    let mut old: Vec<Bytes> = subscriber
                         .channels
                         .iter()
                         .filter(|c| !wanted.contains(c))
                         .cloned()
                         .collect();
+                    old.sort();
                     if !new.is_empty() {
                         let mut command: Vec<&[u8]> = vec![b"SSUBSCRIBE"];
                         command.extend(new.iter().map(|c| &c[..]));
@@ -193,9 +206,9 @@ impl Client {
                 Err(_) => return self.drop_subscriber(now, node),
             };
             match read_push(frame) {
-                Push::Wake(channel) => {
+                Push::Wake(channel, slots) => {
                     self.stats.wake_ups += 1;
-                    self.on_wake(now, &channel);
+                    self.on_wake(now, &channel, slots);
                 }
                 Push::Dropped(channel) => {
                     if let Some(subscriber) = self.nodes[node].subscriber.as_mut() {

@@ -78,6 +78,12 @@ impl Waiters {
         self.entries.contains_key(&request)
     }
 
+    /// Whether the server ever answered `request` "queued": its deadline
+    /// passing is then the limit's answer (`Exceeded`), not silence.
+    pub(super) fn was_queued(&self, request: RequestId) -> bool {
+        self.entries.get(&request).is_some_and(|entry| entry.queued)
+    }
+
     /// Forgets `request`. If the server may still queue it, a `LEAVE` is
     /// owed, unless `granted` (the grant took it out of the queue).
     pub(super) fn remove(&mut self, request: RequestId, granted: bool) {
@@ -119,21 +125,29 @@ impl Waiters {
         Some(op)
     }
 
-    /// Who a wake-up on `channel` goes to: the first parked waiter; if
-    /// every one is in flight, the first is told to check again.
-    fn woken(&mut self, channel: &[u8]) -> Option<RequestId> {
-        let waiting = self.by_channel.get(channel)?;
-        if let Some(request) = waiting
-            .iter()
-            .find(|r| self.entries.get(r).is_some_and(|e| e.parked.is_some()))
-        {
-            return Some(*request);
+    /// Who a wake-up on `channel` for `slots` freed slots goes to: the
+    /// first `slots` parked waiters. Those before them are in flight, and
+    /// their checks may have run before the slots freed: each checks again
+    /// as soon as it is answered "queued".
+    fn woken(&mut self, channel: &[u8], slots: usize) -> Vec<RequestId> {
+        let mut woken = Vec::new();
+        let Some(waiting) = self.by_channel.get(channel) else {
+            return woken;
+        };
+        for request in waiting {
+            if woken.len() == slots {
+                break;
+            }
+            let Some(entry) = self.entries.get_mut(request) else {
+                continue;
+            };
+            if entry.parked.is_some() {
+                woken.push(*request);
+            } else {
+                entry.rewake = true;
+            }
         }
-        let first = waiting.front()?;
-        if let Some(entry) = self.entries.get_mut(first) {
-            entry.rewake = true;
-        }
-        None
+        woken
     }
 
     /// A parked waiter whose own check is due at `now`.
@@ -210,9 +224,13 @@ impl Client {
         self.route_op(now, Op::Acquire(op));
     }
 
-    /// A wake-up arrived on `channel` (or its subscription was confirmed).
-    pub(super) fn on_wake(&mut self, now: Instant, channel: &[u8]) {
-        if let Some(request) = self.waiters.woken(channel) {
+    /// A wake-up arrived on `channel` for `slots` freed slots (or its
+    /// subscription was confirmed: one).
+    pub(super) fn on_wake(&mut self, now: Instant, channel: &[u8], slots: usize) {
+        if self.bug_skip_wake_up() {
+            return;
+        }
+        for request in self.waiters.woken(channel, slots.max(1)) {
             self.check_again(now, request);
         }
     }
