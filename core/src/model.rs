@@ -48,8 +48,9 @@ pub struct RedisModel {
     /// `(ticket, id, expiry ms, lifetime ms)`. The waiters' expiry set is
     /// folded in; the key lives `2 × lifetime` past the last refresh.
     queues: HashMap<Bytes, Vec<(u64, Bytes, u64, u64)>>,
-    /// Average hold times (ms) -> (value, expiry ms).
-    holds: HashMap<Bytes, (f64, u64)>,
+    /// Hold statistics: key -> (average hold ms, if any; the waiters'
+    /// limit, if any; expiry ms).
+    holds: HashMap<Bytes, (Option<f64>, Option<u64>, u64)>,
     /// Messages published (`SPUBLISH`): channel and payload, in order,
     /// until taken.
     published: Vec<(Bytes, Bytes)>,
@@ -120,8 +121,8 @@ impl ModelConnection {
                 max_frame_bytes: 1 << 20,
                 max_line_bytes: 4 * 1024,
                 // Room for the longest command we send: a RELEASE of
-                // MAX_RELEASE_BATCH ids (verb, sha, numkeys, 4 keys, hold).
-                max_array_len: 8 + crate::script::MAX_RELEASE_BATCH,
+                // MAX_RELEASE_BATCH ids (verb, sha, numkeys, 5 keys, hold).
+                max_array_len: 9 + crate::script::MAX_RELEASE_BATCH,
                 max_depth: 2,
             }),
             authenticated: false,
@@ -403,24 +404,40 @@ impl RedisModel {
                 self.published.push((rest[5].clone(), Bytes::from_static(b"0")));
             }
             Frame::BulkString(id.clone())
-        } else if sha == self.scripts.release.sha && rest.len() >= 7 && &rest[0][..] == b"4" {
-            let Some(held) = number(&rest[5]) else {
+        } else if sha == self.scripts.release.sha && rest.len() >= 8 && &rest[0][..] == b"5" {
+            let Some(held) = number(&rest[6]) else {
                 return error("ERR Error running script: bad arguments");
             };
             self.zrems += 1;
             let removed = match self.sets.get_mut(&rest[1]) {
-                Some(set) => rest[6..].iter().filter(|id| set.remove(*id).is_some()).count(),
+                Some(set) => rest[7..].iter().filter(|id| set.remove(*id).is_some()).count(),
                 None => 0,
             };
             if removed > 0 && self.queue_exists(&rest[2]) {
-                let average = match self.holds.get(&rest[3]) {
-                    Some((average, _)) => average + (held as f64 - average) / 8.0,
+                let stats = self.holds.entry(rest[4].clone()).or_insert((None, None, 0));
+                let average = match stats.0 {
+                    Some(average) => average + (held as f64 - average) / 8.0,
                     None => held as f64,
                 };
                 // As the script's `%.3f`.
-                let average = (average * 1000.0).round() / 1000.0;
-                self.holds.insert(rest[3].clone(), (average, self.now_ms + 3_600_000));
-                self.published.push((rest[4].clone(), Bytes::from(removed.to_string())));
+                stats.0 = Some((average * 1000.0).round() / 1000.0);
+                stats.2 = self.now_ms + 3_600_000;
+                let limit = stats.1;
+                self.purge_queue(&rest[2]);
+                let live = self.sets.get(&rest[1]).map_or(0, BTreeMap::len);
+                let free = match limit {
+                    Some(limit) => removed.max((limit as usize).saturating_sub(live)),
+                    None => removed,
+                };
+                let first: Vec<&[u8]> = self
+                    .queues
+                    .get(&rest[2])
+                    .map(|waiting| waiting.iter().take(free.min(64)).map(|(_, id, _, _)| &id[..]).collect())
+                    .unwrap_or_default();
+                if !first.is_empty() {
+                    let payload = Bytes::from(first.join(&b' '));
+                    self.published.push((rest[5].clone(), payload));
+                }
             }
             Frame::Integer(removed as i64)
         } else if sha == self.scripts.leave.sha && rest.len() == 5 && &rest[0][..] == b"3" {
@@ -630,13 +647,20 @@ impl RedisModel {
             let free = limit as i64 - self.sets.get(leases).map_or(0, BTreeMap::len) as i64;
             if rank >= free {
                 let ahead = rank - free + 1;
-                let average = self.holds.get(holds).map_or(0.0, |(average, _)| *average);
+                let average = self
+                    .holds
+                    .get(holds)
+                    .and_then(|(average, _, _)| *average)
+                    .unwrap_or(0.0);
                 let expected = (ahead as f64 * average / limit as f64).ceil() as i64;
                 if average > 0.0 && expected > patience as i64 {
                     self.leave_queue(queue, &id);
                     self.record_acquire(leases, &id, 0, 0);
                     return reply(0, 0, ahead, expected);
                 }
+                // `HSET … limit`: the hash lives on (no expiry set here).
+                let stats = self.holds.entry(holds.clone()).or_insert((None, None, u64::MAX));
+                stats.1 = Some(limit);
                 let entries = self.queues.entry(queue.clone()).or_default();
                 match position {
                     Some(at) => entries[at].2 = now + lifetime,
@@ -758,7 +782,7 @@ impl RedisModel {
             set.retain(|_, expiry| *expiry > now);
         }
         self.sets.retain(|_, set| !set.is_empty());
-        self.holds.retain(|_, (_, expiry)| *expiry > now);
+        self.holds.retain(|_, (_, _, expiry)| *expiry > now);
         // A queue key's PEXPIRE is 2 × lifetime from its last refresh.
         self.queues
             .retain(|_, waiting| waiting.iter().any(|(_, _, expiry, lifetime)| expiry + lifetime > now));

@@ -108,7 +108,8 @@ return {1, id, token}
 /// in queue length and live leases.
 ///
 /// KEYS: lease set, tombstone, fencing counter, queue, waiters' expiries,
-/// the subject's average hold (ms, kept by [`RELEASE`]). ARGV: ttl ms,
+/// the subject's hold statistics (a hash: `avg` hold in ms, kept by
+/// [`RELEASE`]; `limit`, written here for it). ARGV: ttl ms,
 /// limit, lease id, valid-until (server ms), recovery hold key, how long the
 /// waiter lives without another call (ms), how long its caller may still
 /// wait (ms). Returns `{status, id, token, ahead, expected}`: statuses as
@@ -150,7 +151,7 @@ if not redis.call('ZSCORE', leases, id) then
   local free = limit - redis.call('ZCARD', leases)
   if rank >= free then
     local ahead = rank - free + 1
-    local average = tonumber(redis.call('GET', holds) or '0')
+    local average = tonumber(redis.call('HGET', holds, 'avg') or '0')
     local expected = math.ceil(ahead * average / limit)
     if average > 0 and expected > patience then
       if queued then
@@ -168,6 +169,7 @@ if not redis.call('ZSCORE', leases, id) then
       redis.call('ZADD', queue, ticket, id)
     end
     redis.call('ZADD', waiters, now + lifetime, id)
+    redis.call('HSET', holds, 'limit', limit)
     if redis.call('PTTL', queue) < 2 * lifetime then
       redis.call('PEXPIRE', queue, 2 * lifetime)
       redis.call('PEXPIRE', waiters, 2 * lifetime)
@@ -202,26 +204,47 @@ return {1, id, token, 0, 0}
 
 /// Give leases back (all of one subject), and wake the subject's waiters.
 ///
-/// KEYS: lease set, wait queue, average hold, wake channel. ARGV: how long
-/// the leases were held on average (ms), then the ids. Returns how many were
-/// removed. Only when the subject has a queue does it do more than `ZREM`:
-/// it folds the hold time into the subject's average (each release weighs
-/// 1/8; the waiting script's estimate) and publishes on the subject's shard
-/// channel (`SPUBLISH`, Redis 7; older servers leave waiters to their
-/// periodic re-check).
+/// KEYS: lease set, wait queue, waiters' expiries, average hold, wake
+/// channel. ARGV: how long the leases were held on average (ms), then the
+/// ids. Returns how many were removed. Only when the subject has a queue
+/// does it do more than `ZREM`: it folds the hold time into the subject's
+/// average (a hash of `avg`, each release weighing 1/8, and the `limit` the
+/// waiters last asked for: the waiting script's estimate), and publishes on
+/// the subject's shard channel (`SPUBLISH`, Redis 7; older servers leave
+/// waiters to their periodic check) the ids of the live waiters that fit in
+/// the free slots (at most 64): only their clients check again, so a
+/// release costs about one check, however many replicas wait.
 pub const RELEASE: &str = r#"
 local removed = redis.call('ZREM', KEYS[1], unpack(ARGV, 2))
 if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
   local held = tonumber(ARGV[1])
-  local average = tonumber(redis.call('GET', KEYS[3]) or '')
+  local average = tonumber(redis.call('HGET', KEYS[4], 'avg') or '')
   if average then
     average = average + (held - average) / 8
   else
     average = held
   end
-  redis.call('SET', KEYS[3], string.format('%.3f', average), 'PX', 3600000)
-  if redis.REDIS_VERSION_NUM and redis.REDIS_VERSION_NUM >= 0x070000 then
-    redis.call('SPUBLISH', KEYS[4], removed)
+  redis.call('HSET', KEYS[4], 'avg', string.format('%.3f', average))
+  redis.call('PEXPIRE', KEYS[4], 3600000)
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  if #dead > 0 then
+    redis.call('ZREM', KEYS[2], unpack(dead))
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  end
+  -- Every waiter that fits in the free slots now, not only as many as
+  -- this release freed: a waiter named by an earlier release may not
+  -- have claimed its slot yet, and the one behind it must not wait for
+  -- its periodic check.
+  local free = removed
+  local limit = tonumber(redis.call('HGET', KEYS[4], 'limit') or '')
+  if limit then
+    free = math.max(removed, limit - redis.call('ZCARD', KEYS[1]))
+  end
+  local first = redis.call('ZRANGE', KEYS[2], 0, math.min(free, 64) - 1)
+  if #first > 0 and redis.REDIS_VERSION_NUM and redis.REDIS_VERSION_NUM >= 0x070000 then
+    redis.call('SPUBLISH', KEYS[5], table.concat(first, ' '))
   end
 end
 return removed

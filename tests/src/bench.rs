@@ -322,9 +322,10 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
             &[
                 b"EVALSHA",
                 scripts.release.sha.as_bytes(),
-                b"4",
+                b"5",
                 keys.leases(),
                 &queue,
+                &waiters,
                 &holds,
                 &wake,
                 b"1",

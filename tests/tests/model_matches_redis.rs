@@ -88,13 +88,14 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                     .map(|_| LeaseId::from_parts(0xd1ff, rng.below(40)).to_string())
                     .collect();
                 let held = rng.below(300).to_string();
-                let (queue, holds, wake) = (keys.queue(), keys.holds(), keys.wake_channel());
+                let (queue, waiters, holds, wake) = (keys.queue(), keys.waiters(), keys.holds(), keys.wake_channel());
                 let mut args: Vec<&[u8]> = vec![
                     b"EVALSHA",
                     scripts.release.sha.as_bytes(),
-                    b"4",
+                    b"5",
                     keys.leases(),
                     &queue,
+                    &waiters,
                     &holds,
                     &wake,
                     held.as_bytes(),

@@ -271,13 +271,15 @@ impl Leases {
     fn release_script(&mut self, ids: &[u64], held_ms: u64) -> i64 {
         let ids: Vec<String> = ids.iter().map(|id| lease(*id).to_string()).collect();
         let (queue, holds, wake) = (self.keys.queue(), self.keys.holds(), self.keys.wake_channel());
+        let waiters = self.keys.waiters();
         let held = held_ms.to_string();
         let mut args: Vec<&[u8]> = vec![
             b"EVALSHA",
             self.scripts.release.sha.as_bytes(),
-            b"4",
+            b"5",
             self.keys.leases(),
             &queue,
+            &waiters,
             &holds,
             &wake,
             held.as_bytes(),
@@ -738,7 +740,8 @@ fn a_release_on_a_subject_with_waiters_wakes_them_on_its_shard_channel() {
         Frame::Array(items) => {
             assert_eq!(items[0], Frame::BulkString(Bytes::from_static(b"smessage")));
             assert_eq!(items[1], Frame::BulkString(channel.clone()));
-            assert_eq!(items[2], Frame::BulkString(Bytes::from_static(b"1")));
+            // The waiter now first in line, by its lease id.
+            assert_eq!(items[2], Frame::BulkString(Bytes::from(lease(10).to_string())));
         }
         other => panic!("{other:?}"),
     }

@@ -222,16 +222,16 @@ fn encode_compensate(job: &ReleaseJob, scripts: &Scripts, out: &mut BytesMut) {
     );
 }
 
-/// `RELEASE` of leases of one subject: the subject's keys, the batch's
-/// average hold, the ids. Always by `EVALSHA`: a `NOSCRIPT` reply fails the
+/// `RELEASE` of leases of one subject: the subject's five keys, the
+/// batch's average hold, the ids. Always by `EVALSHA`: a `NOSCRIPT` reply fails the
 /// attempt, which is retried once the script is loaded again.
 fn encode_release(jobs: &[ReleaseJob], scripts: &Scripts, out: &mut BytesMut) {
     let keys = &jobs[0].keys;
-    let (queue, holds, wake) = (keys.queue(), keys.holds(), keys.wake_channel());
+    let (queue, waiters, holds, wake) = (keys.queue(), keys.waiters(), keys.holds(), keys.wake_channel());
     let held = jobs.iter().map(|job| job.held_ms).sum::<u64>() / jobs.len() as u64;
     let held = held.to_string();
-    let numkeys = b"4";
-    let mut command: Vec<&[u8]> = Vec::with_capacity(8 + jobs.len());
+    let numkeys = b"5";
+    let mut command: Vec<&[u8]> = Vec::with_capacity(9 + jobs.len());
     let (verb, body): (&[u8], &[u8]) = if jobs[0].by_text {
         (b"EVAL", scripts.release.text.as_bytes())
     } else {
@@ -243,6 +243,7 @@ fn encode_release(jobs: &[ReleaseJob], scripts: &Scripts, out: &mut BytesMut) {
         numkeys,
         keys.leases(),
         &queue,
+        &waiters,
         &holds,
         &wake,
         held.as_bytes(),

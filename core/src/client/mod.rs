@@ -480,7 +480,13 @@ impl Client {
     /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
     pub fn release(&mut self, now: Instant, lease: Lease) {
         self.held.remove(lease.id);
+        let channel = (self.waiters.len() > 0).then(|| lease.keys.wake_channel());
         self.submit_release(now, ReleaseJob::of(lease, ReleaseKind::Release, now));
+        // A waiter here for the slot just freed checks right behind the
+        // release (releases are written first): no wake-up round trip.
+        if let Some(channel) = channel {
+            self.on_wake(now, &channel, 1);
+        }
     }
 
     // ---- inputs -----------------------------------------------------------

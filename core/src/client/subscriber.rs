@@ -65,10 +65,11 @@ impl Subscriber {
 
 /// What one frame on a wake-up connection says.
 enum Push {
-    /// A message on the channel (with the number of slots a release freed;
-    /// 1 for anything else), or its subscription confirmed: either way its
-    /// first parked waiters should check.
-    Wake(Bytes, usize),
+    /// A message on the channel, or its subscription confirmed: its first
+    /// parked waiter should check.
+    Wake(Bytes),
+    /// A release's message: the waiters now first in line, by lease id.
+    WakeThese(Bytes, Vec<Bytes>),
     /// The server dropped the subscription (its slot moved away).
     Dropped(Bytes),
     /// `AUTH`'s `OK`, an unsubscription confirmed.
@@ -86,15 +87,21 @@ fn read_push(frame: Frame) -> Push {
     };
     match <[Frame; 3]>::try_from(items) {
         Ok([Frame::BulkString(kind), Frame::BulkString(channel), payload]) => match &kind[..] {
-            b"smessage" => {
-                // At most the slots one release frees: a lie costs checks, no more.
-                let slots = match payload {
-                    Frame::BulkString(n) => std::str::from_utf8(&n).ok().and_then(|n| n.parse().ok()),
-                    _ => None,
-                };
-                Push::Wake(channel, slots.unwrap_or(1).clamp(1, crate::script::MAX_RELEASE_BATCH))
-            }
-            b"ssubscribe" => Push::Wake(channel, 1),
+            b"smessage" => match payload {
+                // `0` from a compensation or a waiter leaving; else ids. A
+                // lie costs a few checks, no more: the script decides.
+                Frame::BulkString(ids) if &ids[..] != b"0" => {
+                    let ids = ids
+                        .split(|byte| *byte == b' ')
+                        .filter(|id| !id.is_empty())
+                        .take(crate::script::MAX_RELEASE_BATCH)
+                        .map(|id| ids.slice_ref(id))
+                        .collect();
+                    Push::WakeThese(channel, ids)
+                }
+                _ => Push::Wake(channel),
+            },
+            b"ssubscribe" => Push::Wake(channel),
             b"sunsubscribe" => Push::Dropped(channel),
             _ => Push::Nothing,
         },
@@ -206,9 +213,13 @@ impl Client {
                 Err(_) => return self.drop_subscriber(now, node),
             };
             match read_push(frame) {
-                Push::Wake(channel, slots) => {
+                Push::Wake(channel) => {
                     self.stats.wake_ups += 1;
-                    self.on_wake(now, &channel, slots);
+                    self.on_wake(now, &channel, 1);
+                }
+                Push::WakeThese(channel, ids) => {
+                    self.stats.wake_ups += 1;
+                    self.wake_these(now, &channel, &ids);
                 }
                 Push::Dropped(channel) => {
                     if let Some(subscriber) = self.nodes[node].subscriber.as_mut() {

@@ -150,6 +150,29 @@ impl Waiters {
         woken
     }
 
+    /// The waiters of `channel` with these lease ids: parked ones to check
+    /// again; in-flight ones check again once answered.
+    fn named(&mut self, channel: &[u8], ids: &[Bytes]) -> Vec<RequestId> {
+        let mut woken = Vec::new();
+        let Some(waiting) = self.by_channel.get(channel) else {
+            return woken;
+        };
+        for request in waiting {
+            let Some(entry) = self.entries.get_mut(request) else {
+                continue;
+            };
+            if !ids.contains(&entry.lease) {
+                continue;
+            }
+            if entry.parked.is_some() {
+                woken.push(*request);
+            } else {
+                entry.rewake = true;
+            }
+        }
+        woken
+    }
+
     /// A parked waiter whose own check is due at `now`.
     fn due(&self, now: Instant) -> Option<RequestId> {
         self.checks
@@ -231,6 +254,17 @@ impl Client {
             return;
         }
         for request in self.waiters.woken(channel, slots.max(1)) {
+            self.check_again(now, request);
+        }
+    }
+
+    /// A release named the waiters first in line: those that wait here
+    /// check again (the others are some other replica's).
+    pub(super) fn wake_these(&mut self, now: Instant, channel: &[u8], ids: &[Bytes]) {
+        if self.bug_skip_wake_up() {
+            return;
+        }
+        for request in self.waiters.named(channel, ids) {
             self.check_again(now, request);
         }
     }

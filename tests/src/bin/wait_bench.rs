@@ -1,0 +1,248 @@
+//! `cargo run --release -p inflight-tests --bin wait_bench [SECONDS]` —
+//! waiting acquires against the poll loop the other libraries use.
+//!
+//! One key, limit 10; 64 tasks on 4 limiters (16 each), each acquiring,
+//! holding 1–5 ms (drawn from a fixed seed) and releasing, for SECONDS
+//! (default 3) per row, on one redis-server on loopback. Rows:
+//! `acquire_wait` (the server's FIFO queue, woken by releases), and a
+//! fail-fast `acquire` retried every 10 ms until it succeeds (what
+//! redis-semaphore and DistributedLock do). Two rounds, the order
+//! alternating. Printed per row: slot utilisation (time slots were held ÷
+//! (limit × time)), grants per second, the wait from call to grant (p50,
+//! p99), and overtaking: for each grant, how many acquires that were called
+//! later got their slot first (max and mean; client-side call order, so
+//! two calls a few microseconds apart on different limiters can swap
+//! without any unfairness on the server).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use inflight_tests::{RedisServer, Rng};
+use inflight_tokio::{Error, Key, Limiter};
+
+const LIMIT: u32 = 10;
+const LIMITERS: usize = 4;
+
+fn limiter_count() -> usize {
+    std::env::var("WAIT_BENCH_LIMITERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(LIMITERS)
+}
+const TASKS: usize = 64;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Waiting,
+    Polling,
+}
+
+/// One grant: when its acquire was called, when the slot came, how long it was held.
+struct Grant {
+    called: Instant,
+    granted: Instant,
+    held: Duration,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let seconds: f64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let measure = Duration::from_secs_f64(seconds);
+    let server = RedisServer::start();
+    let _monitor = std::env::var("WAIT_BENCH_MONITOR").ok().map(|path| {
+        std::process::Command::new("redis-cli")
+            .args(["-p", &server.port().to_string(), "MONITOR"])
+            .stdout(std::fs::File::create(path).unwrap())
+            .spawn()
+            .unwrap()
+    });
+    println!("limit {LIMIT}, {TASKS} tasks on {LIMITERS} limiters, holds 1-5 ms, {seconds} s per row");
+    println!("| round | mode | utilisation | grants/s | wait p50 | wait p99 | overtaking max | overtaking mean | client CPU µs/grant | Redis CPU µs/grant |");
+    println!("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for round in 0..2 {
+        let order = if round % 2 == 0 {
+            [Mode::Waiting, Mode::Polling]
+        } else {
+            [Mode::Polling, Mode::Waiting]
+        };
+        for mode in order {
+            let subject = format!("bench-{round}-{}", mode == Mode::Waiting);
+            let row = run(&server, mode, &subject, measure).await;
+            println!("| {} | {row}", round + 1);
+        }
+    }
+}
+
+async fn run(server: &RedisServer, mode: Mode, subject: &str, measure: Duration) -> String {
+    let mut limiters = Vec::new();
+    for _ in 0..limiter_count() {
+        let limiter = Limiter::builder(server.url())
+            .key_prefix("wbench")
+            .default_limit(LIMIT)
+            .lease_ttl(Duration::from_secs(60))
+            .timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .expect("connect to the benchmark's redis-server");
+        limiters.push(limiter);
+    }
+    let key = Key::new("bench", subject).unwrap();
+    let grants = Arc::new(Mutex::new(Vec::<Grant>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (cpu_before, redis_before) = (process_cpu(), redis_cpu(server));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let (limiter, key) = (limiters[task % limiters.len()].clone(), key.clone());
+            let (grants, stop) = (Arc::clone(&grants), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ task as u64);
+                // Bounded: a task does at most 100 000 cycles.
+                for _ in 0..100_000 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let called = Instant::now();
+                    let permit = match mode {
+                        Mode::Waiting => limiter.acquire_wait(&key, Duration::from_secs(5)).await,
+                        Mode::Polling => poll(&limiter, &key, called + Duration::from_secs(5)).await,
+                    };
+                    let Ok(permit) = permit else { continue };
+                    let granted = Instant::now();
+                    let hold = Duration::from_micros(1_000 + rng.below(4_000));
+                    tokio::time::sleep(hold).await;
+                    let held = granted.elapsed();
+                    drop(permit);
+                    grants.lock().unwrap().push(Grant { called, granted, held });
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(measure).await;
+    if std::env::var("WAIT_BENCH_DEBUG").is_ok() {
+        let keys = inflight_core::key::SubjectKeys::new("wbench", &key);
+        eprintln!(
+            "queue {:?}",
+            server
+                .client()
+                .call(&[b"ZRANGE", &keys.queue(), b"0", b"4", b"WITHSCORES"])
+        );
+        eprintln!(
+            "waiters {:?}",
+            server
+                .client()
+                .call(&[b"ZRANGE", &keys.waiters(), b"0", b"4", b"WITHSCORES"])
+        );
+        eprintln!(
+            "leases {:?}",
+            server.client().call(&[b"ZRANGE", keys.leases(), b"0", b"-1"])
+        );
+        eprintln!("time {:?}", server.client().call(&[b"TIME"]));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed();
+    let cpu = (process_cpu() - cpu_before, redis_cpu(server) - redis_before);
+    for task in tasks {
+        task.await.expect("a task");
+    }
+    for limiter in limiters {
+        if std::env::var("WAIT_BENCH_DEBUG").is_ok() {
+            eprintln!("{:?}", limiter.stats());
+        }
+        limiter.drain().await;
+    }
+    let grants = std::mem::take(&mut *grants.lock().unwrap());
+    summarise(mode, &grants, elapsed, cpu)
+}
+
+/// CPU seconds this process has used (user + system, `/proc/self/stat`).
+fn process_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 (1-based); 11 and 12 after the `)`.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU seconds the redis-server has used (`INFO cpu`).
+fn redis_cpu(server: &RedisServer) -> f64 {
+    let info = match server.client().call(&[b"INFO", b"cpu"]) {
+        Ok(inflight_core::resp::Frame::BulkString(info)) => String::from_utf8_lossy(&info).to_string(),
+        _ => return 0.0,
+    };
+    info.lines()
+        .filter(|line| line.starts_with("used_cpu_sys:") || line.starts_with("used_cpu_user:"))
+        .filter_map(|line| line.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// What the anchors do: try, and on `Exceeded` sleep 10 ms and try again.
+async fn poll(limiter: &Limiter, key: &Key, until: Instant) -> Result<inflight_tokio::Permit, Error> {
+    loop {
+        match limiter.acquire(key).await {
+            Err(Error::Exceeded { .. }) if Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            other => return other,
+        }
+    }
+}
+
+fn summarise(mode: Mode, grants: &[Grant], elapsed: Duration, (client_cpu, redis_cpu): (f64, f64)) -> String {
+    let held: Duration = grants.iter().map(|g| g.held).sum();
+    let utilisation = held.as_secs_f64() / (f64::from(LIMIT) * elapsed.as_secs_f64());
+    let mut waits: Vec<Duration> = grants.iter().map(|g| g.granted - g.called).collect();
+    waits.sort();
+    let percentile = |p: f64| waits[((waits.len() - 1) as f64 * p) as usize];
+    let (max, mean) = overtaking(grants);
+    let name = match mode {
+        Mode::Waiting => "acquire_wait (queue + wake-ups)",
+        Mode::Polling => "acquire + 10 ms poll (baseline)",
+    };
+    let per_grant = |cpu: f64| cpu * 1e6 / grants.len().max(1) as f64;
+    format!(
+        "{name} | {:.1}% | {:.0} | {:.2?} | {:.2?} | {max} | {mean:.2} | {:.0} | {:.0} |",
+        utilisation * 100.0,
+        grants.len() as f64 / elapsed.as_secs_f64(),
+        percentile(0.5),
+        percentile(0.99),
+        per_grant(client_cpu),
+        per_grant(redis_cpu),
+    )
+}
+
+/// For each grant, how many acquires called after it were granted before
+/// it: the inversions between call order and grant order (a Fenwick tree
+/// over grant ranks, in call order from the last).
+fn overtaking(grants: &[Grant]) -> (usize, f64) {
+    let n = grants.len();
+    let mut by_grant: Vec<usize> = (0..n).collect();
+    by_grant.sort_by_key(|&i| grants[i].granted);
+    let mut grant_rank = vec![0; n];
+    for (rank, &i) in by_grant.iter().enumerate() {
+        grant_rank[i] = rank;
+    }
+    let mut by_call: Vec<usize> = (0..n).collect();
+    by_call.sort_by_key(|&i| grants[i].called);
+    let mut tree = vec![0usize; n + 1];
+    let (mut max, mut total) = (0, 0usize);
+    // From the latest call back: count later calls granted earlier.
+    for &i in by_call.iter().rev() {
+        let rank = grant_rank[i];
+        let mut earlier = 0;
+        let mut at = rank;
+        while at > 0 {
+            earlier += tree[at];
+            at &= at - 1;
+        }
+        max = max.max(earlier);
+        total += earlier;
+        let mut at = rank + 1;
+        while at <= n {
+            tree[at] += 1;
+            at += at & at.wrapping_neg();
+        }
+    }
+    (max, total as f64 / n.max(1) as f64)
+}
