@@ -483,3 +483,35 @@ async fn dropping_response_futures_mid_acquire_leaks_nothing() {
     ));
     drop(held);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_up_to_a_full_key_queues_instead_of_429() {
+    let server = RedisServer::start();
+    let limiter = builder(&server).connect().await.unwrap();
+    let streams = Arc::new(Streams::default());
+    let layer = InflightLayer::new(limiter, by_tenant()).wait_up_to(Duration::from_secs(5));
+    let app = Router::new()
+        .route("/stream", get(streaming))
+        .layer(layer)
+        .with_state(Arc::clone(&streams));
+    let addr = serve(app).await;
+
+    let (admitted, rejected) = stream_all(addr, "patient", 5).await;
+    assert_eq!((admitted.len(), rejected.len()), (5, 0));
+    // The sixth waits in the key's queue instead of being refused...
+    let sixth = tokio::spawn(async move { http_client::get(addr, "/stream", &[("x-tenant", "patient")]).await });
+    let keys = SubjectKeys::new(PREFIX, &Key::new("tenant", "patient").unwrap());
+    eventually("the sixth request waits in the queue", || {
+        matches!(server.client().call(&[b"ZCARD", &keys.queue()]), Ok(Frame::Integer(1)))
+    })
+    .await;
+    assert!(!sixth.is_finished());
+    // ...and is served as soon as one body ends.
+    streams.finish(1);
+    let mut sixth = sixth.await.unwrap();
+    assert_eq!(sixth.status(), StatusCode::OK);
+    assert_eq!(sixth.next_chunk().await.as_deref(), Some(&b"start\n"[..]));
+    assert_eq!(zcard(&server, "tenant", "patient"), 5);
+    streams.finish(5);
+    drop(admitted);
+}
