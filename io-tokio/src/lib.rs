@@ -38,6 +38,15 @@
 //! while slots migrate or fail over. A cluster node reached without it is
 //! refused at `connect` ([`ConnectError::ClusterMode`]).
 //!
+//! ## Waiting for a slot
+//! [`Limiter::acquire_wait`] (or [`Limiter::acquire_opts`] with
+//! [`Acquire::wait`]) waits up to a deadline instead of failing at once:
+//! first come, first served across the whole fleet (the key's queue lives
+//! in Redis), woken by releases over a subscription the driver keeps, with
+//! no polling. A wait Redis expects to outlast the deadline is refused at
+//! once with `Error::Exceeded { retry_after: Some(estimate) }`. Dropping
+//! the future takes the waiter out of the queue.
+//!
 //! ## Tower middleware
 //! With the `tower` feature, `tower::InflightLayer` limits an HTTP
 //! service (axum, hyper, tonic) per key in one line, holding the permit

@@ -3,7 +3,8 @@
 //!
 //! One key, limit 10; 64 tasks on 4 limiters (16 each), each acquiring,
 //! holding 1–5 ms (drawn from a fixed seed) and releasing, for SECONDS
-//! (default 3) per row, on one redis-server on loopback. Rows:
+//! (default 3) per row, on one redis-server on loopback
+//! (`WAIT_BENCH_LIMITERS=1` puts all 64 tasks on one limiter). Rows:
 //! `acquire_wait` (the server's FIFO queue, woken by releases), and a
 //! fail-fast `acquire` retried every 10 ms until it succeeds (what
 //! redis-semaphore and DistributedLock do). Two rounds, the order
@@ -12,7 +13,8 @@
 //! p99), and overtaking: for each grant, how many acquires that were called
 //! later got their slot first (max and mean; client-side call order, so
 //! two calls a few microseconds apart on different limiters can swap
-//! without any unfairness on the server).
+//! without any unfairness on the server), and CPU per grant of this process
+//! and of redis-server.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -57,7 +59,10 @@ async fn main() {
             .spawn()
             .unwrap()
     });
-    println!("limit {LIMIT}, {TASKS} tasks on {LIMITERS} limiters, holds 1-5 ms, {seconds} s per row");
+    println!(
+        "limit {LIMIT}, {TASKS} tasks on {} limiters, holds 1-5 ms, {seconds} s per row",
+        limiter_count()
+    );
     println!("| round | mode | utilisation | grants/s | wait p50 | wait p99 | overtaking max | overtaking mean | client CPU µs/grant | Redis CPU µs/grant |");
     println!("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for round in 0..2 {
