@@ -9,7 +9,8 @@
 //! fail-fast `acquire` retried every 10 ms until it succeeds (what
 //! redis-semaphore and DistributedLock do). Two rounds, the order
 //! alternating. Printed per row: slot utilisation (time slots were held ÷
-//! (limit × time)), grants per second, the wait from call to grant (p50,
+//! (limit × time)) as the holders saw it (from their grant to their drop)
+//! and as Redis saw it (the lease set's size, sampled every millisecond), grants per second, the wait from call to grant (p50,
 //! p99), and overtaking: for each grant, how many acquires that were called
 //! later got their slot first (max and mean; client-side call order, so
 //! two calls a few microseconds apart on different limiters can swap
@@ -63,8 +64,8 @@ async fn main() {
         "limit {LIMIT}, {TASKS} tasks on {} limiters, holds 1-5 ms, {seconds} s per row",
         limiter_count()
     );
-    println!("| round | mode | utilisation | grants/s | wait p50 | wait p99 | overtaking max | overtaking mean | client CPU µs/grant | Redis CPU µs/grant |");
-    println!("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| round | mode | utilisation (holders) | utilisation (Redis) | grants/s | wait p50 | wait p99 | overtaking max | overtaking mean | client CPU µs/grant | Redis CPU µs/grant |");
+    println!("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for round in 0..2 {
         let order = if round % 2 == 0 {
             [Mode::Waiting, Mode::Polling]
@@ -124,6 +125,27 @@ async fn run(server: &RedisServer, mode: Mode, subject: &str, measure: Duration)
             })
         })
         .collect();
+    // Slots held as Redis sees them: the lease set's size, sampled every
+    // millisecond on a connection of its own (bounded by the window).
+    let sampler = {
+        let (addr, keys) = (server.addr(), inflight_core::key::SubjectKeys::new("wbench", &key));
+        let stop = Arc::clone(&stop);
+        tokio::task::spawn_blocking(move || {
+            let mut client = inflight_tests::RespClient::connect(addr).expect("a sampling connection");
+            let (mut samples, mut held) = (0u64, 0u64);
+            for _ in 0..100_000 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                if let Ok(inflight_core::resp::Frame::Integer(n)) = client.call(&[b"ZCARD", keys.leases()]) {
+                    samples += 1;
+                    held += n as u64;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            held as f64 / (samples.max(1) as f64 * f64::from(LIMIT))
+        })
+    };
     tokio::time::sleep(measure).await;
     if std::env::var("WAIT_BENCH_DEBUG").is_ok() {
         let keys = inflight_core::key::SubjectKeys::new("wbench", &key);
@@ -148,6 +170,7 @@ async fn run(server: &RedisServer, mode: Mode, subject: &str, measure: Duration)
     stop.store(true, Ordering::Relaxed);
     let elapsed = started.elapsed();
     let cpu = (process_cpu() - cpu_before, redis_cpu(server) - redis_before);
+    let in_redis = sampler.await.expect("the sampler");
     for task in tasks {
         task.await.expect("a task");
     }
@@ -158,7 +181,7 @@ async fn run(server: &RedisServer, mode: Mode, subject: &str, measure: Duration)
         limiter.drain().await;
     }
     let grants = std::mem::take(&mut *grants.lock().unwrap());
-    summarise(mode, &grants, elapsed, cpu)
+    summarise(mode, &grants, elapsed, cpu, in_redis)
 }
 
 /// CPU seconds this process has used (user + system, `/proc/self/stat`).
@@ -194,7 +217,13 @@ async fn poll(limiter: &Limiter, key: &Key, until: Instant) -> Result<inflight_t
     }
 }
 
-fn summarise(mode: Mode, grants: &[Grant], elapsed: Duration, (client_cpu, redis_cpu): (f64, f64)) -> String {
+fn summarise(
+    mode: Mode,
+    grants: &[Grant],
+    elapsed: Duration,
+    (client_cpu, redis_cpu): (f64, f64),
+    in_redis: f64,
+) -> String {
     let held: Duration = grants.iter().map(|g| g.held).sum();
     let utilisation = held.as_secs_f64() / (f64::from(LIMIT) * elapsed.as_secs_f64());
     let mut waits: Vec<Duration> = grants.iter().map(|g| g.granted - g.called).collect();
@@ -207,8 +236,9 @@ fn summarise(mode: Mode, grants: &[Grant], elapsed: Duration, (client_cpu, redis
     };
     let per_grant = |cpu: f64| cpu * 1e6 / grants.len().max(1) as f64;
     format!(
-        "{name} | {:.1}% | {:.0} | {:.2?} | {:.2?} | {max} | {mean:.2} | {:.0} | {:.0} |",
+        "{name} | {:.1}% | {:.1}% | {:.0} | {:.2?} | {:.2?} | {max} | {mean:.2} | {:.0} | {:.0} |",
         utilisation * 100.0,
+        in_redis * 100.0,
         grants.len() as f64 / elapsed.as_secs_f64(),
         percentile(0.5),
         percentile(0.99),
