@@ -47,6 +47,10 @@ pub struct Lease {
     pub(crate) fencing_token: u64,
     /// When its grant was read: releases report how long it was held.
     pub(crate) granted_at: Instant,
+    /// Until when Redis may still hold it: a release keeps trying until
+    /// then. `expires_at` for most; later for a slot handed over, whose
+    /// short reservation a renewal on its way extends to a whole TTL.
+    pub(crate) release_until: Instant,
 }
 
 impl Lease {
@@ -372,4 +376,7 @@ pub struct Stats {
     pub wake_ups: u64,
     /// Waiters taken out of their queue (`LEAVE`) after their callers left.
     pub waiters_left: u64,
+    /// Waiters served by a release handing its slot over (their permit came
+    /// with the wake-up message).
+    pub handed_over: u64,
 }

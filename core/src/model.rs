@@ -48,9 +48,8 @@ pub struct RedisModel {
     /// `(ticket, id, expiry ms, lifetime ms)`. The waiters' expiry set is
     /// folded in; the key lives `2 × lifetime` past the last refresh.
     queues: HashMap<Bytes, Vec<(u64, Bytes, u64, u64)>>,
-    /// Hold statistics: key -> (average hold ms, if any; the waiters'
-    /// limit, if any; expiry ms).
-    holds: HashMap<Bytes, (Option<f64>, Option<u64>, u64)>,
+    /// Hold statistics: key -> the hash's fields and its expiry ms.
+    holds: HashMap<Bytes, HoldStats>,
     /// Messages published (`SPUBLISH`): channel and payload, in order,
     /// until taken.
     published: Vec<(Bytes, Bytes)>,
@@ -91,6 +90,17 @@ pub struct RedisModel {
     pub reasserts: Vec<(Bytes, Bytes, i64)>,
 }
 
+/// The hold statistics hash of a subject with waiters: `avg` (kept by
+/// `RELEASE`), and the waiters' `limit`, `lifetime` and `ttl` (written by
+/// `ACQUIRE_WAITING`).
+#[derive(Clone, Debug)]
+struct HoldStats {
+    average: Option<f64>,
+    limit: Option<u64>,
+    ttl: Option<u64>,
+    expiry: u64,
+}
+
 /// One client connection's state on the model server.
 #[derive(Debug)]
 pub struct ModelConnection {
@@ -121,8 +131,8 @@ impl ModelConnection {
                 max_frame_bytes: 1 << 20,
                 max_line_bytes: 4 * 1024,
                 // Room for the longest command we send: a RELEASE of
-                // MAX_RELEASE_BATCH ids (verb, sha, numkeys, 5 keys, hold).
-                max_array_len: 9 + crate::script::MAX_RELEASE_BATCH,
+                // MAX_RELEASE_BATCH ids (verb, sha, numkeys, 6 keys, hold).
+                max_array_len: 10 + crate::script::MAX_RELEASE_BATCH,
                 max_depth: 2,
             }),
             authenticated: false,
@@ -404,45 +414,27 @@ impl RedisModel {
                 self.published.push((rest[5].clone(), Bytes::from_static(b"0")));
             }
             Frame::BulkString(id.clone())
-        } else if sha == self.scripts.release.sha && rest.len() >= 8 && &rest[0][..] == b"5" {
-            let Some(held) = number(&rest[6]) else {
+        } else if sha == self.scripts.release.sha && rest.len() >= 9 && &rest[0][..] == b"6" {
+            let Some(held) = number(&rest[7]) else {
                 return error("ERR Error running script: bad arguments");
             };
             self.zrems += 1;
             let removed = match self.sets.get_mut(&rest[1]) {
-                Some(set) => rest[7..].iter().filter(|id| set.remove(*id).is_some()).count(),
+                Some(set) => rest[8..].iter().filter(|id| set.remove(*id).is_some()).count(),
                 None => 0,
             };
             if removed > 0 && self.queue_exists(&rest[2]) {
-                let stats = self.holds.entry(rest[4].clone()).or_insert((None, None, 0));
-                let average = match stats.0 {
-                    Some(average) => average + (held as f64 - average) / 8.0,
-                    None => held as f64,
-                };
-                // As the script's `%.3f`.
-                stats.0 = Some((average * 1000.0).round() / 1000.0);
-                stats.2 = self.now_ms + 3_600_000;
-                let limit = stats.1;
-                self.purge_queue(&rest[2]);
-                let live = self.sets.get(&rest[1]).map_or(0, BTreeMap::len);
-                let free = match limit {
-                    Some(limit) => removed.max((limit as usize).saturating_sub(live)),
-                    None => removed,
-                };
-                let first: Vec<&[u8]> = self
-                    .queues
-                    .get(&rest[2])
-                    .map(|waiting| waiting.iter().take(free.min(64)).map(|(_, id, _, _)| &id[..]).collect())
-                    .unwrap_or_default();
-                if !first.is_empty() {
-                    let payload = Bytes::from(first.join(&b' '));
-                    self.published.push((rest[5].clone(), payload));
-                }
+                self.release_to_waiters(rest, removed, held);
             }
             Frame::Integer(removed as i64)
-        } else if sha == self.scripts.leave.sha && rest.len() == 5 && &rest[0][..] == b"3" {
+        } else if sha == self.scripts.leave.sha && rest.len() == 6 && &rest[0][..] == b"4" {
             self.leaves += 1;
-            let removed = self.leave_queue(&rest[1], &rest[4]);
+            let queued = self.leave_queue(&rest[1], &rest[5]);
+            let reserved = self
+                .sets
+                .get_mut(&rest[4])
+                .is_some_and(|set| set.remove(&rest[5]).is_some());
+            let removed = queued || reserved;
             if removed && self.queue_exists(&rest[1]) {
                 self.published.push((rest[3].clone(), Bytes::from_static(b"0")));
             }
@@ -647,20 +639,21 @@ impl RedisModel {
             let free = limit as i64 - self.sets.get(leases).map_or(0, BTreeMap::len) as i64;
             if rank >= free {
                 let ahead = rank - free + 1;
-                let average = self
-                    .holds
-                    .get(holds)
-                    .and_then(|(average, _, _)| *average)
-                    .unwrap_or(0.0);
+                let average = self.holds.get(holds).and_then(|stats| stats.average).unwrap_or(0.0);
                 let expected = (ahead as f64 * average / limit as f64).ceil() as i64;
                 if average > 0.0 && expected > patience as i64 {
                     self.leave_queue(queue, &id);
                     self.record_acquire(leases, &id, 0, 0);
                     return reply(0, 0, ahead, expected);
                 }
-                // `HSET … limit`: the hash lives on (no expiry set here).
-                let stats = self.holds.entry(holds.clone()).or_insert((None, None, u64::MAX));
-                stats.1 = Some(limit);
+                // `HSET … limit lifetime ttl`: no expiry is set here.
+                let stats = self.holds.entry(holds.clone()).or_insert(HoldStats {
+                    average: None,
+                    limit: None,
+                    ttl: None,
+                    expiry: u64::MAX,
+                });
+                (stats.limit, stats.ttl) = (Some(limit), Some(ttl));
                 let entries = self.queues.entry(queue.clone()).or_default();
                 match position {
                     Some(at) => entries[at].2 = now + lifetime,
@@ -681,6 +674,71 @@ impl RedisModel {
         let token = self.fencing_tokens(fence, 1, ttl);
         self.record_acquire(leases, &id, 1, token);
         reply(1, token, 0, 0)
+    }
+
+    /// `RELEASE`'s part once leases are removed from a subject with a queue:
+    /// the average hold, then each free slot handed to the waiter first in
+    /// line for it (a reservation for its lifetime, with a fencing token),
+    /// published as `H id token…` (or `N id…` without the waiters' settings).
+    fn release_to_waiters(&mut self, rest: &[Bytes], removed: usize, held: u64) {
+        let (leases, queue, holds, wake, fence) = (&rest[1], &rest[2], &rest[4], &rest[5], &rest[6]);
+        let now = self.now_ms;
+        let stats = self.holds.entry(holds.clone()).or_insert(HoldStats {
+            average: None,
+            limit: None,
+            ttl: None,
+            expiry: 0,
+        });
+        let average = match stats.average {
+            Some(average) => average + (held as f64 - average) / 8.0,
+            None => held as f64,
+        };
+        // As the script's `%.3f`.
+        stats.average = Some((average * 1000.0).round() / 1000.0);
+        stats.expiry = now + 3_600_000;
+        let (limit, ttl) = (stats.limit, stats.ttl);
+        self.purge_queue(queue);
+        let live = self.sets.get(leases).map_or(0, BTreeMap::len);
+        let free = match limit {
+            Some(limit) => removed.max((limit as usize).saturating_sub(live)),
+            None => removed,
+        };
+        let first: Vec<(Bytes, u64)> = self
+            .queues
+            .get(queue)
+            .map(|waiting| {
+                waiting
+                    .iter()
+                    .take(free.min(64))
+                    .map(|(_, id, expiry, _)| (id.clone(), *expiry))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if first.is_empty() {
+            return;
+        }
+        let Some(ttl) = ttl else {
+            let mut payload = b"N".to_vec();
+            for (id, _) in &first {
+                payload.push(b' ');
+                payload.extend_from_slice(id);
+            }
+            self.published.push((wake.clone(), Bytes::from(payload)));
+            return;
+        };
+        let first_token = self.fencing_tokens(fence, first.len() as u64, ttl);
+        let mut payload = b"H".to_vec();
+        for (token, (rank, (id, reserved))) in (first_token..).zip(first.iter().enumerate()) {
+            self.leave_queue(queue, id);
+            self.sets
+                .entry(leases.clone())
+                .or_default()
+                .insert(id.clone(), *reserved);
+            self.fairness = (rank as u64, free as u64);
+            self.record_acquire(leases, id, 1, token);
+            payload.extend_from_slice(format!(" {} {token}", String::from_utf8_lossy(id)).as_bytes());
+        }
+        self.published.push((wake.clone(), Bytes::from(payload)));
     }
 
     fn record_acquire(&mut self, key: &Bytes, lease: &Bytes, status: i64, token: u64) {
@@ -782,7 +840,7 @@ impl RedisModel {
             set.retain(|_, expiry| *expiry > now);
         }
         self.sets.retain(|_, set| !set.is_empty());
-        self.holds.retain(|_, (_, _, expiry)| *expiry > now);
+        self.holds.retain(|_, stats| stats.expiry > now);
         // A queue key's PEXPIRE is 2 × lifetime from its last refresh.
         self.queues
             .retain(|_, waiting| waiting.iter().any(|(_, _, expiry, lifetime)| expiry + lifetime > now));

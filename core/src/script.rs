@@ -109,7 +109,7 @@ return {1, id, token}
 ///
 /// KEYS: lease set, tombstone, fencing counter, queue, waiters' expiries,
 /// the subject's hold statistics (a hash: `avg` hold in ms, kept by
-/// [`RELEASE`]; `limit`, written here for it). ARGV: ttl ms,
+/// [`RELEASE`]; `limit` and `ttl`, written here for it). ARGV: ttl ms,
 /// limit, lease id, valid-until (server ms), recovery hold key, how long the
 /// waiter lives without another call (ms), how long its caller may still
 /// wait (ms). Returns `{status, id, token, ahead, expected}`: statuses as
@@ -169,7 +169,7 @@ if not redis.call('ZSCORE', leases, id) then
       redis.call('ZADD', queue, ticket, id)
     end
     redis.call('ZADD', waiters, now + lifetime, id)
-    redis.call('HSET', holds, 'limit', limit)
+    redis.call('HSET', holds, 'limit', limit, 'ttl', ttl)
     if redis.call('PTTL', queue) < 2 * lifetime then
       redis.call('PEXPIRE', queue, 2 * lifetime)
       redis.call('PEXPIRE', waiters, 2 * lifetime)
@@ -181,6 +181,13 @@ if not redis.call('ZSCORE', leases, id) then
     redis.call('ZREM', waiters, id)
   end
   redis.call('ZADD', leases, now + ttl, id)
+  if redis.call('PTTL', leases) < ttl then
+    redis.call('PEXPIRE', leases, ttl + 1)
+  end
+else
+  -- Held already: a slot a release handed over (reserved for the waiter's
+  -- lifetime), confirmed here for a whole TTL; or a repeated call.
+  redis.call('ZADD', leases, 'XX', now + ttl, id)
   if redis.call('PTTL', leases) < ttl then
     redis.call('PEXPIRE', leases, ttl + 1)
   end
@@ -202,18 +209,24 @@ end
 return {1, id, token, 0, 0}
 "#;
 
-/// Give leases back (all of one subject), and wake the subject's waiters.
+/// Give leases back (all of one subject), and hand the freed slots to the
+/// subject's waiters.
 ///
-/// KEYS: lease set, wait queue, waiters' expiries, average hold, wake
-/// channel. ARGV: how long the leases were held on average (ms), then the
-/// ids. Returns how many were removed. Only when the subject has a queue
-/// does it do more than `ZREM`: it folds the hold time into the subject's
-/// average (a hash of `avg`, each release weighing 1/8, and the `limit` the
-/// waiters last asked for: the waiting script's estimate), and publishes on
-/// the subject's shard channel (`SPUBLISH`, Redis 7; older servers leave
-/// waiters to their periodic check) the ids of the live waiters that fit in
-/// the free slots (at most 64): only their clients check again, so a
-/// release costs about one check, however many replicas wait.
+/// KEYS: lease set, wait queue, waiters' expiries, hold statistics, wake
+/// channel, fencing counter. ARGV: how long the leases were held on average
+/// (ms), then the ids. Returns how many were removed. Only when the subject
+/// has a queue does it do more than `ZREM`. Then it folds the hold time into
+/// the subject's average (each release weighing 1/8: the waiting script's
+/// estimate), and hands every free slot to the live waiter first in line
+/// for it: out of the queue, into the lease set until the waiter's entry
+/// would have expired (a reservation its client confirms for a whole TTL at
+/// once), with the next fencing token. The slot never stands free between two holders. It
+/// publishes on the subject's shard channel (`SPUBLISH`, Redis 7) `H id
+/// token id token…`, one pair per waiter served; the waiter's client hands
+/// the permit to its caller on that message, without another round trip. A
+/// waiter whose client died holds its reservation for its lifetime at most.
+/// Without the waiters' settings (`limit` and `ttl` in the hash, written
+/// when they queue) it names them instead (`N id…`), and they check again.
 pub const RELEASE: &str = r#"
 local removed = redis.call('ZREM', KEYS[1], unpack(ARGV, 2))
 if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
@@ -233,18 +246,43 @@ if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
     redis.call('ZREM', KEYS[2], unpack(dead))
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
   end
-  -- Every waiter that fits in the free slots now, not only as many as
-  -- this release freed: a waiter named by an earlier release may not
-  -- have claimed its slot yet, and the one behind it must not wait for
-  -- its periodic check.
+  local settings = redis.call('HMGET', KEYS[4], 'limit', 'ttl')
+  local limit, ttl = tonumber(settings[1]), tonumber(settings[2])
   local free = removed
-  local limit = tonumber(redis.call('HGET', KEYS[4], 'limit') or '')
   if limit then
     free = math.max(removed, limit - redis.call('ZCARD', KEYS[1]))
   end
   local first = redis.call('ZRANGE', KEYS[2], 0, math.min(free, 64) - 1)
-  if #first > 0 and redis.REDIS_VERSION_NUM and redis.REDIS_VERSION_NUM >= 0x070000 then
-    redis.call('SPUBLISH', KEYS[5], table.concat(first, ' '))
+  if #first > 0 and not ttl then
+    if redis.REDIS_VERSION_NUM and redis.REDIS_VERSION_NUM >= 0x070000 then
+      redis.call('SPUBLISH', KEYS[5], 'N ' .. table.concat(first, ' '))
+    end
+  elseif #first > 0 then
+    local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    local last = tonumber(redis.call('GET', KEYS[6]) or '0')
+    if last >= token then
+      token = last + 1
+    end
+    local message = {'H'}
+    local longest = 0
+    for i, id in ipairs(first) do
+      -- Reserved until the waiter's entry would have expired: its client
+      -- checked within its lifetime, and confirms at once.
+      local reserved = tonumber(redis.call('ZSCORE', KEYS[3], id))
+      redis.call('ZREM', KEYS[2], id)
+      redis.call('ZREM', KEYS[3], id)
+      redis.call('ZADD', KEYS[1], reserved, id)
+      longest = math.max(longest, reserved - now)
+      message[#message + 1] = id
+      message[#message + 1] = string.format('%.0f', token + i - 1)
+    end
+    redis.call('SET', KEYS[6], string.format('%.0f', token + #first - 1), 'PX', ttl)
+    if redis.call('PTTL', KEYS[1]) < longest then
+      redis.call('PEXPIRE', KEYS[1], longest + 1)
+    end
+    if redis.REDIS_VERSION_NUM and redis.REDIS_VERSION_NUM >= 0x070000 then
+      redis.call('SPUBLISH', KEYS[5], table.concat(message, ' '))
+    end
   end
 end
 return removed
@@ -253,17 +291,18 @@ return removed
 /// A waiter leaves the queue (its caller gave up, or its deadline passed),
 /// and the waiters behind it are woken: they may now fit in free slots.
 ///
-/// KEYS: queue, waiters' expiries, wake channel. ARGV: the waiter's id.
-/// Returns 1 if it was queued, else 0.
+/// KEYS: queue, waiters' expiries, wake channel, lease set. ARGV: the
+/// waiter's id. Returns 1 if it was queued or held a slot a release handed
+/// it (its caller left before the message came), else 0.
 pub const LEAVE: &str = r#"
-local removed = redis.call('ZREM', KEYS[1], ARGV[1])
+local removed = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
-if removed == 1 and redis.call('EXISTS', KEYS[1]) == 1 then
+if removed > 0 and redis.call('EXISTS', KEYS[1]) == 1 then
   if redis.REDIS_VERSION_NUM and redis.REDIS_VERSION_NUM >= 0x070000 then
     redis.call('SPUBLISH', KEYS[3], 0)
   end
 end
-return removed
+return math.min(removed, 1)
 "#;
 
 /// Acquire several leases of one subject in one call: `ACQUIRE` for each id

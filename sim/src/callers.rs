@@ -42,6 +42,10 @@ pub const RELEASE_MAX_BACKOFF: Duration = Duration::from_millis(250);
 /// their longest backoff, and round trips).
 pub const S10_WINDOW: Duration = Duration::from_millis(500 + 200 + 250 + 150);
 
+/// How long a waiter keeps its place without checking in (the limiters'
+/// default).
+pub const WAITER_LIFETIME: Duration = Duration::from_secs(1);
+
 /// S9 in fault-free runs: a free slot reaches a waiter first in line within
 /// this (a release's wake-up and one round trip, with a few ticks to spare),
 /// long before the waiters' own periodic check (every 333 ms).
@@ -102,6 +106,7 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         })
         .connect_timeout(Duration::from_millis(300))
         .max_in_flight(8)
+        .waiter_lifetime(WAITER_LIFETIME)
         .on_unavailable(policy)
         .simulation_entropy(plan.rng.entropy())
         .inject_bugs(plan.bugs);

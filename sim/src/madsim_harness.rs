@@ -238,7 +238,7 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
     server.drop_replies.store(0, Ordering::SeqCst);
     ledger.lock().unwrap().note(elapsed(), "all faults healed");
     madsim::time::sleep(S10_WINDOW).await;
-    check_no_ghosts(&server);
+    check_no_ghosts(&server, elapsed());
 
     let give_up = elapsed() + Duration::from_secs(120);
     while finished.load(Ordering::SeqCst) < clients.len() {

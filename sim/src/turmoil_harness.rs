@@ -167,7 +167,7 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
         }
         if healed && !ghosts_checked && now >= scenario.active + S10_WINDOW {
             ghosts_checked = true;
-            check_no_ghosts(server);
+            check_no_ghosts(server, now);
         }
         if scenario.cluster {
             for note in cluster_chaos.advance(&mut sim, server, now, &mut chaos, now >= scenario.active) {

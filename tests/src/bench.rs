@@ -293,6 +293,7 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
 
     let keys = SubjectKeys::new("bench", &key_of("raw"));
     let (queue, waiters, holds, wake) = (keys.queue(), keys.waiters(), keys.holds(), keys.wake_channel());
+    let fence = keys.fence();
     let limit = HIGH_LIMIT.to_string();
     let ttl = TTL_MS.to_string();
     let mut next = 0u64;
@@ -322,12 +323,13 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
             &[
                 b"EVALSHA",
                 scripts.release.sha.as_bytes(),
-                b"5",
+                b"6",
                 keys.leases(),
                 &queue,
                 &waiters,
                 &holds,
                 &wake,
+                &fence,
                 b"1",
                 id.as_bytes(),
             ],

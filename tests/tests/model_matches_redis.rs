@@ -89,15 +89,17 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                     .collect();
                 let held = rng.below(300).to_string();
                 let (queue, waiters, holds, wake) = (keys.queue(), keys.waiters(), keys.holds(), keys.wake_channel());
+                let fence = keys.fence();
                 let mut args: Vec<&[u8]> = vec![
                     b"EVALSHA",
                     scripts.release.sha.as_bytes(),
-                    b"5",
+                    b"6",
                     keys.leases(),
                     &queue,
                     &waiters,
                     &holds,
                     &wake,
+                    &fence,
                     held.as_bytes(),
                     id.as_bytes(),
                 ];
@@ -136,7 +138,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                 &mut command,
                 ScriptKind::Leave,
                 false,
-                &[&keys.queue(), &keys.waiters(), &keys.wake_channel()],
+                &[&keys.queue(), &keys.waiters(), &keys.wake_channel(), keys.leases()],
                 &[id.as_bytes()],
             ),
             8 => {

@@ -271,17 +271,18 @@ impl Leases {
     fn release_script(&mut self, ids: &[u64], held_ms: u64) -> i64 {
         let ids: Vec<String> = ids.iter().map(|id| lease(*id).to_string()).collect();
         let (queue, holds, wake) = (self.keys.queue(), self.keys.holds(), self.keys.wake_channel());
-        let waiters = self.keys.waiters();
+        let (waiters, fence) = (self.keys.waiters(), self.keys.fence());
         let held = held_ms.to_string();
         let mut args: Vec<&[u8]> = vec![
             b"EVALSHA",
             self.scripts.release.sha.as_bytes(),
-            b"5",
+            b"6",
             self.keys.leases(),
             &queue,
             &waiters,
             &holds,
             &wake,
+            &fence,
             held.as_bytes(),
         ];
         args.extend(ids.iter().map(|id| id.as_bytes()));
@@ -740,8 +741,15 @@ fn a_release_on_a_subject_with_waiters_wakes_them_on_its_shard_channel() {
         Frame::Array(items) => {
             assert_eq!(items[0], Frame::BulkString(Bytes::from_static(b"smessage")));
             assert_eq!(items[1], Frame::BulkString(channel.clone()));
-            // The waiter now first in line, by its lease id.
-            assert_eq!(items[2], Frame::BulkString(Bytes::from(lease(10).to_string())));
+            // The slot handed to the waiter first in line: its id and a
+            // fencing token.
+            let Frame::BulkString(payload) = &items[2] else {
+                panic!("{items:?}")
+            };
+            let text = String::from_utf8_lossy(payload);
+            let words: Vec<&str> = text.split(' ').collect();
+            assert_eq!(words[..2], ["H", lease(10).to_string().as_str()], "{text}");
+            assert!(words[2].parse::<u64>().unwrap() > 0, "{text}");
         }
         other => panic!("{other:?}"),
     }

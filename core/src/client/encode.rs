@@ -69,11 +69,11 @@ impl Request {
             Request::ReleaseMany(jobs) => encode_release(jobs, scripts, out),
             Request::Compensate(job) => encode_compensate(job, scripts, out),
             Request::Asking => encode_command(out, &[b"ASKING"]),
-            Request::Leave(keys, lease) => scripts.encode_call(
+            Request::Leave(keys, lease, _) => scripts.encode_call(
                 out,
                 ScriptKind::Leave,
                 false,
-                &[&keys.queue(), &keys.waiters(), &keys.wake_channel()],
+                &[&keys.queue(), &keys.waiters(), &keys.wake_channel(), keys.leases()],
                 &[lease],
             ),
             Request::Wait => {
@@ -222,16 +222,17 @@ fn encode_compensate(job: &ReleaseJob, scripts: &Scripts, out: &mut BytesMut) {
     );
 }
 
-/// `RELEASE` of leases of one subject: the subject's five keys, the
+/// `RELEASE` of leases of one subject: the subject's six keys, the
 /// batch's average hold, the ids. Always by `EVALSHA`: a `NOSCRIPT` reply fails the
 /// attempt, which is retried once the script is loaded again.
 fn encode_release(jobs: &[ReleaseJob], scripts: &Scripts, out: &mut BytesMut) {
     let keys = &jobs[0].keys;
     let (queue, waiters, holds, wake) = (keys.queue(), keys.waiters(), keys.holds(), keys.wake_channel());
+    let fence = keys.fence();
     let held = jobs.iter().map(|job| job.held_ms).sum::<u64>() / jobs.len() as u64;
     let held = held.to_string();
-    let numkeys = b"5";
-    let mut command: Vec<&[u8]> = Vec::with_capacity(9 + jobs.len());
+    let numkeys = b"6";
+    let mut command: Vec<&[u8]> = Vec::with_capacity(10 + jobs.len());
     let (verb, body): (&[u8], &[u8]) = if jobs[0].by_text {
         (b"EVAL", scripts.release.text.as_bytes())
     } else {
@@ -246,6 +247,7 @@ fn encode_release(jobs: &[ReleaseJob], scripts: &Scripts, out: &mut BytesMut) {
         &waiters,
         &holds,
         &wake,
+        &fence,
         held.as_bytes(),
     ]);
     command.extend(jobs.iter().map(|job| &job.lease_bytes[..]));

@@ -84,8 +84,9 @@ impl Client {
                 | Request::Asking
                 | Request::Wait
                 | Request::Reassert(_)
-                | Request::ReleaseAgain(..)
-                | Request::Leave(..) => {}
+                | Request::ReleaseAgain(..) => {}
+                // Owed until written on a connection that answers it.
+                Request::Leave(keys, lease, until) => self.waiters.leave_again(keys, lease, until),
             }
         }
         if !wanted {

@@ -299,7 +299,8 @@ impl Client {
             .map(|node| &node.endpoint)
     }
 
-    /// Releases (and compensations) not yet done or given up.
+    /// Releases (and compensations) not yet done or given up, and `LEAVE`s
+    /// (waiters whose callers left) not written yet.
     pub fn outstanding_releases(&self) -> usize {
         let in_flight: usize = self
             .nodes
@@ -312,7 +313,7 @@ impl Client {
                 _ => 0,
             })
             .sum();
-        self.releases.len() + in_flight
+        self.releases.len() + in_flight + self.leaves_owed()
     }
 
     /// Leases granted to callers and not given back yet (nor expired, as of

@@ -36,10 +36,19 @@ impl Client {
             // Whatever it says, the command after it answers for itself.
             Request::Asking => Ok(()),
             Request::Wait => self.on_wait_reply(now, node, frame),
-            // Best effort: an error or a lost reply leaves the entry to
-            // expire. Only a reply of the wrong shape says the stream is off.
-            Request::Leave(..) => match frame {
-                Frame::Integer(_) | Frame::Error(_) => Ok(()),
+            // An error (a slot moved, a script to load again) is tried again
+            // while it matters; a reply of the wrong shape says the stream is off.
+            Request::Leave(keys, lease, until) => match frame {
+                Frame::Integer(_) => Ok(()),
+                Frame::Error(message) => {
+                    match self.error_class(&message) {
+                        ErrorClass::Redirect(_) => self.refresh_topology(now),
+                        ErrorClass::NoScript => self.reload(now, node, ScriptKind::Leave),
+                        _ => {}
+                    }
+                    self.waiters.leave_again(keys, lease, until);
+                    Ok(())
+                }
                 other => Err(unexpected("leave", &other)),
             },
         }
@@ -310,12 +319,14 @@ impl Client {
         let renewal = match status {
             1 => {
                 let call = op.call;
+                let expires_at = lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl);
                 let lease = Lease {
                     id: call.lease,
-                    expires_at: lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl),
+                    expires_at,
                     keys: call.keys,
                     fencing_token: op.token,
                     granted_at: op.granted_at,
+                    release_until: expires_at,
                 };
                 self.held.renewed(&lease);
                 Renewal::Extended(lease)
@@ -427,12 +438,14 @@ impl Client {
         // The grant took it out of its queue: nothing to leave.
         self.waiters.remove(request, true);
         let call = op.call;
+        let expires_at = lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl);
         let lease = Lease {
             id: call.lease,
-            expires_at: lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl),
+            expires_at,
             keys: call.keys,
             fencing_token: token,
             granted_at: now,
+            release_until: expires_at,
         };
         self.held.insert(now, &lease, op.limit);
         self.finish(request, Outcome::Granted(lease));

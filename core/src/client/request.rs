@@ -43,7 +43,8 @@ pub(super) enum Request {
     Wait,
     /// Takes a waiter out of its subject's queue (`LEAVE`): its caller is
     /// gone. Best effort: if it is lost, the entry expires on its own.
-    Leave(SubjectKeys, Bytes),
+    /// Until when it matters (the entry has expired on its own by then).
+    Leave(SubjectKeys, Bytes, Instant),
 }
 
 impl Request {
@@ -260,7 +261,7 @@ impl ReleaseJob {
             keys: lease.keys,
             kind,
             failures: 0,
-            deadline: lease.expires_at,
+            deadline: lease.expires_at.max(lease.release_until),
             not_before: now,
             by_text: false,
             ask: None,

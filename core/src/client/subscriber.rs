@@ -70,6 +70,9 @@ enum Push {
     Wake(Bytes),
     /// A release's message: the waiters now first in line, by lease id.
     WakeThese(Bytes, Vec<Bytes>),
+    /// A release handed slots over: the waiters served, by lease id, with
+    /// their fencing tokens.
+    Handed(Bytes, Vec<(Bytes, u64)>),
     /// The server dropped the subscription (its slot moved away).
     Dropped(Bytes),
     /// `AUTH`'s `OK`, an unsubscription confirmed.
@@ -88,17 +91,10 @@ fn read_push(frame: Frame) -> Push {
     match <[Frame; 3]>::try_from(items) {
         Ok([Frame::BulkString(kind), Frame::BulkString(channel), payload]) => match &kind[..] {
             b"smessage" => match payload {
-                // `0` from a compensation or a waiter leaving; else ids. A
-                // lie costs a few checks, no more: the script decides.
-                Frame::BulkString(ids) if &ids[..] != b"0" => {
-                    let ids = ids
-                        .split(|byte| *byte == b' ')
-                        .filter(|id| !id.is_empty())
-                        .take(crate::script::MAX_RELEASE_BATCH)
-                        .map(|id| ids.slice_ref(id))
-                        .collect();
-                    Push::WakeThese(channel, ids)
-                }
+                // `H id token…` (slots handed over), `N id…` (waiters to
+                // check), `0` (a compensation or a waiter leaving). Anything
+                // else is a plain wake-up: a lie costs checks, no more.
+                Frame::BulkString(text) => read_message(channel, &text),
                 _ => Push::Wake(channel),
             },
             b"ssubscribe" => Push::Wake(channel),
@@ -106,6 +102,30 @@ fn read_push(frame: Frame) -> Push {
             _ => Push::Nothing,
         },
         _ => Push::Nothing,
+    }
+}
+
+/// A wake-up message's payload (see the `RELEASE` script).
+fn read_message(channel: Bytes, text: &Bytes) -> Push {
+    let mut words = text
+        .split(|byte| *byte == b' ')
+        .filter(|word| !word.is_empty())
+        .map(|word| text.slice_ref(word));
+    let most = crate::script::MAX_RELEASE_BATCH;
+    match words.next().as_deref() {
+        Some(b"N") => Push::WakeThese(channel, words.take(most).collect()),
+        Some(b"H") => {
+            let mut handed = Vec::new();
+            while let (Some(id), Some(token)) = (words.next(), words.next()) {
+                let token = std::str::from_utf8(&token).ok().and_then(|t| t.parse::<u64>().ok());
+                match token {
+                    Some(token) if token > 0 && handed.len() < most => handed.push((id, token)),
+                    _ => return Push::Wake(channel),
+                }
+            }
+            Push::Handed(channel, handed)
+        }
+        _ => Push::Wake(channel),
     }
 }
 
@@ -220,6 +240,10 @@ impl Client {
                 Push::WakeThese(channel, ids) => {
                     self.stats.wake_ups += 1;
                     self.wake_these(now, &channel, &ids);
+                }
+                Push::Handed(channel, handed) => {
+                    self.stats.wake_ups += 1;
+                    self.take_handed(now, &channel, handed);
                 }
                 Push::Dropped(channel) => {
                     if let Some(subscriber) = self.nodes[node].subscriber.as_mut() {

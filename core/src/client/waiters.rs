@@ -20,11 +20,12 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::request::{AcquireOp, Op, Request};
+use super::request::{AcquireOp, Call, Op, RenewOp, Request};
 use super::topology::Route;
 use super::Client;
-use crate::event::RequestId;
+use crate::event::{Lease, Outcome, RequestId};
 use crate::key::SubjectKeys;
+use crate::server_clock::lease_expiry;
 
 #[derive(Debug)]
 struct Entry {
@@ -47,8 +48,11 @@ pub(super) struct Waiters {
     entries: HashMap<RequestId, Entry>,
     by_channel: HashMap<Bytes, VecDeque<RequestId>>,
     checks: BTreeSet<(Instant, RequestId)>,
-    /// Queue entries whose callers left: `LEAVE`s to send.
-    leaving: Vec<(SubjectKeys, Bytes)>,
+    /// Queue entries whose callers left: `LEAVE`s to send, kept while
+    /// their node is not ready (until `drop_leaves` says they are moot).
+    /// With when it stops mattering (set when first tried): by then the
+    /// entry, or a slot a release handed it, has expired on its own.
+    leaving: Vec<(SubjectKeys, Bytes, Option<Instant>)>,
     /// Channels that gained their first waiter or lost their last one.
     changed: HashSet<Bytes>,
 }
@@ -94,7 +98,7 @@ impl Waiters {
             self.checks.remove(&(at, request));
         }
         if entry.queued && !granted {
-            self.leaving.push((entry.keys, entry.lease));
+            self.leaving.push((entry.keys, entry.lease, None));
         }
         if let Some(waiting) = self.by_channel.get_mut(&entry.channel) {
             waiting.retain(|r| *r != request);
@@ -173,6 +177,23 @@ impl Waiters {
         woken
     }
 
+    /// The waiter of `channel` holding lease id `lease`, if it waits here.
+    fn find(&self, channel: &[u8], lease: &[u8]) -> Option<RequestId> {
+        self.by_channel
+            .get(channel)?
+            .iter()
+            .find(|request| self.entries.get(request).is_some_and(|entry| entry.lease == lease))
+            .copied()
+    }
+
+    /// Its check is in flight: it checks again once answered (its slot is
+    /// reserved, and the check that runs after the hand-over gets it).
+    fn rewake(&mut self, request: RequestId) {
+        if let Some(entry) = self.entries.get_mut(&request) {
+            entry.rewake = true;
+        }
+    }
+
     /// A parked waiter whose own check is due at `now`.
     fn due(&self, now: Instant) -> Option<RequestId> {
         self.checks
@@ -181,8 +202,11 @@ impl Waiters {
             .map(|(_, request)| *request)
     }
 
+    /// The next parked waiter's own check, or the next `LEAVE` that stops
+    /// mattering (so that a limiter waiting to drain is woken to drop it).
     pub(super) fn next_check(&self) -> Option<Instant> {
-        self.checks.first().map(|(at, _)| *at)
+        let leave = self.leaving.iter().filter_map(|(_, _, until)| *until).min();
+        self.checks.first().map(|(at, _)| *at).into_iter().chain(leave).min()
     }
 
     /// Waiting acquires, parked or in flight.
@@ -206,7 +230,12 @@ impl Waiters {
 
     /// A queue entry to take back (its waiter is done with it).
     pub(super) fn leave(&mut self, keys: SubjectKeys, lease: Bytes) {
-        self.leaving.push((keys, lease));
+        self.leaving.push((keys, lease, None));
+    }
+
+    /// A `LEAVE` that did not get through, to try again until `until`.
+    pub(super) fn leave_again(&mut self, keys: SubjectKeys, lease: Bytes, until: Instant) {
+        self.leaving.push((keys, lease, Some(until)));
     }
 
     pub(super) fn take_changed(&mut self) -> HashSet<Bytes> {
@@ -225,7 +254,7 @@ impl Client {
     pub(super) fn park(&mut self, now: Instant, op: AcquireOp) {
         let request = op.call.request;
         if !self.waiters.contains(request) {
-            self.waiters.leaving.push((op.call.keys, op.call.lease_bytes));
+            self.waiters.leave(op.call.keys, op.call.lease_bytes);
             return;
         }
         let next_check = now + self.config.waiter_recheck();
@@ -269,6 +298,60 @@ impl Client {
         }
     }
 
+    /// A release handed slots to these waiters (lease id, fencing token).
+    /// One parked here gets its permit at once, from the message: the slot
+    /// is already its own in Redis, reserved until its queue entry would
+    /// have expired, and a renewal sent right away extends it to a whole
+    /// TTL (a renewal never creates a lease: if the caller gave the permit
+    /// back first, it finds nothing). One whose check is in flight gets it
+    /// from that check's reply, or from the next check.
+    pub(super) fn take_handed(&mut self, now: Instant, channel: &[u8], handed: Vec<(Bytes, u64)>) {
+        if self.bug_skip_wake_up() {
+            return;
+        }
+        for (lease, token) in handed {
+            let Some(request) = self.waiters.find(channel, &lease) else {
+                continue; // another replica's waiter
+            };
+            match self.waiters.unpark(request) {
+                Some(op) => self.deliver_handed(now, op, token),
+                None => self.waiters.rewake(request),
+            }
+        }
+    }
+
+    fn deliver_handed(&mut self, now: Instant, op: AcquireOp, token: u64) {
+        let request = op.call.request;
+        // The release ran after this waiter's last check (which queued it)
+        // was sent: the reservation lives its lifetime from then at least.
+        let sent = op.call.sent_at.unwrap_or(now);
+        let lease = Lease {
+            id: op.call.lease,
+            keys: op.call.keys.clone(),
+            expires_at: lease_expiry(sent, self.config.waiter_lifetime),
+            fencing_token: token,
+            granted_at: now,
+            // The renewal sent now runs within its liveness, and extends
+            // the lease a TTL from then: releases keep trying until that.
+            release_until: now + self.config.request_liveness + self.config.lease_ttl,
+        };
+        self.stats.handed_over += 1;
+        self.waiters.remove(request, true);
+        self.held.insert(now, &lease, op.limit);
+        // The renewal answers no caller: its outcome only updates the held
+        // lease (or finds it given back already).
+        let renewal = RequestId(self.next_request);
+        self.next_request += 1;
+        let call = Call::new(renewal, lease.id, lease.keys.clone());
+        let confirm = RenewOp {
+            call,
+            token,
+            granted_at: now,
+        };
+        self.finish(request, Outcome::Granted(lease));
+        self.route_op(now, Op::Renew(confirm));
+    }
+
     /// Parked waiters whose own check is due.
     pub(super) fn check_due_waiters(&mut self, now: Instant) {
         while let Some(request) = self.waiters.due(now) {
@@ -277,17 +360,38 @@ impl Client {
     }
 
     /// Writes the `LEAVE`s owed, on the nodes that serve them; one whose
-    /// node is not ready is dropped (its queue entry expires on its own).
+    /// node is not ready waits for it. A lost `LEAVE` costs little (the
+    /// entry, or a slot a release handed it, lasts the waiter's lifetime at
+    /// most), but it would block the queue that long, and a limiter that
+    /// drains owes them like releases.
     pub(super) fn send_leaves(&mut self, now: Instant) {
-        for (keys, lease) in std::mem::take(&mut self.waiters.leaving) {
-            let Route::Node(node) = self.topology.route(keys.slot()) else {
-                continue;
+        let mut waiting = Vec::new();
+        let lifetime = self.config.waiter_lifetime;
+        for (keys, lease, until) in std::mem::take(&mut self.waiters.leaving) {
+            let until = until.unwrap_or(now + lifetime);
+            if until <= now {
+                continue; // expired on its own by now
+            }
+            let node = match self.topology.route(keys.slot()) {
+                Route::Node(node) => node,
+                Route::AwaitTopology | Route::NoOwner => {
+                    waiting.push((keys, lease, Some(until)));
+                    continue;
+                }
             };
             if self.nodes[node].is_ready() {
                 self.stats.waiters_left += 1;
                 let deadline = now + self.config.request_liveness;
-                self.send(node, Request::Leave(keys, lease), deadline);
+                self.send(node, Request::Leave(keys, lease, until), deadline);
+            } else {
+                waiting.push((keys, lease, Some(until)));
             }
         }
+        self.waiters.leaving = waiting;
+    }
+
+    /// `LEAVE`s not written yet.
+    pub(super) fn leaves_owed(&self) -> usize {
+        self.waiters.leaving.len()
     }
 }
