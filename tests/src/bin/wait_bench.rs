@@ -16,6 +16,9 @@
 //! two calls a few microseconds apart on different limiters can swap
 //! without any unfairness on the server), and CPU per grant of this process
 //! and of redis-server.
+//!
+//! For digging: `WAIT_BENCH_DEBUG=1` prints the queue and each limiter's
+//! stats per row; `WAIT_BENCH_MONITOR=path` records Redis's `MONITOR` there.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
