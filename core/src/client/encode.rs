@@ -227,6 +227,12 @@ fn encode_compensate(job: &ReleaseJob, scripts: &Scripts, out: &mut BytesMut) {
 /// attempt, which is retried once the script is loaded again.
 fn encode_release(jobs: &[ReleaseJob], scripts: &Scripts, out: &mut BytesMut) {
     let keys = &jobs[0].keys;
+    if jobs[0].plain {
+        let mut command: Vec<&[u8]> = Vec::with_capacity(2 + jobs.len());
+        command.extend([b"ZREM".as_slice(), keys.leases()]);
+        command.extend(jobs.iter().map(|job| &job.lease_bytes[..]));
+        return encode_command(out, &command);
+    }
     let (queue, waiters, holds, wake) = (keys.queue(), keys.waiters(), keys.holds(), keys.wake_channel());
     let fence = keys.fence();
     let held = jobs.iter().map(|job| job.held_ms).sum::<u64>() / jobs.len() as u64;

@@ -269,7 +269,8 @@ impl Client {
         if staged.is_empty() {
             return;
         }
-        let same_subject = |a: &ReleaseJob, b: &ReleaseJob| a.keys.leases() == b.keys.leases() && a.ask == b.ask;
+        let same_subject =
+            |a: &ReleaseJob, b: &ReleaseJob| a.keys.leases() == b.keys.leases() && a.ask == b.ask && a.plain == b.plain;
         for (mut jobs, oldest) in batches(staged, MAX_RELEASE_BATCH, same_subject) {
             let node = release_route(&self.topology, &jobs[0]).filter(|node| self.nodes[*node].is_ready());
             let Some(node) = node else {

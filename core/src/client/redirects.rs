@@ -98,6 +98,9 @@ impl Client {
             },
             Redirect::TryAgain => {
                 self.stats.try_again += 1;
+                if !job.is_compensation() {
+                    job.plain = true;
+                }
                 self.retry_release(now, job);
             }
             Redirect::ReadOnly => {

@@ -130,6 +130,7 @@ impl Client {
             },
             // Nobody held it: it says nothing about hold times.
             held_ms: 0,
+            plain: false,
             failures: 0,
             deadline: ran_by + self.config.lease_ttl,
             not_before: now,

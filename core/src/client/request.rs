@@ -235,6 +235,11 @@ pub(super) struct ReleaseJob {
     /// How long the lease was held, in ms (the release script keeps the
     /// subject's average while it has waiters).
     pub(super) held_ms: u64,
+    /// Send a plain `ZREM` instead of `RELEASE`: a slot migrating told the
+    /// script `TRYAGAIN` (its six keys are split between two nodes until
+    /// the migration ends), and one key follows `ASK` at once. Waiters of
+    /// the subject then learn of the slot at their own check.
+    pub(super) plain: bool,
     /// Failed attempts so far.
     pub(super) failures: u32,
     /// Retries stop here: the lease has expired by then anyway.
@@ -258,6 +263,7 @@ impl ReleaseJob {
             lease_bytes: Bytes::from(lease.id.to_bytes()),
             lease: lease.id,
             held_ms: now.saturating_duration_since(lease.granted_at).as_millis() as u64,
+            plain: false,
             keys: lease.keys,
             kind,
             failures: 0,
