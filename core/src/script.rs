@@ -9,6 +9,30 @@ use bytes::BytesMut;
 
 use crate::resp::encode_command;
 
+/// The fencing token of a grant (Lua, shared by the acquire scripts): the
+/// subject's counter's next value, never below the server's clock in
+/// microseconds (see [`ACQUIRE`]). Needs `time`, `fence` and `ttl`; leaves
+/// the token in `token`.
+macro_rules! next_fencing_token {
+    () => {
+        r#"local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local last, written = nil, false
+if redis.REDIS_VERSION_NUM then
+  last = redis.call('SET', fence, string.format('%.0f', token), 'PX', ttl, 'GET')
+  written = true
+else
+  last = redis.call('GET', fence)
+end
+if last and tonumber(last) >= token then
+  token, written = tonumber(last) + 1, false
+end
+if not written then
+  redis.call('SET', fence, string.format('%.0f', token), 'PX', ttl)
+end
+"#
+    };
+}
+
 /// Acquire a lease, failing fast.
 ///
 /// KEYS: lease set, this lease's tombstone, the subject's fencing counter,
@@ -43,7 +67,8 @@ use crate::resp::encode_command;
 /// or a server that lost its data) the clock floor keeps them above every
 /// token handed out before, as long as the server's clock moved forward by
 /// more than the grants made in excess of one per microsecond.
-pub const ACQUIRE: &str = r#"
+pub const ACQUIRE: &str = concat!(
+    r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local leases, tombstone, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ttl, limit, id, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
@@ -78,22 +103,10 @@ if not redis.call('ZSCORE', leases, id) then
     redis.call('PEXPIRE', leases, ttl + 1)
   end
 end
-local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local last, written = nil, false
-if redis.REDIS_VERSION_NUM then
-  last = redis.call('SET', fence, string.format('%.0f', token), 'PX', ttl, 'GET')
-  written = true
-else
-  last = redis.call('GET', fence)
-end
-if last and tonumber(last) >= token then
-  token, written = tonumber(last) + 1, false
-end
-if not written then
-  redis.call('SET', fence, string.format('%.0f', token), 'PX', ttl)
-end
-return {1, id, token}
-"#;
+"#,
+    next_fencing_token!(),
+    "return {1, id, token}\n"
+);
 
 /// Acquire a lease, or wait for one in the subject's queue: first come, first
 /// served across the fleet.
@@ -118,7 +131,8 @@ return {1, id, token}
 /// `expected` ms is the estimate of that (0 when none is known yet); 0 shed:
 /// the estimate is longer than the caller may still wait, so it left the
 /// queue at once instead of waiting for a certain failure.
-pub const ACQUIRE_WAITING: &str = r#"
+pub const ACQUIRE_WAITING: &str = concat!(
+    r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local leases, tombstone, fence, queue, waiters, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local ttl, limit, id, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
@@ -192,22 +206,10 @@ else
     redis.call('PEXPIRE', leases, ttl + 1)
   end
 end
-local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local last, written = nil, false
-if redis.REDIS_VERSION_NUM then
-  last = redis.call('SET', fence, string.format('%.0f', token), 'PX', ttl, 'GET')
-  written = true
-else
-  last = redis.call('GET', fence)
-end
-if last and tonumber(last) >= token then
-  token, written = tonumber(last) + 1, false
-end
-if not written then
-  redis.call('SET', fence, string.format('%.0f', token), 'PX', ttl)
-end
-return {1, id, token, 0, 0}
-"#;
+"#,
+    next_fencing_token!(),
+    "return {1, id, token, 0, 0}\n"
+);
 
 /// Give leases back (all of one subject), and hand the freed slots to the
 /// subject's waiters.

@@ -126,51 +126,35 @@ fn encode_acquire(op: &AcquireOp, wire: &Wire, out: &mut BytesMut) {
     let tombstone = call.keys.tombstone(&call.lease);
     let limit = op.limit.to_string();
     let valid_until = call.valid_until_ms.to_string();
-    if let Some(wait) = op.wait {
-        let lifetime = wire.config.waiter_lifetime.as_millis().max(1).to_string();
-        let patience = wait.patience_ms.to_string();
-        return wire.scripts.encode_call(
-            out,
-            ScriptKind::AcquireWaiting,
-            call.by_text,
-            &[
-                call.keys.leases(),
-                &tombstone,
-                &call.keys.fence(),
-                &call.keys.queue(),
-                &call.keys.waiters(),
-                &call.keys.holds(),
-            ],
-            &[
-                wire.ttl_ms,
-                limit.as_bytes(),
-                &call.lease_bytes,
-                valid_until.as_bytes(),
-                wire.hold,
-                lifetime.as_bytes(),
-                patience.as_bytes(),
-            ],
-        );
-    }
-    wire.scripts.encode_call(
-        out,
-        ScriptKind::Acquire,
-        call.by_text,
-        &[
-            call.keys.leases(),
-            &tombstone,
-            &call.keys.fence(),
-            &call.keys.queue(),
-            &call.keys.waiters(),
-        ],
-        &[
-            wire.ttl_ms,
-            limit.as_bytes(),
-            &call.lease_bytes,
-            valid_until.as_bytes(),
-            wire.hold,
-        ],
-    );
+    let keys = &call.keys;
+    let (fence, queue, waiters) = (keys.fence(), keys.queue(), keys.waiters());
+    // A waiting acquire adds the hold statistics key and two arguments
+    // (its lifetime and patience) to those of a fail-fast one.
+    // (Nothing is rendered for them on the fail-fast path.)
+    let (holds, lifetime, patience) = match op.wait {
+        Some(wait) => (
+            keys.holds(),
+            wire.config.waiter_lifetime.as_millis().max(1).to_string(),
+            wait.patience_ms.to_string(),
+        ),
+        None => Default::default(),
+    };
+    let all_keys: [&[u8]; 6] = [keys.leases(), &tombstone, &fence, &queue, &waiters, &holds];
+    let all_args: [&[u8]; 7] = [
+        wire.ttl_ms,
+        limit.as_bytes(),
+        &call.lease_bytes,
+        valid_until.as_bytes(),
+        wire.hold,
+        lifetime.as_bytes(),
+        patience.as_bytes(),
+    ];
+    let (kind, used_keys, used_args) = match op.wait {
+        Some(_) => (ScriptKind::AcquireWaiting, 6, 7),
+        None => (ScriptKind::Acquire, 5, 5),
+    };
+    wire.scripts
+        .encode_call(out, kind, call.by_text, &all_keys[..used_keys], &all_args[..used_args]);
 }
 
 fn encode_acquire_many(ops: &[AcquireOp], wire: &Wire, out: &mut BytesMut) {
