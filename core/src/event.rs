@@ -56,7 +56,12 @@ pub struct Lease {
 impl Lease {
     /// The lease's id, the member of the Redis sorted set.
     pub fn id(&self) -> LeaseId {
-        self.id
+        self.id.clone()
+    }
+
+    /// How many units of its key's limit it takes.
+    pub fn weight(&self) -> u32 {
+        self.id.weight()
     }
 
     /// The Redis key of the lease set this lease lives in.

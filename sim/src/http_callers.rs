@@ -72,9 +72,10 @@ impl Service<Request<Call>> for Handler {
     }
 
     fn call(&mut self, request: Request<Call>) -> Self::Future {
-        let admitted = *request
+        let admitted = request
             .extensions()
             .get::<Admitted>()
+            .cloned()
             .expect("the layer puts Admitted in every request it runs");
         let call = request.into_body();
         let at = self.at;

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use crate::event::Lease;
 use crate::key::SubjectKeys;
-use crate::lease_id::LeaseId;
+use crate::lease_id::{Label, LeaseId};
 
 #[derive(Debug, Default)]
 pub(super) struct HeldLeases {
@@ -39,6 +39,9 @@ pub(super) struct Held {
     pub(super) keys: SubjectKeys,
     pub(super) limit: NonZeroU32,
     pub(super) expires_at: Instant,
+    /// The id's weight and label (the table keeps only its counter).
+    weight: u32,
+    label: Option<Label>,
 }
 
 impl HeldLeases {
@@ -51,6 +54,8 @@ impl HeldLeases {
             keys: lease.keys.clone(),
             limit,
             expires_at: lease.expires_at,
+            weight: lease.id.weight(),
+            label: lease.id.label().cloned(),
         };
         let (instance, counter) = lease.id.parts();
         debug_assert!(self.leases.is_empty() || instance == self.instance, "one client's ids");
@@ -65,7 +70,7 @@ impl HeldLeases {
         }
     }
 
-    pub(super) fn remove(&mut self, lease: LeaseId) {
+    pub(super) fn remove(&mut self, lease: &LeaseId) {
         let (instance, counter) = lease.parts();
         if instance == self.instance {
             self.leases.remove(&counter);
@@ -103,8 +108,8 @@ impl HeldLeases {
                 .iter_mut()
                 .find(|(k, ids)| k.leases() == keys.leases() && ids.len() < crate::script::MAX_RELEASE_BATCH)
             {
-                Some((_, ids)) => ids.push(*lease),
-                None => groups.push((keys.clone(), vec![*lease])),
+                Some((_, ids)) => ids.push(lease.clone()),
+                None => groups.push((keys.clone(), vec![lease.clone()])),
             }
         }
         groups
@@ -121,9 +126,12 @@ impl HeldLeases {
             .leases
             .iter()
             .filter(|(_, held)| held.expires_at > now && owns(&held.keys))
-            .map(|(counter, held)| (LeaseId::from_parts(self.instance, *counter), held))
+            .map(|(counter, held)| {
+                let id = LeaseId::from_parts(self.instance, *counter).with_claim(held.weight, held.label.clone());
+                (id, held)
+            })
             .collect();
-        found.sort_by_key(|(id, _)| *id);
+        found.sort_by(|(a, _), (b, _)| a.cmp(b));
         found
     }
 }
@@ -138,6 +146,6 @@ mod tests {
         // control byte and its spare capacity): printed for docs/performance.md.
         let entry = std::mem::size_of::<(u64, Held)>();
         println!("registry entry: {entry} bytes");
-        assert!(entry <= 80, "{entry}");
+        assert!(entry <= 104, "{entry}");
     }
 }

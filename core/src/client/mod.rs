@@ -386,7 +386,7 @@ impl Client {
     /// in-flight cap.
     pub fn renew(&mut self, now: Instant, lease: &Lease) -> RequestId {
         let request = self.register(now, Awaits::Renewal);
-        let call = Call::new(request, lease.id, lease.keys.clone());
+        let call = Call::new(request, lease.id.clone(), lease.keys.clone());
         let (token, granted_at) = (lease.fencing_token, lease.granted_at);
         self.submit(
             now,
@@ -480,7 +480,7 @@ impl Client {
 
     /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
     pub fn release(&mut self, now: Instant, lease: Lease) {
-        self.held.remove(lease.id);
+        self.held.remove(&lease.id);
         let channel = (self.waiters.len() > 0).then(|| lease.keys.wake_channel());
         self.submit_release(now, ReleaseJob::of(lease, ReleaseKind::Release, now));
         // A waiter here for the slot just freed checks right behind the

@@ -41,7 +41,7 @@ impl Client {
     pub(super) fn withdraw(&mut self, now: Instant, outcome: Outcome) {
         match outcome {
             Outcome::Granted(lease) => {
-                self.held.remove(lease.id);
+                self.held.remove(&lease.id);
                 self.stats.granted -= 1;
                 self.stats.compensations += 1;
                 let compensation = ReleaseKind::Compensation { tombstone_until_ms: 0 };

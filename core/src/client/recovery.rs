@@ -64,8 +64,8 @@ impl Client {
                 .on(now, |keys| self.owns(node, keys.slot()))
                 .into_iter()
                 .map(|(lease, held)| Reassert {
-                    lease,
                     lease_bytes: Bytes::from(lease.to_bytes()),
+                    lease,
                     keys: held.keys.clone(),
                     limit: held.limit,
                     remaining_ms: (held.expires_at - now).as_millis().max(1) as u64,

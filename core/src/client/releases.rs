@@ -190,9 +190,10 @@ impl Client {
 
     pub(super) fn abandon_release(&mut self, job: ReleaseJob, reason: ReleaseFailure) {
         self.stats.releases_abandoned += 1;
+        let compensation = job.is_compensation();
         self.events.push_back(Event::ReleaseAbandoned {
             lease: job.lease,
-            compensation: job.is_compensation(),
+            compensation,
             reason,
         });
     }
@@ -268,10 +269,11 @@ impl Client {
             return Err(unexpected("release", &frame));
         }
         self.stats.releases += 1;
-        self.remember_release(now, job.lease, &job.keys);
+        self.remember_release(now, job.lease.clone(), &job.keys);
+        let compensation = job.is_compensation();
         self.events.push_back(Event::Released {
             lease: job.lease,
-            compensation: job.is_compensation(),
+            compensation,
         });
         Ok(())
     }
@@ -288,7 +290,7 @@ impl Client {
         if let Frame::Integer(_) = frame {
             for job in jobs {
                 self.stats.releases += 1;
-                self.remember_release(now, job.lease, &job.keys);
+                self.remember_release(now, job.lease.clone(), &job.keys);
                 self.events.push_back(Event::Released {
                     lease: job.lease,
                     compensation: false,

@@ -332,7 +332,7 @@ impl Client {
                 Renewal::Extended(lease)
             }
             0 => {
-                self.held.remove(op.call.lease);
+                self.held.remove(&op.call.lease);
                 Renewal::Lost
             }
             // It ran too late and changed nothing: the lease keeps its expiry.

@@ -117,8 +117,8 @@ impl Call {
     pub(super) fn new(request: RequestId, lease: LeaseId, keys: SubjectKeys) -> Self {
         Self {
             request,
-            lease,
             lease_bytes: Bytes::from(lease.to_bytes()),
+            lease,
             keys,
             sent_at: None,
             valid_until_ms: 0,

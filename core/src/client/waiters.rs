@@ -342,7 +342,7 @@ impl Client {
         // lease (or finds it given back already).
         let renewal = RequestId(self.next_request);
         self.next_request += 1;
-        let call = Call::new(renewal, lease.id, lease.keys.clone());
+        let call = Call::new(renewal, lease.id.clone(), lease.keys.clone());
         let confirm = RenewOp {
             call,
             token,

@@ -65,7 +65,7 @@ impl Pair {
         assert!(!record.answered, "{request:?} got a second outcome");
         assert!(!record.abandoned, "{request:?} got an outcome after it was abandoned");
         record.answered = true;
-        (record.key.clone(), record.renews)
+        (record.key.clone(), record.renews.clone())
     }
 
     pub(super) fn check(&mut self, event: Event) {
@@ -140,7 +140,7 @@ impl Pair {
                 }
             }
             Event::ReleaseAbandoned { lease, .. } => {
-                self.given_up.insert(*lease);
+                self.given_up.insert(lease.clone());
             }
             _ => {}
         }

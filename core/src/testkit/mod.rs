@@ -161,7 +161,7 @@ impl Pair {
     pub fn renewing(&self, lease: LeaseId) -> bool {
         self.requests
             .values()
-            .any(|r| r.renews == Some(lease) && !r.answered && !r.abandoned)
+            .any(|r| r.renews.as_ref() == Some(&lease) && !r.answered && !r.abandoned)
     }
 
     /// Releases the first `count` held leases before the client's outputs are

@@ -115,7 +115,7 @@ impl Drop for Held {
 /// Put in the request's extensions by the HTTP layer before the inner
 /// service runs: the handler can read the lease and pass its fencing token
 /// to the resource it guards (`Extension<Admitted>` in axum).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Admitted {
     lease_id: Option<LeaseId>,
     fencing_token: Option<u64>,
@@ -130,7 +130,7 @@ impl Admitted {
 
     /// The lease's id in Redis.
     pub fn lease_id(&self) -> Option<LeaseId> {
-        self.lease_id
+        self.lease_id.clone()
     }
 
     /// The grant's fencing token (see [`Permit::fencing_token`]).
