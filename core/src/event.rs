@@ -384,4 +384,10 @@ pub struct Stats {
     /// Waiters served by a release handing its slot over (their permit came
     /// with the wake-up message).
     pub handed_over: u64,
+    /// Units of expired leases the scripts pruned from lease sets before
+    /// counting (a weight-1 lease is one unit): leases whose holders stopped
+    /// renewing and never released them. Crashed replicas, leaked permits,
+    /// or holders paused past their TTL; reported by the acquire and renew
+    /// scripts at no extra round trip, summed over every call's reply.
+    pub reclaimed: u64,
 }

@@ -322,7 +322,7 @@ pub fn handshake(data: &[u8], start: Instant) {
         let request = client.acquire(start, &key, limit);
         while client.poll_transmit().is_some() {}
         let id = client.lease_id(request).to_string();
-        let grant = format!("*3\r\n:1\r\n${}\r\n{id}\r\n:1700000000000000\r\n", id.len());
+        let grant = format!("*4\r\n:1\r\n${}\r\n{id}\r\n:1700000000000000\r\n:0\r\n", id.len());
         client.handle_input(start, first, grant.as_bytes());
     }
     assert_eq!(client.held_leases(), 2);

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use bytes::{Bytes, BytesMut};
 
+use crate::lease_id::{is_extra_unit, units, weight_of};
 use crate::resp::{Frame, ReplyLimits, ReplyReader};
 use crate::script::{
     Scripts, ACQUIRE, ACQUIRE_MANY, ACQUIRE_WAITING, COMPENSATE, HOLD, LEAVE, MARK, REASSERT, RECOVERING, RELEASE,
@@ -30,13 +31,18 @@ pub struct AcquireRecord {
     /// `ahead >= free` took a slot owed to an earlier waiter (S8).
     pub ahead: u64,
     pub free: u64,
+    /// The units it asked for (its id's weight).
+    pub weight: u64,
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct RedisModel {
     /// The server clock, in milliseconds.
     pub now_ms: u64,
-    /// Lease sets: key -> member -> expiry ms.
+    /// Lease sets: key -> member -> expiry ms. A weighted lease is one
+    /// member per unit, as in Redis. Expired members stay until a script's
+    /// prune removes them (so it can count them) or the whole set is dead
+    /// (Redis's key expires after its longest lease).
     sets: HashMap<Bytes, BTreeMap<Bytes, u64>>,
     /// Plain keys (tombstones, the recovery hold) -> expiry ms.
     strings: HashMap<Bytes, u64>,
@@ -176,7 +182,7 @@ impl RedisModel {
             .map(|(key, set)| {
                 let kept = set
                     .iter()
-                    .filter(|(id, _)| keep(key, id))
+                    .filter(|(id, _)| keep(key, &head_of(id)))
                     .map(|(id, at)| (id.clone(), *at));
                 (key.clone(), kept.collect())
             })
@@ -324,7 +330,6 @@ impl RedisModel {
             },
             ("ZREM", n) if n >= 3 => {
                 self.zrems += 1;
-                self.expire();
                 let removed = match self.sets.get_mut(&args[1]) {
                     Some(set) => args[2..].iter().filter(|id| set.remove(*id).is_some()).count(),
                     None => 0,
@@ -372,9 +377,13 @@ impl RedisModel {
             };
             let (id, hold) = (rest[8].clone(), &rest[10]);
             let held = !hold.is_empty() && self.strings.contains_key(hold);
+            let mut reclaimed = 0;
             let status = if self.now_ms > valid_until {
                 STALE
+            } else if self.strings.contains_key(tombstone) {
+                -1
             } else {
+                reclaimed = self.prune(leases);
                 self.acquire(leases, tombstone, queue, ttl, limit, &id, held)
             };
             let token = if status == 1 {
@@ -390,11 +399,13 @@ impl RedisModel {
                 token,
                 ahead,
                 free,
+                weight: u64::from(weight_of(&id)),
             });
             Frame::Array(vec![
                 Frame::Integer(status),
                 Frame::BulkString(id),
                 Frame::Integer(token as i64),
+                Frame::Integer(reclaimed as i64),
             ])
         } else if sha == self.scripts.compensate.sha && rest.len() == 8 && &rest[0][..] == b"5" {
             let Some(valid_until) = number(&rest[6]) else {
@@ -402,7 +413,9 @@ impl RedisModel {
             };
             let id = &rest[7];
             if let Some(set) = self.sets.get_mut(&rest[1]) {
-                set.remove(id);
+                for unit in units(id) {
+                    set.remove(&unit[..]);
+                }
             }
             // The tombstone outlives the acquire's valid-until by 1 ms, as the
             // script's `PX valid_until - now + 1`.
@@ -420,7 +433,11 @@ impl RedisModel {
             };
             self.zrems += 1;
             let removed = match self.sets.get_mut(&rest[1]) {
-                Some(set) => rest[8..].iter().filter(|id| set.remove(*id).is_some()).count(),
+                Some(set) => rest[8..]
+                    .iter()
+                    .flat_map(|id| units(id))
+                    .filter(|unit| set.remove(&unit[..]).is_some())
+                    .count(),
                 None => 0,
             };
             if removed > 0 && self.queue_exists(&rest[2]) {
@@ -430,10 +447,10 @@ impl RedisModel {
         } else if sha == self.scripts.leave.sha && rest.len() == 6 && &rest[0][..] == b"4" {
             self.leaves += 1;
             let queued = self.leave_queue(&rest[1], &rest[5]);
-            let reserved = self
-                .sets
-                .get_mut(&rest[4])
-                .is_some_and(|set| set.remove(&rest[5]).is_some());
+            let reserved = match self.sets.get_mut(&rest[4]) {
+                Some(set) => units(&rest[5]).filter(|unit| set.remove(&unit[..]).is_some()).count() > 0,
+                None => false,
+            };
             let removed = queued || reserved;
             if removed && self.queue_exists(&rest[1]) {
                 self.published.push((rest[3].clone(), Bytes::from_static(b"0")));
@@ -459,12 +476,15 @@ impl RedisModel {
             let held = !hold.is_empty() && self.strings.contains_key(hold);
             self.batches += 1;
             let stale = self.now_ms > valid_until;
+            let reclaimed = if stale { 0 } else { self.prune(leases) };
             let decided: Vec<(i64, (u64, u64))> = tombstones
                 .iter()
                 .zip(ids)
                 .map(|(tombstone, id)| {
                     if stale {
                         (STALE, (0, 0))
+                    } else if self.strings.contains_key(tombstone) {
+                        (-1, (0, 0))
                     } else {
                         let status = self.acquire(leases, tombstone, queue, ttl, limit, id, held);
                         (status, std::mem::take(&mut self.fairness))
@@ -493,6 +513,7 @@ impl RedisModel {
                     token: this,
                     ahead,
                     free,
+                    weight: u64::from(weight_of(id)),
                 });
                 reply.extend([
                     Frame::Integer(status),
@@ -500,6 +521,7 @@ impl RedisModel {
                     Frame::Integer(this as i64),
                 ]);
             }
+            reply.push(Frame::Integer(reclaimed as i64));
             Frame::Array(reply)
         } else if sha == self.scripts.reassert.sha && rest.len() == 5 && &rest[0][..] == b"1" {
             let (Some(remaining), Some(limit)) = (number(&rest[3]), number(&rest[4])) else {
@@ -507,12 +529,19 @@ impl RedisModel {
             };
             let id = rest[2].clone();
             let now = self.now_ms;
+            self.prune(&rest[1]);
             let set = self.sets.entry(rest[1].clone()).or_default();
-            let status = if let Some(expiry) = set.get_mut(&id) {
-                *expiry = (*expiry).max(now + remaining);
+            let status = if let Some(expiry) = set.get(&id).copied() {
+                for unit in units(&id) {
+                    if let Some(at) = set.get_mut(&unit[..]) {
+                        *at = expiry.max(now + remaining);
+                    }
+                }
                 1
             } else {
-                set.insert(id.clone(), now + remaining);
+                for unit in units(&id) {
+                    set.insert(Bytes::from(unit), now + remaining);
+                }
                 if set.len() as u64 > limit {
                     3
                 } else {
@@ -544,25 +573,35 @@ impl RedisModel {
             let id = rest[3].clone();
             if self.now_ms > valid_until {
                 self.renewals.push(STALE);
-                return Frame::Array(vec![Frame::Integer(STALE), Frame::BulkString(id)]);
+                return Frame::Array(vec![Frame::Integer(STALE), Frame::BulkString(id), Frame::Integer(0)]);
             }
+            let reclaimed = self.prune(&rest[1]);
             let expiry = self.now_ms + ttl;
-            let status = match self.sets.get_mut(&rest[1]).and_then(|set| set.get_mut(&id)) {
-                Some(live) => {
-                    *live = expiry;
+            let status = match self.sets.get_mut(&rest[1]) {
+                Some(set) if set.contains_key(&id) => {
+                    for unit in units(&id) {
+                        if let Some(at) = set.get_mut(&unit[..]) {
+                            *at = expiry;
+                        }
+                    }
                     1
                 }
-                None => 0,
+                _ => 0,
             };
             self.renewals.push(status);
-            Frame::Array(vec![Frame::Integer(status), Frame::BulkString(id)])
+            Frame::Array(vec![
+                Frame::Integer(status),
+                Frame::BulkString(id),
+                Frame::Integer(reclaimed as i64),
+            ])
         } else {
             error("ERR Error running script: unknown script or arguments")
         }
     }
 
-    /// The acquire script's semantics: tombstone, prune, idempotent id,
-    /// recovery hold, limit counting the live waiters of `queue` as owed.
+    /// The acquire script's semantics once its tombstone is checked and its
+    /// lease set pruned: idempotent id, recovery hold, the limit in units
+    /// counting the units owed to the live waiters of `queue`.
     #[allow(clippy::too_many_arguments)] // the script's arguments, named
     fn acquire(
         &mut self,
@@ -574,9 +613,7 @@ impl RedisModel {
         id: &Bytes,
         held: bool,
     ) -> i64 {
-        if self.strings.contains_key(tombstone) {
-            return -1;
-        }
+        debug_assert!(!self.strings.contains_key(tombstone), "checked by the caller");
         let now = self.now_ms;
         if self.sets.get(leases).is_some_and(|set| set.contains_key(id)) {
             return 1;
@@ -584,19 +621,46 @@ impl RedisModel {
         if held {
             return RECOVERING;
         }
-        let queued = if self.queue_exists(queue) {
-            self.purge_queue(queue)
+        let owed = if self.queue_exists(queue) {
+            self.purge_queue(queue);
+            self.owed(queue, usize::MAX)
         } else {
             0
         };
-        let counted = if self.ignore_queue { 0 } else { queued };
+        let counted = if self.ignore_queue { 0 } else { owed };
+        let weight = u64::from(weight_of(id));
         let set = self.sets.entry(leases.clone()).or_default();
-        if (set.len() + counted) as u64 >= limit {
+        if set.len() as u64 + counted + weight > limit {
             return 0;
         }
-        self.fairness = (queued as u64, limit.saturating_sub(set.len() as u64));
-        set.insert(id.clone(), now + ttl);
+        self.fairness = (owed, limit.saturating_sub(set.len() as u64));
+        for unit in units(id) {
+            set.insert(Bytes::from(unit), now + ttl);
+        }
         1
+    }
+
+    /// Drops a lease set's expired members (`ZREMRANGEBYSCORE … -inf now`);
+    /// how many.
+    fn prune(&mut self, leases: &Bytes) -> u64 {
+        let now = self.now_ms;
+        let Some(set) = self.sets.get_mut(leases) else {
+            return 0;
+        };
+        let before = set.len();
+        set.retain(|_, expiry| *expiry > now);
+        (before - set.len()) as u64
+    }
+
+    /// The units the first `n` live waiters of `queue` wait for.
+    fn owed(&self, queue: &Bytes, n: usize) -> u64 {
+        self.queues.get(queue).map_or(0, |waiting| {
+            waiting
+                .iter()
+                .take(n)
+                .map(|(_, id, _, _)| u64::from(weight_of(id)))
+                .sum()
+        })
     }
 
     /// `ACQUIRE_WAITING`: grant when the id's rank in the queue is below
@@ -610,41 +674,57 @@ impl RedisModel {
         };
         let (id, hold) = (rest[9].clone(), &rest[11]);
         let now = self.now_ms;
-        let reply = |status: i64, token: u64, ahead: i64, expected: i64| {
+        let mut reclaimed = 0;
+        let reply = |status: i64, token: u64, ahead: i64, expected: i64, reclaimed: u64| {
             Frame::Array(vec![
                 Frame::Integer(status),
                 Frame::BulkString(id.clone()),
                 Frame::Integer(token as i64),
                 Frame::Integer(ahead),
                 Frame::Integer(expected),
+                Frame::Integer(reclaimed as i64),
             ])
         };
         if now > valid_until {
-            return reply(STALE, 0, 0, 0);
+            return reply(STALE, 0, 0, 0, 0);
         }
         if self.strings.contains_key(tombstone) {
-            return reply(-1, 0, 0, 0);
+            return reply(-1, 0, 0, 0, 0);
         }
+        reclaimed += self.prune(leases);
+        let weight = weight_of(&id) as i64;
         let already = self.sets.get(leases).is_some_and(|set| set.contains_key(&id));
         if !already {
             if !hold.is_empty() && self.strings.contains_key(hold) {
                 self.leave_queue(queue, &id);
                 self.record_acquire(leases, &id, RECOVERING, 0);
-                return reply(RECOVERING, 0, 0, 0);
+                return reply(RECOVERING, 0, 0, 0, reclaimed);
+            }
+            if weight > limit as i64 {
+                self.leave_queue(queue, &id);
+                self.record_acquire(leases, &id, 0, 0);
+                return reply(0, 0, weight - limit as i64, 0, reclaimed);
             }
             self.purge_queue(queue);
             let waiting = self.queues.get(queue).map_or(&[][..], Vec::as_slice);
             let position = waiting.iter().position(|(_, waiter, _, _)| *waiter == id);
-            let rank = position.unwrap_or(waiting.len()) as i64;
+            let rank = position.unwrap_or(waiting.len());
             let free = limit as i64 - self.sets.get(leases).map_or(0, BTreeMap::len) as i64;
-            if rank >= free {
-                let ahead = rank - free + 1;
+            // As the script: the waiters' weights are read only when their
+            // count leaves room (else each counts one unit).
+            let before = if rank as i64 + weight <= free {
+                self.owed(queue, rank) as i64
+            } else {
+                rank as i64
+            };
+            if before + weight > free {
+                let ahead = before + weight - free;
                 let average = self.holds.get(holds).and_then(|stats| stats.average).unwrap_or(0.0);
                 let expected = (ahead as f64 * average / limit as f64).ceil() as i64;
                 if average > 0.0 && expected > patience as i64 {
                     self.leave_queue(queue, &id);
                     self.record_acquire(leases, &id, 0, 0);
-                    return reply(0, 0, ahead, expected);
+                    return reply(0, 0, ahead, expected, reclaimed);
                 }
                 // `HSET … limit lifetime ttl`: no expiry is set here.
                 let stats = self.holds.entry(holds.clone()).or_insert(HoldStats {
@@ -663,17 +743,24 @@ impl RedisModel {
                     }
                 }
                 self.record_acquire(leases, &id, 2, 0);
-                return reply(2, 0, ahead, expected);
+                return reply(2, 0, ahead, expected, reclaimed);
             }
+            self.fairness = (before as u64, free as u64);
             self.leave_queue(queue, &id);
-            self.sets
-                .entry(leases.clone())
-                .or_default()
-                .insert(id.clone(), now + ttl);
+            let set = self.sets.entry(leases.clone()).or_default();
+            for unit in units(&id) {
+                set.insert(Bytes::from(unit), now + ttl);
+            }
+        } else if let Some(set) = self.sets.get_mut(leases) {
+            for unit in units(&id) {
+                if let Some(at) = set.get_mut(&unit[..]) {
+                    *at = now + ttl;
+                }
+            }
         }
         let token = self.fencing_tokens(fence, 1, ttl);
         self.record_acquire(leases, &id, 1, token);
-        reply(1, token, 0, 0)
+        reply(1, token, 0, 0, reclaimed)
     }
 
     /// `RELEASE`'s part once leases are removed from a subject with a queue:
@@ -698,12 +785,16 @@ impl RedisModel {
         stats.expiry = now + 3_600_000;
         let (limit, ttl) = (stats.limit, stats.ttl);
         self.purge_queue(queue);
+        // `ZCARD`: expired members not pruned yet count, as in the script.
         let live = self.sets.get(leases).map_or(0, BTreeMap::len);
-        let free = match limit {
+        let mut free = match limit {
             Some(limit) => removed.max((limit as usize).saturating_sub(live)),
             None => removed,
         };
-        let first: Vec<(Bytes, u64)> = self
+        let free_before = free;
+        // First in line whose units fit, stopping at the first that does not.
+        let mut first: Vec<(Bytes, u64)> = Vec::new();
+        let candidates: Vec<(Bytes, u64)> = self
             .queues
             .get(queue)
             .map(|waiting| {
@@ -714,6 +805,14 @@ impl RedisModel {
                     .collect()
             })
             .unwrap_or_default();
+        for (id, reserved) in candidates {
+            let weight = weight_of(&id) as usize;
+            if weight > free {
+                break;
+            }
+            free -= weight;
+            first.push((id, reserved));
+        }
         if first.is_empty() {
             return;
         }
@@ -728,13 +827,15 @@ impl RedisModel {
         };
         let first_token = self.fencing_tokens(fence, first.len() as u64, ttl);
         let mut payload = b"H".to_vec();
-        for (token, (rank, (id, reserved))) in (first_token..).zip(first.iter().enumerate()) {
+        let mut owed = 0;
+        for (token, (id, reserved)) in (first_token..).zip(first.iter()) {
             self.leave_queue(queue, id);
-            self.sets
-                .entry(leases.clone())
-                .or_default()
-                .insert(id.clone(), *reserved);
-            self.fairness = (rank as u64, free as u64);
+            let set = self.sets.entry(leases.clone()).or_default();
+            for unit in units(id) {
+                set.insert(Bytes::from(unit), *reserved);
+            }
+            self.fairness = (owed, free_before as u64);
+            owed += u64::from(weight_of(id));
             self.record_acquire(leases, id, 1, token);
             payload.extend_from_slice(format!(" {} {token}", String::from_utf8_lossy(id)).as_bytes());
         }
@@ -750,6 +851,7 @@ impl RedisModel {
             token,
             ahead,
             free,
+            weight: u64::from(weight_of(lease)),
         });
     }
 
@@ -836,47 +938,87 @@ impl RedisModel {
         let now = self.now_ms;
         self.strings.retain(|_, expiry| *expiry > now);
         self.counters.retain(|_, (_, expiry)| *expiry > now);
-        for set in self.sets.values_mut() {
-            set.retain(|_, expiry| *expiry > now);
-        }
-        self.sets.retain(|_, set| !set.is_empty());
+        // A lease set's key expires after its longest-lived member (its
+        // expired members stay until a script prunes them, as in Redis).
+        self.sets
+            .retain(|_, set| set.values().any(|expiry| *expiry >= now) && !set.is_empty());
         self.holds.retain(|_, stats| stats.expiry > now);
         // A queue key's PEXPIRE is 2 × lifetime from its last refresh.
         self.queues
             .retain(|_, waiting| waiting.iter().any(|(_, _, expiry, lifetime)| expiry + lifetime > now));
     }
 
-    /// Live lease ids of one lease-set key.
+    /// Live lease ids of one lease-set key (one per lease, whatever its
+    /// weight).
     pub fn live_leases(&mut self, key: &[u8]) -> Vec<Bytes> {
         self.expire();
+        let now = self.now_ms;
         self.sets
             .get(key)
-            .map(|set| set.keys().cloned().collect())
+            .map(|set| {
+                set.iter()
+                    .filter(|(id, expiry)| **expiry > now && !is_extra_unit(id))
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
-    /// Every live lease as (key, id), sorted.
+    /// Live units of one lease-set key: what its limit counts.
+    pub fn live_units(&mut self, key: &[u8]) -> u64 {
+        self.expire();
+        let now = self.now_ms;
+        self.sets
+            .get(key)
+            .map_or(0, |set| set.values().filter(|expiry| **expiry > now).count() as u64)
+    }
+
+    /// Every live member of one lease-set key, units included, sorted (as
+    /// `ZRANGE` lists them while nothing has expired).
+    pub fn live_members(&mut self, key: &[u8]) -> Vec<Bytes> {
+        self.expire();
+        let now = self.now_ms;
+        self.sets
+            .get(key)
+            .map(|set| {
+                set.iter()
+                    .filter(|(_, expiry)| **expiry > now)
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Every live lease as (key, id), sorted: one entry per lease.
     pub fn all_live_leases(&mut self) -> Vec<(Bytes, Bytes)> {
         self.expire();
+        let now = self.now_ms;
         let mut all: Vec<_> = self
             .sets
             .iter()
-            .flat_map(|(key, set)| set.keys().map(move |id| (key.clone(), id.clone())))
+            .flat_map(|(key, set)| {
+                set.iter()
+                    .filter(move |(id, expiry)| **expiry > now && !is_extra_unit(id))
+                    .map(move |(id, _)| (key.clone(), id.clone()))
+            })
             .collect();
         all.sort();
         all
     }
 
-    /// Whether `key` (a lease set or a tombstone) is alive now.
+    /// Whether `key` (a lease set with a live lease, or a tombstone) is
+    /// alive now.
     pub fn exists(&mut self, key: &[u8]) -> bool {
         self.expire();
-        self.sets.contains_key(key) || self.strings.contains_key(key)
+        let now = self.now_ms;
+        self.sets.get(key).is_some_and(|set| set.values().any(|e| *e > now)) || self.strings.contains_key(key)
     }
 
-    /// Keys alive now: lease sets and tombstones.
+    /// Keys alive now: lease sets (with a live lease) and tombstones.
     pub fn key_count(&mut self) -> usize {
         self.expire();
-        self.sets.len() + self.strings.len()
+        let now = self.now_ms;
+        self.sets.values().filter(|set| set.values().any(|e| *e > now)).count() + self.strings.len()
     }
 
     pub fn flush_scripts(&mut self) {
@@ -912,6 +1054,15 @@ fn subscription(conn: &mut ModelConnection, args: &[Bytes]) -> Option<Bytes> {
         let _ = redis_protocol::resp2::encode::extend_encode(&mut frames, &frame, false);
     }
     Some(frames.freeze())
+}
+
+/// The lease a lease-set member belongs to: the member without its `#k`
+/// unit suffix.
+fn head_of(member: &Bytes) -> Bytes {
+    match member.iter().rposition(|&b| b == b'#') {
+        Some(at) => member.slice(..at),
+        None => member.clone(),
+    }
 }
 
 fn number(bytes: &[u8]) -> Option<u64> {

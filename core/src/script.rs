@@ -33,6 +33,56 @@ end
     };
 }
 
+/// Weighted leases (Lua, shared by every script that touches a lease set).
+///
+/// A lease of weight `w` is `w` members of its lease set: its own id (which
+/// names the weight, `…*w…`, see `lease_id`) and `id#2` … `id#w`, all with
+/// the lease's expiry. So `ZCARD` still counts the units held in O(1), the
+/// expiry prune drops a dead holder's units together, and a release removes
+/// exactly the units its id names: never another holder's, never more than
+/// it took. The cost is O(w log n) per call for a weight-`w` lease, nothing
+/// for weight 1 (measured: `docs/performance.md`).
+///
+/// `weight(id)`, `units(id)` (its members, and its weight), `add_units(key,
+/// score, members, flag)` (one `ZADD`, `flag` `'XX'` or `nil`), and
+/// `owed(queue, n)`: the units the first `n` waiters of a queue wait for.
+macro_rules! unit_helpers {
+    () => {
+        r#"local function weight(id)
+  return tonumber(string.match(id, '%*(%d+)') or '1')
+end
+local function units(id)
+  local w = weight(id)
+  local all = {id}
+  for i = 2, w do
+    all[i] = id .. '#' .. i
+  end
+  return all, w
+end
+local function add_units(key, score, all, flag)
+  local args = {}
+  for i, unit in ipairs(all) do
+    args[2 * i - 1] = score
+    args[2 * i] = unit
+  end
+  if flag then
+    return redis.call('ZADD', key, flag, unpack(args))
+  end
+  return redis.call('ZADD', key, unpack(args))
+end
+local function owed(queue, n)
+  local sum = 0
+  if n > 0 then
+    for _, waiter in ipairs(redis.call('ZRANGE', queue, 0, n - 1)) do
+      sum = sum + weight(waiter)
+    end
+  end
+  return sum
+end
+"#
+    };
+}
+
 /// Acquire a lease, failing fast.
 ///
 /// KEYS: lease set, this lease's tombstone, the subject's fencing counter,
@@ -70,42 +120,51 @@ end
 pub const ACQUIRE: &str = concat!(
     r#"
 if redis.replicate_commands then redis.replicate_commands() end
-local leases, tombstone, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+"#,
+    unit_helpers!(),
+    r#"local leases, tombstone, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ttl, limit, id, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local hold = ARGV[5]
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if now > valid_until then
-  return {-2, id, 0}
+  return {-2, id, 0, 0}
 end
 if redis.call('EXISTS', tombstone) == 1 then
-  return {-1, id, 0}
+  return {-1, id, 0, 0}
 end
-redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 if not redis.call('ZSCORE', leases, id) then
   if hold ~= '' and redis.call('EXISTS', hold) == 1 then
-    return {-3, id, 0}
+    return {-3, id, 0, reclaimed}
   end
-  local queued = 0
+  local all, w = units(id)
+  local live = redis.call('ZCARD', leases)
   if redis.call('EXISTS', queue) == 1 then
     local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', now)
     if #dead > 0 then
       redis.call('ZREM', queue, unpack(dead))
       redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now)
     end
-    queued = redis.call('ZCARD', queue)
+    local queued = redis.call('ZCARD', queue)
+    -- Every waiter is owed at least one unit: only when that still fits
+    -- are their weights read.
+    if live + queued + w <= limit then
+      queued = owed(queue, queued)
+    end
+    live = live + queued
   end
-  if redis.call('ZCARD', leases) + queued >= limit then
-    return {0, id, 0}
+  if live + w > limit then
+    return {0, id, 0, reclaimed}
   end
-  redis.call('ZADD', leases, now + ttl, id)
+  add_units(leases, now + ttl, all)
   if redis.call('PTTL', leases) < ttl then
     redis.call('PEXPIRE', leases, ttl + 1)
   end
 end
 "#,
     next_fencing_token!(),
-    "return {1, id, token}\n"
+    "return {1, id, token, reclaimed}\n"
 );
 
 /// Acquire a lease, or wait for one in the subject's queue: first come, first
@@ -134,23 +193,32 @@ end
 pub const ACQUIRE_WAITING: &str = concat!(
     r#"
 if redis.replicate_commands then redis.replicate_commands() end
-local leases, tombstone, fence, queue, waiters, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+"#,
+    unit_helpers!(),
+    r#"local leases, tombstone, fence, queue, waiters, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local ttl, limit, id, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local hold, lifetime, patience = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if now > valid_until then
-  return {-2, id, 0, 0, 0}
+  return {-2, id, 0, 0, 0, 0}
 end
 if redis.call('EXISTS', tombstone) == 1 then
-  return {-1, id, 0, 0, 0}
+  return {-1, id, 0, 0, 0, 0}
 end
-redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+local all, w = units(id)
 if not redis.call('ZSCORE', leases, id) then
   if hold ~= '' and redis.call('EXISTS', hold) == 1 then
     redis.call('ZREM', queue, id)
     redis.call('ZREM', waiters, id)
-    return {-3, id, 0, 0, 0}
+    return {-3, id, 0, 0, 0, reclaimed}
+  end
+  if w > limit then
+    -- It could never be served, and would block the queue behind it.
+    redis.call('ZREM', queue, id)
+    redis.call('ZREM', waiters, id)
+    return {0, id, 0, w - limit, 0, reclaimed}
   end
   local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', now)
   if #dead > 0 then
@@ -163,8 +231,14 @@ if not redis.call('ZSCORE', leases, id) then
     rank = redis.call('ZCARD', queue)
   end
   local free = limit - redis.call('ZCARD', leases)
-  if rank >= free then
-    local ahead = rank - free + 1
+  -- The units the waiters ahead wait for: at least one each, so their
+  -- weights are read only when the rank alone leaves room.
+  local before = rank
+  if rank + w <= free then
+    before = owed(queue, rank)
+  end
+  if before + w > free then
+    local ahead = before + w - free
     local average = tonumber(redis.call('HGET', holds, 'avg') or '0')
     local expected = math.ceil(ahead * average / limit)
     if average > 0 and expected > patience then
@@ -172,7 +246,7 @@ if not redis.call('ZSCORE', leases, id) then
         redis.call('ZREM', queue, id)
         redis.call('ZREM', waiters, id)
       end
-      return {0, id, 0, ahead, expected}
+      return {0, id, 0, ahead, expected, reclaimed}
     end
     if not queued then
       local ticket = now
@@ -188,27 +262,27 @@ if not redis.call('ZSCORE', leases, id) then
       redis.call('PEXPIRE', queue, 2 * lifetime)
       redis.call('PEXPIRE', waiters, 2 * lifetime)
     end
-    return {2, id, 0, ahead, expected}
+    return {2, id, 0, ahead, expected, reclaimed}
   end
   if queued then
     redis.call('ZREM', queue, id)
     redis.call('ZREM', waiters, id)
   end
-  redis.call('ZADD', leases, now + ttl, id)
+  add_units(leases, now + ttl, all)
   if redis.call('PTTL', leases) < ttl then
     redis.call('PEXPIRE', leases, ttl + 1)
   end
 else
   -- Held already: a slot a release handed over (reserved for the waiter's
   -- lifetime), confirmed here for a whole TTL; or a repeated call.
-  redis.call('ZADD', leases, 'XX', now + ttl, id)
+  add_units(leases, now + ttl, all, 'XX')
   if redis.call('PTTL', leases) < ttl then
     redis.call('PEXPIRE', leases, ttl + 1)
   end
 end
 "#,
     next_fencing_token!(),
-    "return {1, id, token, 0, 0}\n"
+    "return {1, id, token, 0, 0, reclaimed}\n"
 );
 
 /// Give leases back (all of one subject), and hand the freed slots to the
@@ -229,8 +303,22 @@ end
 /// waiter whose client died holds its reservation for its lifetime at most.
 /// Without the waiters' settings (`limit` and `ttl` in the hash, written
 /// when they queue) it names them instead (`N id…`), and they check again.
-pub const RELEASE: &str = r#"
-local removed = redis.call('ZREM', KEYS[1], unpack(ARGV, 2))
+pub const RELEASE: &str = concat!(
+    unit_helpers!(),
+    r#"local removed = 0
+local weighted = false
+for i = 2, #ARGV do
+  if string.find(ARGV[i], '*', 1, true) then
+    weighted = true
+  end
+end
+if weighted then
+  for i = 2, #ARGV do
+    removed = removed + redis.call('ZREM', KEYS[1], unpack((units(ARGV[i]))))
+  end
+else
+  removed = redis.call('ZREM', KEYS[1], unpack(ARGV, 2))
+end
 if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
   local held = tonumber(ARGV[1])
   local average = tonumber(redis.call('HGET', KEYS[4], 'avg') or '')
@@ -254,7 +342,17 @@ if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
   if limit then
     free = math.max(removed, limit - redis.call('ZCARD', KEYS[1]))
   end
-  local first = redis.call('ZRANGE', KEYS[2], 0, math.min(free, 64) - 1)
+  -- First come, first served: the waiters first in line whose units fit,
+  -- stopping at the first that does not (a heavy waiter is not overtaken).
+  local first = {}
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, math.min(free, 64) - 1)) do
+    local w = weight(id)
+    if w > free then
+      break
+    end
+    free = free - w
+    first[#first + 1] = id
+  end
   if #first > 0 and not ttl then
     if redis.REDIS_VERSION_NUM and redis.REDIS_VERSION_NUM >= 0x070000 then
       redis.call('SPUBLISH', KEYS[5], 'N ' .. table.concat(first, ' '))
@@ -273,7 +371,7 @@ if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
       local reserved = tonumber(redis.call('ZSCORE', KEYS[3], id))
       redis.call('ZREM', KEYS[2], id)
       redis.call('ZREM', KEYS[3], id)
-      redis.call('ZADD', KEYS[1], reserved, id)
+      add_units(KEYS[1], reserved, (units(id)))
       longest = math.max(longest, reserved - now)
       message[#message + 1] = id
       message[#message + 1] = string.format('%.0f', token + i - 1)
@@ -288,7 +386,8 @@ if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
   end
 end
 return removed
-"#;
+"#
+);
 
 /// A waiter leaves the queue (its caller gave up, or its deadline passed),
 /// and the waiters behind it are woken: they may now fit in free slots.
@@ -296,8 +395,9 @@ return removed
 /// KEYS: queue, waiters' expiries, wake channel, lease set. ARGV: the
 /// waiter's id. Returns 1 if it was queued or held a slot a release handed
 /// it (its caller left before the message came), else 0.
-pub const LEAVE: &str = r#"
-local removed = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('ZREM', KEYS[4], ARGV[1])
+pub const LEAVE: &str = concat!(
+    unit_helpers!(),
+    r#"local removed = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('ZREM', KEYS[4], unpack((units(ARGV[1]))))
 redis.call('ZREM', KEYS[2], ARGV[1])
 if removed > 0 and redis.call('EXISTS', KEYS[1]) == 1 then
   if redis.REDIS_VERSION_NUM and redis.REDIS_VERSION_NUM >= 0x070000 then
@@ -305,7 +405,8 @@ if removed > 0 and redis.call('EXISTS', KEYS[1]) == 1 then
   end
 end
 return math.min(removed, 1)
-"#;
+"#
+);
 
 /// Acquire several leases of one subject in one call: `ACQUIRE` for each id
 /// in turn, at one server instant. Redis's thread pays mostly per command, so
@@ -318,22 +419,26 @@ return math.min(removed, 1)
 /// token, ...}`, one triple per id, with `ACQUIRE`'s statuses (and its
 /// fairness to queued waiters); grants take increasing tokens in the order
 /// of the ids.
-pub const ACQUIRE_MANY: &str = r#"
+pub const ACQUIRE_MANY: &str = concat!(
+    r#"
 if redis.replicate_commands then redis.replicate_commands() end
-local leases, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+"#,
+    unit_helpers!(),
+    r#"local leases, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl, limit, valid_until, hold = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local reply, added, granted = {}, {}, 0
+local reply, added, granted, grew = {}, {}, 0, false
 if now > valid_until then
   for i = 5, #ARGV do
     reply[#reply + 1] = -2
     reply[#reply + 1] = ARGV[i]
     reply[#reply + 1] = 0
   end
+  reply[#reply + 1] = 0
   return reply
 end
-redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 local live = redis.call('ZCARD', leases)
 if redis.call('EXISTS', queue) == 1 then
   local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', now)
@@ -341,7 +446,11 @@ if redis.call('EXISTS', queue) == 1 then
     redis.call('ZREM', queue, unpack(dead))
     redis.call('ZREMRANGEBYSCORE', waiters, '-inf', now)
   end
-  live = live + redis.call('ZCARD', queue)
+  local queued = redis.call('ZCARD', queue)
+  if live + queued < limit then
+    queued = owed(queue, queued)
+  end
+  live = live + queued
 end
 local held = hold ~= '' and redis.call('EXISTS', hold) == 1
 for i = 5, #ARGV do
@@ -352,12 +461,19 @@ for i = 5, #ARGV do
     status = 1
   elseif held then
     status = -3
-  elseif live >= limit then
-    status = 0
   else
-    live = live + 1
-    added[#added + 1] = now + ttl
-    added[#added + 1] = id
+    local all, w = units(id)
+    if live + w > limit then
+      status = 0
+    elseif w == 1 then
+      live = live + 1
+      added[#added + 1] = now + ttl
+      added[#added + 1] = id
+    else
+      live = live + w
+      add_units(leases, now + ttl, all)
+      grew = true
+    end
   end
   if status == 1 then
     granted = granted + 1
@@ -368,9 +484,10 @@ for i = 5, #ARGV do
 end
 if #added > 0 then
   redis.call('ZADD', leases, unpack(added))
-  if redis.call('PTTL', leases) < ttl then
-    redis.call('PEXPIRE', leases, ttl + 1)
-  end
+  grew = true
+end
+if grew and redis.call('PTTL', leases) < ttl then
+  redis.call('PEXPIRE', leases, ttl + 1)
 end
 if granted > 0 then
   local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -394,8 +511,10 @@ if granted > 0 then
     end
   end
 end
+reply[#reply + 1] = reclaimed
 return reply
-"#;
+"#
+);
 
 /// The most leases one `ACQUIRE_MANY` asks for: its reply (two items per
 /// lease) stays within the default reply limits.
@@ -414,10 +533,13 @@ pub const MAX_RELEASE_BATCH: usize = 64;
 /// anyway, so no tombstone outlives its use. The id also leaves the wait
 /// queue (a waiter whose caller left may be queued rather than granted), and
 /// when the subject has a queue its waiters are woken: a slot may be free.
-pub const COMPENSATE: &str = r#"
+pub const COMPENSATE: &str = concat!(
+    r#"
 if redis.replicate_commands then redis.replicate_commands() end
-local valid_until, id = tonumber(ARGV[1]), ARGV[2]
-redis.call('ZREM', KEYS[1], id)
+"#,
+    unit_helpers!(),
+    r#"local valid_until, id = tonumber(ARGV[1]), ARGV[2]
+redis.call('ZREM', KEYS[1], unpack((units(id))))
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if now <= valid_until then
@@ -431,7 +553,8 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   end
 end
 return id
-"#;
+"#
+);
 
 /// The status the acquire and renew scripts answer when they run after the
 /// request's valid-until: nothing was done, so nothing needs undoing.
@@ -451,23 +574,25 @@ pub const RECOVERING: i64 = -3;
 /// back, 3 written back and the subject now holds more leases than the limit
 /// (an over-admission during the loss, detected). A lease that survived with
 /// an older expiry (a renewal the failover lost) gets its holder's expiry back.
-pub const REASSERT: &str = r#"
-local leases, id = KEYS[1], ARGV[1]
+pub const REASSERT: &str = concat!(
+    unit_helpers!(),
+    r#"local leases, id = KEYS[1], ARGV[1]
 local remaining, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+local all = units(id)
 local expiry = redis.call('ZSCORE', leases, id)
 if expiry then
   if tonumber(expiry) < now + remaining then
-    redis.call('ZADD', leases, 'XX', now + remaining, id)
+    add_units(leases, now + remaining, all, 'XX')
     if redis.call('PTTL', leases) < remaining then
       redis.call('PEXPIRE', leases, remaining + 1)
     end
   end
   return {1, id}
 end
-redis.call('ZADD', leases, now + remaining, id)
+add_units(leases, now + remaining, all)
 if redis.call('PTTL', leases) < remaining then
   redis.call('PEXPIRE', leases, remaining + 1)
 end
@@ -475,7 +600,8 @@ if redis.call('ZCARD', leases) > limit then
   return {3, id}
 end
 return {2, id}
-"#;
+"#
+);
 
 /// The lease-data marker: a key this library keeps on the server so that
 /// "restarted with its data" and "restarted empty" (or flushed) are told
@@ -512,25 +638,29 @@ return left
 /// (expired or released), -2 stale (ran after valid-until, changed nothing). It
 /// never creates a lease (`ZADD XX`), so a renewal whose bytes reach Redis late,
 /// after the lease was released, cannot bring it back.
-pub const RENEW: &str = r#"
+pub const RENEW: &str = concat!(
+    r#"
 if redis.replicate_commands then redis.replicate_commands() end
-local leases = KEYS[1]
+"#,
+    unit_helpers!(),
+    r#"local leases = KEYS[1]
 local ttl, id, valid_until = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if now > valid_until then
-  return {-2, id}
+  return {-2, id, 0}
 end
-redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 if not redis.call('ZSCORE', leases, id) then
-  return {0, id}
+  return {0, id, reclaimed}
 end
-redis.call('ZADD', leases, 'XX', now + ttl, id)
+add_units(leases, now + ttl, (units(id)), 'XX')
 if redis.call('PTTL', leases) < ttl then
   redis.call('PEXPIRE', leases, ttl + 1)
 end
-return {1, id}
-"#;
+return {1, id, reclaimed}
+"#
+);
 
 /// A script's text and its SHA1, the name `EVALSHA` knows it by.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -169,14 +169,15 @@ impl Ledger {
         }
     }
 
-    /// S8 fairness: Redis granted a slot of `key` while `ahead` live
+    /// S8 fairness: Redis granted `weight` units of `key` while live
     /// waiters queued before the grantee (all of them, for a fail-fast
-    /// acquire) shared `free` free slots. With `ahead >= free` the grant took
-    /// a slot one of them was owed.
-    pub fn server_fairness(&mut self, at: Duration, key: &'static str, ahead: u64, free: u64) {
-        if ahead >= free {
+    /// acquire) were owed `ahead` units of `free` free ones. With `ahead +
+    /// weight > free` the grant took units one of them was owed.
+    pub fn server_fairness(&mut self, at: Duration, key: &'static str, ahead: u64, free: u64, weight: u64) {
+        if ahead + weight > free {
             self.counters.overtakes += 1;
-            let detail = format!("a grant on {key} with {ahead} earlier waiters and {free} free slots");
+            let detail =
+                format!("a grant of {weight} on {key} with {ahead} units owed to earlier waiters and {free} free");
             self.violate(at, "S8 fairness", detail);
         }
     }

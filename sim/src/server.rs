@@ -239,7 +239,7 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
                         // A fresh grant needs a free slot; `free` is 0 for
                         // an id that already held one.
                         if record.free > 0 {
-                            ledger.server_fairness(at, key, record.ahead, record.free);
+                            ledger.server_fairness(at, key, record.ahead, record.free, record.weight);
                         }
                     }
                     (None, _) => {}

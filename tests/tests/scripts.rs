@@ -18,6 +18,8 @@ struct Leases {
     hold: Vec<u8>,
     /// The fencing token of the last grant.
     token: i64,
+    /// The units the last acquire or renewal said its prune reclaimed.
+    reclaimed: i64,
 }
 
 impl Leases {
@@ -41,6 +43,7 @@ impl Leases {
             keys,
             hold: Vec::new(),
             token: 0,
+            reclaimed: 0,
         }
     }
 
@@ -95,8 +98,9 @@ impl Leases {
         );
         match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
-                [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token)] => {
+                [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(reclaimed)] => {
                     assert_eq!(*status == 1, *token > 0, "a token exactly with a grant");
+                    self.reclaimed = *reclaimed;
                     if *status == 1 {
                         assert!(
                             *token > self.token,
@@ -123,13 +127,13 @@ impl Leases {
         }
     }
 
+    /// A plain `ZREM` of the lease's units (the release during a slot
+    /// migration): how many units were removed.
     fn release(&mut self, id: u64) -> i64 {
-        let lease = lease(id).to_string();
-        match self
-            .client
-            .call(&[b"ZREM", self.keys.leases(), lease.as_bytes()])
-            .unwrap()
-        {
+        let units: Vec<Vec<u8>> = inflight_core::lease_id::units(&lease(id).to_bytes()).collect();
+        let mut command: Vec<&[u8]> = vec![b"ZREM", self.keys.leases()];
+        command.extend(units.iter().map(Vec::as_slice));
+        match self.client.call(&command).unwrap() {
             Frame::Integer(n) => n,
             other => panic!("unexpected ZREM reply {other:?}"),
         }
@@ -186,7 +190,12 @@ impl Leases {
         );
         match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
-                [Frame::Integer(status), Frame::BulkString(echo)] if echo[..] == *id_text.as_bytes() => *status,
+                [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(reclaimed)]
+                    if echo[..] == *id_text.as_bytes() =>
+                {
+                    self.reclaimed = *reclaimed;
+                    *status
+                }
                 other => panic!("unexpected renew reply {other:?}"),
             },
             other => panic!("unexpected renew reply {other:?}"),
@@ -255,9 +264,10 @@ impl Leases {
         );
         match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
-                [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(ahead), Frame::Integer(expected)]
+                [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(ahead), Frame::Integer(expected), Frame::Integer(reclaimed)]
                     if echo[..] == *id_text.as_bytes() =>
                 {
+                    self.reclaimed = *reclaimed;
                     assert_eq!(*status == 1, *token > 0, "a token exactly with a grant");
                     (*status, *ahead, *expected)
                 }
@@ -306,8 +316,9 @@ impl Leases {
     }
 }
 
+/// Lease `n`: from 1000 on, `n / 1000` is its weight (3001 weighs 3).
 fn lease(n: u64) -> LeaseId {
-    LeaseId::from_parts(0xfeed, n)
+    LeaseId::from_parts(0xfeed, n).with_claim((n / 1000).max(1) as u32, None)
 }
 
 const LONG: u64 = 60_000;
@@ -517,6 +528,7 @@ fn a_request_that_runs_after_its_valid_until_is_refused_and_changes_nothing() {
         Frame::Integer(-2),
         Frame::BulkString(Bytes::from(ids[1].clone())),
         Frame::Integer(0),
+        Frame::Integer(0), // nothing reclaimed: a stale call prunes nothing
     ]);
     assert_eq!(reply, expected);
     assert_eq!(leases.live(), 1, "only lease 2");
@@ -753,4 +765,95 @@ fn a_release_on_a_subject_with_waiters_wakes_them_on_its_shard_channel() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+// ---- weighted leases --------------------------------------------------------
+
+#[test]
+fn weighted_leases_take_their_units_all_or_nothing_and_mixed_weights_share_the_limit() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "weights");
+    // Limit 5: a weight-3 lease, then a weight-1 lease (4 units held).
+    assert!(leases.granted(3001, 5, LONG));
+    assert_eq!(leases.live(), 3, "three units");
+    assert!(leases.granted(1, 5, LONG));
+    // A weight-2 lease would make 6: refused, and nothing of it is taken.
+    assert!(!leases.granted(2002, 5, LONG));
+    assert_eq!(leases.live(), 4, "all or nothing");
+    assert!(leases.granted(2, 5, LONG), "the last unit is still free");
+    // A weight above the limit is never granted.
+    assert!(!leases.granted(6003, 5, LONG));
+    // Re-acquiring a live weighted id takes nothing more.
+    assert!(leases.granted(3001, 5, LONG));
+    assert_eq!(leases.live(), 5);
+}
+
+#[test]
+fn a_weighted_release_gives_back_exactly_its_own_units_and_never_more() {
+    // Redisson #6664 / #6687 / #6343: a multi-permit release freeing another
+    // holder's permits, or releasing more than it took.
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "over-release");
+    assert!(leases.granted(3001, 6, LONG));
+    assert!(leases.granted(3002, 6, LONG));
+    assert_eq!(leases.live(), 6);
+    assert_eq!(leases.release_script(&[3001], 5), 3, "its three units");
+    assert_eq!(leases.live(), 3, "the other holder's three stay");
+    assert_eq!(leases.release_script(&[3001], 5), 0, "a second release frees nothing");
+    assert_eq!(leases.release(3001), 0, "nor does a plain ZREM of its units");
+    assert_eq!(leases.live(), 3);
+    assert!(leases.expiry(3002).is_some());
+    // Mixed weights released in one call.
+    assert!(leases.granted(1, 6, LONG));
+    assert!(leases.granted(2005, 6, LONG));
+    assert_eq!(leases.release_script(&[1, 2005, 3002], 5), 6);
+    assert_eq!(leases.live(), 0);
+}
+
+#[test]
+fn renewal_keeps_every_unit_and_expired_units_are_reclaimed_and_counted() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "weighted-expiry");
+    assert!(leases.granted(4001, 5, 300));
+    assert!(leases.granted(1, 5, LONG));
+    assert_eq!(leases.renew(4001, 300), 1);
+    let units: Vec<Vec<u8>> = inflight_core::lease_id::units(&lease(4001).to_bytes()).collect();
+    let scores: Vec<Frame> = units
+        .iter()
+        .map(|unit| leases.client.call(&[b"ZSCORE", leases.keys.leases(), unit]).unwrap())
+        .collect();
+    assert!(scores.iter().all(|score| *score == scores[0]), "one expiry for all units: {scores:?}");
+    std::thread::sleep(Duration::from_millis(350));
+    // The dead holder's four units are pruned by the next acquire, which
+    // says so, and their room is free again.
+    assert!(leases.granted(4002, 5, LONG));
+    assert_eq!(leases.reclaimed, 4, "the prune reports the units it removed");
+    assert_eq!(leases.live(), 5);
+    assert!(leases.granted(1, 5, LONG));
+    assert_eq!(leases.reclaimed, 0);
+}
+
+#[test]
+fn a_heavy_waiter_is_served_in_its_turn_and_not_overtaken_by_lighter_ones() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "weighted-queue");
+    assert!(leases.granted(1, 4, LONG));
+    assert!(leases.granted(2, 4, LONG));
+    assert!(leases.granted(3, 4, LONG));
+    // One unit free: a weight-3 waiter queues, needing 2 more units.
+    assert_eq!(leases.wait(3010, 4, LONG, LONG), (2, 2, 0));
+    // A weight-1 waiter behind it fits the free unit by count, but the
+    // heavy one came first: it waits too (FIFO, no barging).
+    assert_eq!(leases.wait(11, 4, LONG, LONG).0, 2);
+    // And a fail-fast newcomer of weight 1 is refused: the free unit is owed.
+    assert!(!leases.granted(12, 4, LONG));
+    // One release frees a second unit: still not enough for the head.
+    assert_eq!(leases.release_script(&[1], 10), 1);
+    assert_eq!(leases.queued().len(), 2, "nobody served yet");
+    // The next makes three: the head is handed its three units (the light
+    // waiter behind it stays queued: nothing is left).
+    assert_eq!(leases.release_script(&[2], 10), 1);
+    assert_eq!(leases.queued(), vec![Bytes::from(lease(11).to_string())]);
+    assert_eq!(leases.live(), 4, "three handed over, plus lease 3");
+    assert!(leases.expiry(3010).is_some());
 }

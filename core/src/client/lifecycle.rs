@@ -236,8 +236,8 @@ impl Client {
     /// together, as one `ACQUIRE_MANY` of up to `MAX_BATCH`; renewals, `EVAL`
     /// fallbacks and `ASK` targets one by one. Order within a subject is kept.
     fn write_staged_acquires(&mut self, node: usize) {
-        // A batch's reply has three items per acquire; it must fit the reply limits.
-        let most = MAX_BATCH.min(self.config.reply_limits.max_array_len / 3).max(1);
+        // Three reply items per acquire, and the units reclaimed.
+        let most = MAX_BATCH.min(self.config.reply_limits.max_array_len.saturating_sub(1) / 3).max(1);
         let Some(conn) = self.nodes[node].connection.as_mut() else {
             return;
         };

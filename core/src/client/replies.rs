@@ -190,29 +190,37 @@ impl Client {
             Op::Acquire(_) => "acquire",
             Op::Renew(_) => "renew",
         };
-        // An acquire answers `{status, id, token}`, a waiting one `{status,
-        // id, token, ahead, expected ms}`, a renewal `{status, id}`.
+        // An acquire answers `{status, id, token, reclaimed}`, a waiting one
+        // `{status, id, token, ahead, expected ms, reclaimed}`, a renewal
+        // `{status, id, reclaimed}`: `reclaimed` counts the expired units its
+        // prune removed.
         let mut expected_ms = 0;
-        let (status, echo, token) = match (frame, &op) {
+        let (status, echo, token, reclaimed) = match (frame, &op) {
             (Frame::Array(items), Op::Acquire(AcquireOp { wait: Some(_), .. })) => {
-                match <[Frame; 5]>::try_from(items) {
+                match <[Frame; 6]>::try_from(items) {
                     Ok(
-                        [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(_), Frame::Integer(expected)],
-                    ) if expected >= 0 => {
+                        [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(_), Frame::Integer(expected), Frame::Integer(reclaimed)],
+                    ) if expected >= 0 && reclaimed >= 0 => {
                         expected_ms = expected as u64;
-                        (status, echo, token)
+                        (status, echo, token, reclaimed)
                     }
                     Ok(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items.into())))),
                     Err(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items)))),
                 }
             }
-            (Frame::Array(items), Op::Acquire(_)) => match <[Frame; 3]>::try_from(items) {
-                Ok([Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token)]) => (status, echo, token),
+            (Frame::Array(items), Op::Acquire(_)) => match <[Frame; 4]>::try_from(items) {
+                Ok([Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(reclaimed)])
+                    if reclaimed >= 0 =>
+                {
+                    (status, echo, token, reclaimed)
+                }
                 Ok(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items.into())))),
                 Err(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items)))),
             },
-            (Frame::Array(items), Op::Renew(_)) => match <[Frame; 2]>::try_from(items) {
-                Ok([Frame::Integer(status), Frame::BulkString(echo)]) => (status, echo, 0),
+            (Frame::Array(items), Op::Renew(_)) => match <[Frame; 3]>::try_from(items) {
+                Ok([Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(reclaimed)]) if reclaimed >= 0 => {
+                    (status, echo, 0, reclaimed)
+                }
                 Ok(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items.into())))),
                 Err(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items)))),
             },
@@ -222,6 +230,7 @@ impl Client {
         if echo != op.call().lease_bytes && !self.bug_skip_echo_check() {
             return Err(self.ambiguous(now, op, ConnectionError::EchoMismatch));
         }
+        self.stats.reclaimed += reclaimed as u64;
         match op {
             Op::Acquire(op) if op.wait.is_some() => self.on_waiting_status(now, node, op, status, token, expected_ms),
             Op::Acquire(op) => self.on_acquire_status(now, node, op, status, token),
@@ -368,12 +377,14 @@ impl Client {
                 }
                 return result;
             }
-            Frame::Array(items) if items.len() == 3 * ops.len() => items,
+            // A triple per acquire, then the units the prune reclaimed.
+            Frame::Array(items) if items.len() == 3 * ops.len() + 1 => items,
             other => return Err(self.all_ambiguous(now, ops, unexpected("acquire batch", &other))),
         };
         let well_formed = items
             .chunks_exact(3)
-            .all(|triple| matches!(triple, [Frame::Integer(_), Frame::BulkString(_), Frame::Integer(_)]));
+            .all(|triple| matches!(triple, [Frame::Integer(_), Frame::BulkString(_), Frame::Integer(_)]))
+            && matches!(items.last(), Some(Frame::Integer(reclaimed)) if *reclaimed >= 0);
         if !well_formed {
             let frame = Frame::Array(items);
             return Err(self.all_ambiguous(now, ops, unexpected("acquire batch", &frame)));
@@ -384,6 +395,9 @@ impl Client {
             .all(|(triple, op)| matches!(&triple[1], Frame::BulkString(echo) if *echo == op.call.lease_bytes));
         if !echoed && !self.bug_skip_echo_check() {
             return Err(self.all_ambiguous(now, ops, ConnectionError::EchoMismatch));
+        }
+        if let Some(Frame::Integer(reclaimed)) = items.last() {
+            self.stats.reclaimed += *reclaimed as u64;
         }
         let mut result = Ok(());
         for (op, triple) in ops.into_iter().zip(items.chunks_exact(3)) {

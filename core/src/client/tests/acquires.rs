@@ -113,7 +113,7 @@ fn a_reply_echoing_another_lease_retires_the_connection_and_is_unavailable() {
     let (first, _) = pair.client.connection().unwrap();
     let a = pair.acquire("t", "s", 1);
     // A denial echoing someone else's id: not evidence of anything.
-    pair.inject(b"*3\r\n:0\r\n$38\r\n00000000000000000000000000000abc-99999\r\n:0\r\n");
+    pair.inject(b"*4\r\n:0\r\n$38\r\n00000000000000000000000000000abc-99999\r\n:0\r\n:0\r\n");
     assert_eq!(
         pair.outcome(a),
         Some(&Outcome::Unavailable(Unavailable::ConnectionLost(

@@ -152,7 +152,7 @@ fn a_release_batch_cut_off_is_retried_and_still_frees_every_slot() {
 fn batches_never_outgrow_the_reply_limits() {
     let config = Config {
         reply_limits: crate::ReplyLimits {
-            max_array_len: 9,
+            max_array_len: 10,
             ..crate::ReplyLimits::default()
         },
         ..config()
@@ -162,7 +162,7 @@ fn batches_never_outgrow_the_reply_limits() {
     pair.exchange();
     assert_eq!(
         pair.server.batches, 2,
-        "7 acquires in batches of at most 3 (9 reply items)"
+        "7 acquires in batches of at most 3 (10 reply items)"
     );
     assert!(burst
         .iter()
