@@ -145,6 +145,10 @@ pub struct Config {
     /// (the fallback for a lost wake-up), so a waiter whose replica crashed
     /// stops blocking the queue within this. 1 s by default.
     pub waiter_lifetime: Duration,
+    /// Who holds this client's leases, as `holders` shows them (a host or
+    /// pod name): written into every lease id unless an acquire gives its
+    /// own label. None by default.
+    pub holder_label: Option<crate::lease_id::Label>,
 }
 
 /// Synchronous replication of grants: after each write of acquires the
@@ -211,6 +215,7 @@ impl Default for Config {
             recovery: Recovery::default(),
             replica_acks: None,
             waiter_lifetime: Duration::from_secs(1),
+            holder_label: None,
         }
     }
 }

@@ -208,6 +208,79 @@ impl fmt::Debug for Label {
     }
 }
 
+/// What one acquire asks for besides its key and limit: how many units of
+/// the limit it takes (its weight, 1 by default) and who holds it (a label,
+/// none by default: the client's `holder_label`, if it has one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    weight: u32,
+    label: Option<Label>,
+}
+
+impl Default for Claim {
+    fn default() -> Self {
+        Self { weight: 1, label: None }
+    }
+}
+
+/// Why a [`Claim`] was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClaimError {
+    /// A weight of 0 takes nothing: it would be a permit that limits nothing.
+    #[error("a permit's weight must be at least 1")]
+    ZeroWeight,
+    /// Heavier than [`MAX_WEIGHT`].
+    #[error("a permit's weight is {0}; at most {MAX_WEIGHT} is accepted")]
+    TooHeavy(u32),
+    /// Heavier than the key's limit: it could never be granted.
+    #[error("a permit of weight {weight} can never fit under a limit of {limit}")]
+    AboveLimit {
+        /// The weight asked for.
+        weight: u32,
+        /// The limit it was asked under.
+        limit: u32,
+    },
+}
+
+impl Claim {
+    /// A claim of `weight` units: `1..=MAX_WEIGHT`.
+    pub fn weighing(weight: u32) -> Result<Self, ClaimError> {
+        match weight {
+            0 => Err(ClaimError::ZeroWeight),
+            w if w > MAX_WEIGHT => Err(ClaimError::TooHeavy(w)),
+            weight => Ok(Self { weight, label: None }),
+        }
+    }
+
+    /// The same claim, held under `label`.
+    pub fn labelled(mut self, label: Label) -> Self {
+        self.label = Some(label);
+        self
+    }
+
+    /// Its weight in units.
+    pub fn weight(&self) -> u32 {
+        self.weight
+    }
+
+    /// Its label, if it has one of its own.
+    pub fn label(&self) -> Option<&Label> {
+        self.label.as_ref()
+    }
+
+    /// Refuses a weight above `limit`.
+    pub fn fits(&self, limit: std::num::NonZeroU32) -> Result<(), ClaimError> {
+        if self.weight > limit.get() {
+            return Err(ClaimError::AboveLimit {
+                weight: self.weight,
+                limit: limit.get(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Lease ids of one client: construction-time entropy plus a counter. The
 /// client uses its request number as the counter, so request `n` always holds
 /// lease `instance-n`, across retries of the same request.

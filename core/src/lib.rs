@@ -63,6 +63,6 @@ pub use event::{
 #[doc(hidden)]
 pub use fault::InjectedBugs;
 pub use key::{Key, KeyError};
-pub use lease_id::{Label, LabelError, LeaseId, MAX_LABEL_LEN, MAX_WEIGHT};
+pub use lease_id::{Claim, ClaimError, Label, LabelError, LeaseId, MAX_LABEL_LEN, MAX_WEIGHT};
 pub use resp::{ProtocolError, ReplyLimits};
 pub use server_error::{ServerError, ServerErrorKind};

@@ -136,9 +136,9 @@ impl ModelConnection {
             reader: ReplyReader::new(ReplyLimits {
                 max_frame_bytes: 1 << 20,
                 max_line_bytes: 4 * 1024,
-                // Room for the longest command we send: a RELEASE of
-                // MAX_RELEASE_BATCH ids (verb, sha, numkeys, 6 keys, hold).
-                max_array_len: 10 + crate::script::MAX_RELEASE_BATCH,
+                // Room for the longest command we send: a plain release of
+                // MAX_RELEASE_BATCH ids of every unit of the heaviest weight.
+                max_array_len: 10 + crate::script::MAX_RELEASE_BATCH * crate::lease_id::MAX_WEIGHT as usize,
                 max_depth: 2,
             }),
             authenticated: false,

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use inflight_core::Label;
 use inflight_core::{
     Client, Config, ConfigError, Endpoint, Recovery, ReleasePolicy, ReplicaAcks, ServerAddress, Servers,
     UnavailablePolicy,
@@ -46,6 +47,8 @@ pub struct Builder {
     liveness: Option<Duration>,
     entropy: Option<[u8; 16]>,
     metrics_namespace: Option<String>,
+    /// Checked at connect (`ConnectError::Label`).
+    holder_label: Option<String>,
     #[cfg(all(feature = "tls", not(madsim)))]
     tls: crate::tls::TlsOptions,
     #[cfg(feature = "fault-injection")]
@@ -70,7 +73,8 @@ impl std::fmt::Debug for Builder {
             .field("default_limit", &self.default_limit)
             .field("liveness", &self.liveness)
             .field("entropy", &self.entropy.map(|_| "<set>"))
-            .field("metrics_namespace", &self.metrics_namespace);
+            .field("metrics_namespace", &self.metrics_namespace)
+            .field("holder_label", &self.holder_label);
         #[cfg(all(feature = "tls", not(madsim)))]
         debug.field("tls", &self.tls);
         debug.finish()
@@ -88,6 +92,7 @@ impl Builder {
             liveness: None,
             entropy: None,
             metrics_namespace: None,
+            holder_label: None,
             #[cfg(feature = "fault-injection")]
             bugs: Default::default(),
             #[cfg(all(feature = "tls", not(madsim)))]
@@ -191,6 +196,17 @@ impl Builder {
     /// failover loses a grant (see `docs/operations.md`).
     pub fn min_replicas_acked(mut self, replicas: u32, timeout: Duration) -> Self {
         self.config.replica_acks = Some(ReplicaAcks { replicas, timeout });
+        self
+    }
+
+    /// Who this limiter's leases belong to, as `Limiter::holders` and the
+    /// `inflight holders` command show it: a host or pod name, say. Written
+    /// into every lease (unless an acquire gives its own label), so it
+    /// expires with it. 1 to 64 bytes of ASCII letters, digits and
+    /// `. _ : / + = -`; anything else fails `connect` with
+    /// `ConnectError::Label`.
+    pub fn holder_label(mut self, label: impl Into<String>) -> Self {
+        self.holder_label = Some(label.into());
         self
     }
 
@@ -350,6 +366,7 @@ impl Builder {
             .liveness
             .unwrap_or_else(|| Config::default_request_liveness(config.acquire_timeout));
         config.validate()?;
+        config.holder_label = self.holder_label.as_deref().map(Label::new).transpose()?;
         let entropy = match self.entropy {
             Some(entropy) => entropy,
             None => {

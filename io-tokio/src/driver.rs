@@ -178,13 +178,18 @@ impl<C: Connector> Driver<C> {
                 ticket,
                 keys,
                 limit,
+                claim,
                 wait,
                 reply,
             } => {
-                let request = match wait {
-                    // The caller's deadline, on the core's clock.
-                    Some(wait) => self.client.acquire_waiting(now, keys, limit, now + wait),
-                    None => self.client.acquire_keys(now, keys, limit),
+                // The caller's deadline, on the core's clock.
+                let until = wait.map(|wait| now + wait);
+                let request = match self.client.acquire_claim(now, keys, limit, &claim, until) {
+                    Ok(request) => request,
+                    Err(error) => {
+                        let _ = reply.send(Err(Error::Claim(error)));
+                        return;
+                    }
                 };
                 self.tickets.insert(ticket, request);
                 self.callers.insert(request, (ticket, Caller::Acquire(reply)));

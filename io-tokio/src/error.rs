@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use inflight_core::{ConfigError, ConnectionError, ReleaseFailure, Unavailable};
+use inflight_core::{ClaimError, ConfigError, ConnectionError, LabelError, ReleaseFailure, Unavailable};
 
 /// Why an acquire did not return a permit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,6 +32,13 @@ pub enum Error {
     /// A per-call limit of zero.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A weight of zero, above `MAX_WEIGHT` or above the key's limit.
+    #[error(transparent)]
+    Claim(#[from] ClaimError),
+    /// A holder label that cannot be stored (empty, too long, a character
+    /// outside the accepted set).
+    #[error(transparent)]
+    Label(#[from] LabelError),
 }
 
 /// Why `connect` failed.
@@ -42,6 +49,9 @@ pub enum ConnectError {
     /// the cause's own, so an error chain prints it once.)
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The holder label cannot be stored (see `Builder::holder_label`).
+    #[error(transparent)]
+    Label(#[from] LabelError),
     /// Nothing answered there (refused, no route, no such socket, TLS refused).
     #[error("could not reach Redis at {addr}: {reason}")]
     Unreachable {

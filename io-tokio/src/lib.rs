@@ -101,8 +101,9 @@ pub use connector::UnixConnector;
 pub use connector::{tcp_endpoint, Connector, TcpConnector};
 pub use error::{ConnectError, Error, ReleaseError, RenewError};
 pub use inflight_core::{
-    ConfigError, ConnectionError, DataLoss, Endpoint, Key, KeyError, LeaseId, ProtocolError, Reassertion, Recovery,
-    ReleaseFailure, ReleasePolicy, ReplicaAcks, ServerError, ServerErrorKind, Stats, Unavailable, UnavailablePolicy,
+    ClaimError, ConfigError, ConnectionError, DataLoss, Endpoint, Key, KeyError, Label, LabelError, LeaseId,
+    ProtocolError, Reassertion, Recovery, ReleaseFailure, ReleasePolicy, ReplicaAcks, ServerError, ServerErrorKind,
+    Stats, Unavailable, UnavailablePolicy, MAX_LABEL_LEN, MAX_WEIGHT,
 };
 pub use limiter::{Acquire, Limiter};
 pub use permit::Permit;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use inflight_core::key::SubjectKeys;
-use inflight_core::{Key, Stats, Unavailable, UnavailablePolicy};
+use inflight_core::{Claim, Key, Label, Stats, Unavailable, UnavailablePolicy};
 use tokio::sync::{oneshot, watch};
 
 use crate::builder::Builder;
@@ -32,13 +32,16 @@ struct Shared {
     hints: RetryHints,
 }
 
-/// How one acquire asks: the default is the limiter's default limit, and
-/// no wait (`Exceeded` at once when the key is full).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// How one acquire asks: the default is the limiter's default limit, weight
+/// 1, the limiter's holder label, and no wait (`Exceeded` at once when the
+/// key is full).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Acquire {
     limit: Option<u32>,
     wait: Option<Duration>,
+    weight: Option<u32>,
+    label: Option<String>,
 }
 
 impl Acquire {
@@ -52,6 +55,26 @@ impl Acquire {
     /// Wait up to `max_wait` for a slot, in the subject's fleet-wide queue.
     pub fn wait(mut self, max_wait: Duration) -> Self {
         self.wait = Some(max_wait);
+        self
+    }
+
+    /// Take `weight` units of the key's limit, all or nothing (a request
+    /// that costs more, say a large upload): released and renewed as one.
+    /// Zero, more than [`MAX_WEIGHT`](inflight_core::MAX_WEIGHT) or more
+    /// than the limit is refused with `Error::Claim`. A waiting acquire of
+    /// weight `w` waits its turn in the queue until `w` units are free;
+    /// lighter waiters behind it do not overtake it.
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.weight = Some(weight);
+        self
+    }
+
+    /// Hold the lease under `label` (a request id, say) instead of the
+    /// limiter's holder label: `Limiter::holders` shows it. 1 to 64 bytes
+    /// of ASCII letters, digits and `. _ : / + = -`; anything else is
+    /// refused with `Error::Label`.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
         self
     }
 }
@@ -134,13 +157,28 @@ impl Limiter {
             Some(limit) => inflight_core::config::limit(limit)?,
             None => self.shared.default_limit,
         };
-        self.acquire_limited(key, limit, options.wait).await
+        let mut claim = Claim::weighing(options.weight.unwrap_or(1))?;
+        claim.fits(limit)?;
+        if let Some(label) = &options.label {
+            claim = claim.labelled(Label::new(label)?);
+        }
+        self.acquire_claimed(key, limit, claim, options.wait).await
     }
 
     /// Cancel-safe: dropping this future at any await point tells the driver
     /// the caller is gone; a grant that arrives later is released, and a
     /// waiter leaves its queue.
     async fn acquire_limited(&self, key: &Key, limit: NonZeroU32, wait: Option<Duration>) -> Result<Permit, Error> {
+        self.acquire_claimed(key, limit, Claim::default(), wait).await
+    }
+
+    async fn acquire_claimed(
+        &self,
+        key: &Key,
+        limit: NonZeroU32,
+        claim: Claim,
+        wait: Option<Duration>,
+    ) -> Result<Permit, Error> {
         let started = tokio::time::Instant::now();
         let ticket = next_ticket();
         let (reply, outcome) = oneshot::channel();
@@ -149,6 +187,7 @@ impl Limiter {
             // Encoded here, on the caller's thread, not on the driver's.
             keys: SubjectKeys::new(&self.shared.key_prefix, key),
             limit,
+            claim,
             wait,
             reply,
         };

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use inflight_core::key::SubjectKeys;
-use inflight_core::{Lease, LeaseId, Reassertion};
+use inflight_core::{Claim, Lease, LeaseId, Reassertion};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, ReleaseError, RenewError};
@@ -24,6 +24,8 @@ pub(crate) enum Command {
         ticket: u64,
         keys: SubjectKeys,
         limit: NonZeroU32,
+        /// Its weight and label (checked against `limit` by the caller).
+        claim: Claim,
         /// Wait up to this long for a slot (`None`: fail fast).
         wait: Option<std::time::Duration>,
         /// `Ok(None)`: let through unenforced (fail open).

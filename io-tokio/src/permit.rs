@@ -41,6 +41,12 @@ impl Permit {
         self.lease().map(Lease::id)
     }
 
+    /// How many units of its key's limit the permit holds (1 unless it was
+    /// acquired with `Acquire::weight`); 0 for a fail-open permit.
+    pub fn weight(&self) -> u32 {
+        self.lease().map_or(0, Lease::weight)
+    }
+
     /// Until when Redis surely keeps the lease without a renewal: the lease
     /// TTL from when it was acquired or last renewed, less a margin for
     /// clock rates. `None` if nothing is held.

@@ -822,7 +822,10 @@ fn renewal_keeps_every_unit_and_expired_units_are_reclaimed_and_counted() {
         .iter()
         .map(|unit| leases.client.call(&[b"ZSCORE", leases.keys.leases(), unit]).unwrap())
         .collect();
-    assert!(scores.iter().all(|score| *score == scores[0]), "one expiry for all units: {scores:?}");
+    assert!(
+        scores.iter().all(|score| *score == scores[0]),
+        "one expiry for all units: {scores:?}"
+    );
     std::thread::sleep(Duration::from_millis(350));
     // The dead holder's four units are pruned by the next acquire, which
     // says so, and their room is free again.

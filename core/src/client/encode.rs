@@ -9,6 +9,8 @@ use super::request::{AcquireOp, ReleaseJob, ReleaseKind, Request, Step};
 use super::Client;
 use crate::config::Config;
 use crate::event::ConnectionId;
+use crate::key::SubjectKeys;
+use crate::lease_id::units;
 use crate::resp::encode_command;
 use crate::script::{ScriptKind, Scripts};
 
@@ -49,10 +51,7 @@ impl Request {
             }
             Request::ReleaseAgain(keys, leases) => {
                 let ids: Vec<Vec<u8>> = leases.iter().map(|lease| lease.to_bytes()).collect();
-                let mut command: Vec<&[u8]> = Vec::with_capacity(2 + ids.len());
-                command.extend([b"ZREM".as_slice(), keys.leases()]);
-                command.extend(ids.iter().map(|id| &id[..]));
-                encode_command(out, &command);
+                encode_plain_release(keys, ids.iter().map(|id| &id[..]), out);
             }
             Request::Renew(op) => {
                 let call = &op.call;
@@ -212,10 +211,7 @@ fn encode_compensate(job: &ReleaseJob, scripts: &Scripts, out: &mut BytesMut) {
 fn encode_release(jobs: &[ReleaseJob], scripts: &Scripts, out: &mut BytesMut) {
     let keys = &jobs[0].keys;
     if jobs[0].plain {
-        let mut command: Vec<&[u8]> = Vec::with_capacity(2 + jobs.len());
-        command.extend([b"ZREM".as_slice(), keys.leases()]);
-        command.extend(jobs.iter().map(|job| &job.lease_bytes[..]));
-        return encode_command(out, &command);
+        return encode_plain_release(keys, jobs.iter().map(|job| &job.lease_bytes[..]), out);
     }
     let (queue, waiters, holds, wake) = (keys.queue(), keys.waiters(), keys.holds(), keys.wake_channel());
     let fence = keys.fence();
@@ -241,6 +237,16 @@ fn encode_release(jobs: &[ReleaseJob], scripts: &Scripts, out: &mut BytesMut) {
         held.as_bytes(),
     ]);
     command.extend(jobs.iter().map(|job| &job.lease_bytes[..]));
+    encode_command(out, &command);
+}
+
+/// A plain `ZREM` of leases of one subject: every unit of each (see
+/// `lease_id::units`), so a weighted lease goes whole.
+fn encode_plain_release<'a>(keys: &SubjectKeys, ids: impl Iterator<Item = &'a [u8]>, out: &mut BytesMut) {
+    let units: Vec<Vec<u8>> = ids.flat_map(units).collect();
+    let mut command: Vec<&[u8]> = Vec::with_capacity(2 + units.len());
+    command.extend([b"ZREM".as_slice(), keys.leases()]);
+    command.extend(units.iter().map(Vec::as_slice));
     encode_command(out, &command);
 }
 

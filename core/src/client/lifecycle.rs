@@ -237,7 +237,9 @@ impl Client {
     /// fallbacks and `ASK` targets one by one. Order within a subject is kept.
     fn write_staged_acquires(&mut self, node: usize) {
         // Three reply items per acquire, and the units reclaimed.
-        let most = MAX_BATCH.min(self.config.reply_limits.max_array_len.saturating_sub(1) / 3).max(1);
+        let most = MAX_BATCH
+            .min(self.config.reply_limits.max_array_len.saturating_sub(1) / 3)
+            .max(1);
         let Some(conn) = self.nodes[node].connection.as_mut() else {
             return;
         };

@@ -16,7 +16,7 @@ use crate::event::{
     Unavailable,
 };
 use crate::key::{Key, SubjectKeys};
-use crate::lease_id::{LeaseId, LeaseIds};
+use crate::lease_id::{Claim, ClaimError, LeaseId, LeaseIds};
 use crate::resp::ReplyLimits;
 use crate::script::{ScriptKind, Scripts};
 use callers::{Awaits, Callers};
@@ -272,9 +272,12 @@ impl Client {
         self.stats
     }
 
-    /// The lease id that request `request` holds if granted.
+    /// The lease id that request `request` holds if granted, for a plain
+    /// acquire (weight 1, this client's `holder_label`).
     pub fn lease_id(&self, request: RequestId) -> LeaseId {
-        self.lease_ids.id(request.0)
+        self.lease_ids
+            .id(request.0)
+            .with_claim(1, self.config.holder_label.clone())
     }
 
     /// The first node's current connection and whether it is ready: the
@@ -341,17 +344,8 @@ impl Client {
     /// [`SubjectKeys::new`] with this client's `key_prefix`), so a driver can
     /// do that work on the caller's thread instead of its own.
     pub fn acquire_keys(&mut self, now: Instant, keys: SubjectKeys, limit: NonZeroU32) -> RequestId {
-        let request = self.register(now, Awaits::Acquire);
-        let call = Call::new(request, self.lease_ids.id(request.0), keys);
-        self.submit(
-            now,
-            Op::Acquire(AcquireOp {
-                call,
-                limit,
-                wait: None,
-            }),
-        );
-        request
+        self.acquire_claim(now, keys, limit, &Claim::default(), None)
+            .expect("a weight of 1 fits every limit")
     }
 
     /// As [`Client::acquire_keys`], waiting for a slot until `until`
@@ -361,18 +355,46 @@ impl Client {
     /// `Shed` at once when the server expects the wait to be longer than
     /// that, or `Unavailable`.
     pub fn acquire_waiting(&mut self, now: Instant, keys: SubjectKeys, limit: NonZeroU32, until: Instant) -> RequestId {
-        let request = RequestId(self.next_request);
-        self.next_request += 1;
-        self.callers.insert(request, until.max(now), Awaits::Acquire);
-        let call = Call::new(request, self.lease_ids.id(request.0), keys);
+        self.acquire_claim(now, keys, limit, &Claim::default(), Some(until))
+            .expect("a weight of 1 fits every limit")
+    }
+
+    /// The general acquire: `claim.weight()` units of `limit`, all or
+    /// nothing, under the claim's label (else this client's
+    /// `holder_label`); waiting until `until` if given (see
+    /// [`Client::acquire_waiting`]), else failing fast. A weight above the
+    /// limit is refused here, before anything is sent.
+    pub fn acquire_claim(
+        &mut self,
+        now: Instant,
+        keys: SubjectKeys,
+        limit: NonZeroU32,
+        claim: &Claim,
+        until: Option<Instant>,
+    ) -> Result<RequestId, ClaimError> {
+        claim.fits(limit)?;
+        let request = match until {
+            None => self.register(now, Awaits::Acquire),
+            Some(until) => {
+                let request = RequestId(self.next_request);
+                self.next_request += 1;
+                self.callers.insert(request, until.max(now), Awaits::Acquire);
+                request
+            }
+        };
+        let label = claim.label().or(self.config.holder_label.as_ref()).cloned();
+        let lease = self.lease_ids.id(request.0).with_claim(claim.weight(), label);
+        let call = Call::new(request, lease, keys);
         let op = AcquireOp {
             call,
             limit,
-            wait: Some(Wait { until, patience_ms: 0 }),
+            wait: until.map(|until| Wait { until, patience_ms: 0 }),
         };
-        self.start_waiting(request, &op);
+        if op.wait.is_some() {
+            self.start_waiting(request, &op);
+        }
         self.submit(now, Op::Acquire(op));
-        request
+        Ok(request)
     }
 
     /// Waiting acquires now, parked or in flight.

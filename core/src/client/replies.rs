@@ -209,11 +209,9 @@ impl Client {
                 }
             }
             (Frame::Array(items), Op::Acquire(_)) => match <[Frame; 4]>::try_from(items) {
-                Ok([Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(reclaimed)])
-                    if reclaimed >= 0 =>
-                {
-                    (status, echo, token, reclaimed)
-                }
+                Ok(
+                    [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(reclaimed)],
+                ) if reclaimed >= 0 => (status, echo, token, reclaimed),
                 Ok(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items.into())))),
                 Err(items) => return Err(self.ambiguous(now, op, unexpected(what, &Frame::Array(items)))),
             },
