@@ -55,8 +55,8 @@ pub struct Lease {
 
 impl Lease {
     /// The lease's id, the member of the Redis sorted set.
-    pub fn id(&self) -> LeaseId {
-        self.id.clone()
+    pub fn id(&self) -> &LeaseId {
+        &self.id
     }
 
     /// How many units of its key's limit it takes.
@@ -293,6 +293,22 @@ pub enum Event {
         /// What the server said.
         outcome: Reassertion,
     },
+    /// The client renewed a kept-alive lease (see `Client::keep_alive`):
+    /// Redis holds it until about `expires_at`.
+    KeptAlive {
+        /// The lease.
+        lease: LeaseId,
+        /// Its new expiry.
+        expires_at: Instant,
+    },
+    /// A kept-alive lease its holder still has is gone: its holder should
+    /// stop the work it guards (the slot may be someone else's now).
+    LeaseLost {
+        /// The lease.
+        lease: LeaseId,
+        /// How it was lost.
+        reason: LeaseLost,
+    },
     /// A release gave up; its lease stays until its TTL.
     ReleaseAbandoned {
         /// The lease that stays.
@@ -302,6 +318,19 @@ pub enum Event {
         /// Why the release gave up.
         reason: ReleaseFailure,
     },
+}
+
+/// How a kept-alive lease was lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseLost {
+    /// A renewal found it gone from Redis: it expired there (the holder's
+    /// process stalled past its TTL), it was released by someone else, or
+    /// the server lost it.
+    Gone,
+    /// No renewal was confirmed before its expiry (Redis unreachable for
+    /// longer than the renewal margin): it may be gone.
+    Expired,
 }
 
 /// Work for the driver's sockets.
@@ -390,4 +419,8 @@ pub struct Stats {
     /// or holders paused past their TTL; reported by the acquire and renew
     /// scripts at no extra round trip, summed over every call's reply.
     pub reclaimed: u64,
+    /// Renewals the client made on its own for kept-alive leases.
+    pub kept_alive: u64,
+    /// Kept-alive leases lost (found gone, or not renewed in time).
+    pub keep_alive_lost: u64,
 }

@@ -11,7 +11,7 @@ use inflight_core::{
 use crate::connector::{Connector, TcpConnector};
 use crate::driver::Driver;
 use crate::error::ConnectError;
-use crate::limiter::{Limiter, RetryHints};
+use crate::limiter::{Limiter, RetryHints, Settings};
 use crate::telemetry;
 
 /// Whether `connect` waits for the first connection.
@@ -49,6 +49,8 @@ pub struct Builder {
     metrics_namespace: Option<String>,
     /// Checked at connect (`ConnectError::Label`).
     holder_label: Option<String>,
+    /// Keep every permit alive unless its acquire says otherwise.
+    keep_alive: bool,
     #[cfg(all(feature = "tls", not(madsim)))]
     tls: crate::tls::TlsOptions,
     #[cfg(feature = "fault-injection")]
@@ -74,7 +76,8 @@ impl std::fmt::Debug for Builder {
             .field("liveness", &self.liveness)
             .field("entropy", &self.entropy.map(|_| "<set>"))
             .field("metrics_namespace", &self.metrics_namespace)
-            .field("holder_label", &self.holder_label);
+            .field("holder_label", &self.holder_label)
+            .field("keep_alive", &self.keep_alive);
         #[cfg(all(feature = "tls", not(madsim)))]
         debug.field("tls", &self.tls);
         debug.finish()
@@ -93,6 +96,7 @@ impl Builder {
             entropy: None,
             metrics_namespace: None,
             holder_label: None,
+            keep_alive: false,
             #[cfg(feature = "fault-injection")]
             bugs: Default::default(),
             #[cfg(all(feature = "tls", not(madsim)))]
@@ -207,6 +211,13 @@ impl Builder {
     /// `ConnectError::Label`.
     pub fn holder_label(mut self, label: impl Into<String>) -> Self {
         self.holder_label = Some(label.into());
+        self
+    }
+
+    /// Keep every permit's lease alive while it is held (off by default;
+    /// `Acquire::keep_alive` decides per call): see [`Permit::keep_alive`](crate::Permit::keep_alive).
+    pub fn keep_alive(mut self, keep_alive: bool) -> Self {
+        self.keep_alive = keep_alive;
         self
     }
 
@@ -394,14 +405,14 @@ impl Builder {
         if start == Start::WhenReady {
             spawned.started.await.unwrap_or(Err(ConnectError::Stopped))?;
         }
-        Ok(Limiter::new(
-            spawned.commands,
+        let settings = Settings {
             default_limit,
             policy,
             key_prefix,
-            spawned.stats,
             metric_labels,
             hints,
-        ))
+            keep_alive: self.keep_alive,
+        };
+        Ok(Limiter::new(spawned.commands, spawned.stats, settings))
     }
 }

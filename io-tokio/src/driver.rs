@@ -18,7 +18,8 @@ use tokio::task::JoinHandle;
 use crate::clock::{now, timer_at};
 use crate::connector::Connector;
 use crate::error::{ConnectError, Error, ReleaseError, RenewError};
-use crate::mailbox::{Command, HeldLease, Reassertions};
+use crate::mailbox::{Command, HeldLease};
+use crate::news::{Lost, SharedNews};
 use crate::socket::{read_any, run_connection, IoEvent, Reader};
 use crate::telemetry;
 
@@ -33,7 +34,8 @@ type Startup = oneshot::Sender<Result<(), ConnectError>>;
 
 /// Where a request's outcome goes.
 enum Caller {
-    Acquire(oneshot::Sender<Result<Option<HeldLease>, Error>>),
+    /// With whether its lease is kept alive from its grant on.
+    Acquire(oneshot::Sender<Result<Option<HeldLease>, Error>>, bool),
     Renew(oneshot::Sender<Result<Lease, RenewError>>),
 }
 
@@ -53,8 +55,8 @@ pub(crate) struct Driver<C: Connector> {
     tickets: HashMap<u64, RequestId>,
     callers: HashMap<RequestId, (u64, Caller)>,
     release_waiters: HashMap<LeaseId, oneshot::Sender<Result<(), ReleaseError>>>,
-    /// What writing leases back after a data loss found, for their permits.
-    reassertions: Reassertions,
+    /// What the driver learns of held leases, for their permits.
+    news: SharedNews,
     drain_waiters: Vec<oneshot::Sender<()>>,
     startup: Option<Startup>,
     last_io_error: Option<String>,
@@ -96,7 +98,7 @@ impl<C: Connector> Driver<C> {
             tickets: HashMap::new(),
             callers: HashMap::new(),
             release_waiters: HashMap::new(),
-            reassertions: Reassertions::default(),
+            news: SharedNews::default(),
             drain_waiters: Vec::new(),
             // A lazy start reports nothing: failed attempts are retried.
             startup: (!lazy).then_some(startup),
@@ -179,6 +181,7 @@ impl<C: Connector> Driver<C> {
                 keys,
                 limit,
                 claim,
+                keep_alive,
                 wait,
                 reply,
             } => {
@@ -192,7 +195,8 @@ impl<C: Connector> Driver<C> {
                     }
                 };
                 self.tickets.insert(ticket, request);
-                self.callers.insert(request, (ticket, Caller::Acquire(reply)));
+                self.callers
+                    .insert(request, (ticket, Caller::Acquire(reply, keep_alive)));
             }
             Command::Renew { ticket, lease, reply } => {
                 let request = self.client.renew(now, &lease);
@@ -205,10 +209,11 @@ impl<C: Connector> Driver<C> {
                     self.client.abandon(now, request);
                 }
             }
+            Command::KeepAlive { lease } => self.client.keep_alive(now, &lease),
             Command::Release { lease, done } => {
-                self.forget_reassertion(lease.id());
+                self.news.let_go(lease.id(), Lost::Released);
                 if let Some(done) = done {
-                    self.release_waiters.insert(lease.id(), done);
+                    self.release_waiters.insert(lease.id().clone(), done);
                 }
                 self.client.release(now, lease);
             }
@@ -335,25 +340,19 @@ impl<C: Connector> Driver<C> {
                 if outcome == Reassertion::OverLimit {
                     tracing::warn!(%lease, "inflight: a lease written back after a data loss finds its key over the limit");
                 }
-                if let Ok(mut reassertions) = self.reassertions.lock() {
-                    reassertions.insert(lease, outcome);
-                }
+                self.news.reasserted(lease, outcome);
             }
-        }
-    }
-
-    /// `lease` is let go: its write-back verdict, if any, goes with it.
-    fn forget_reassertion(&mut self, lease: LeaseId) {
-        if let Ok(mut reassertions) = self.reassertions.lock() {
-            if !reassertions.is_empty() {
-                reassertions.remove(&lease);
+            Event::KeptAlive { lease, expires_at } => self.news.extended(&lease, expires_at),
+            Event::LeaseLost { lease, reason } => {
+                tracing::warn!(%lease, ?reason, "inflight: a kept-alive lease is lost; its holder should stop");
+                self.news.lose(&lease, reason.into());
             }
         }
     }
 
     /// Hands an acquire's outcome to its caller.
     fn on_acquired(&mut self, request: RequestId, outcome: Outcome) {
-        let Some((ticket, Caller::Acquire(reply))) = self.callers.remove(&request) else {
+        let Some((ticket, Caller::Acquire(reply, keep_alive))) = self.callers.remove(&request) else {
             // Unreachable: a caller's entry goes only with its outcome or its
             // `abandon`, after which the core sends nothing for it. Should
             // that ever break, the lease is still not leaked.
@@ -366,7 +365,13 @@ impl<C: Connector> Driver<C> {
         self.tickets.remove(&ticket);
         let result = match outcome {
             Outcome::Granted(lease) => match self.commands.upgrade() {
-                Some(commands) => Ok(Some(HeldLease::new(lease, commands, self.reassertions.clone()))),
+                Some(commands) => {
+                    if keep_alive {
+                        self.news.watch(lease.id(), lease.expires_at(), true);
+                        self.client.keep_alive(now(), &lease);
+                    }
+                    Ok(Some(HeldLease::new(lease, commands, self.news.clone())))
+                }
                 None => {
                     self.client.release(now(), lease);
                     Err(Error::Stopped)

@@ -86,6 +86,7 @@ mod driver;
 mod error;
 mod limiter;
 mod mailbox;
+mod news;
 mod permit;
 mod socket;
 mod telemetry;
@@ -106,6 +107,7 @@ pub use inflight_core::{
     Stats, Unavailable, UnavailablePolicy, MAX_LABEL_LEN, MAX_WEIGHT,
 };
 pub use limiter::{Acquire, Limiter};
+pub use news::Lost;
 pub use permit::Permit;
 
 /// The crate README's code compiles as written.

@@ -30,6 +30,8 @@ struct Shared {
     stats: watch::Receiver<Stats>,
     metric_labels: Vec<metrics::Label>,
     hints: RetryHints,
+    /// Permits are kept alive unless an acquire says otherwise.
+    keep_alive: bool,
 }
 
 /// How one acquire asks: the default is the limiter's default limit, weight
@@ -42,6 +44,7 @@ pub struct Acquire {
     wait: Option<Duration>,
     weight: Option<u32>,
     label: Option<String>,
+    keep_alive: Option<bool>,
 }
 
 impl Acquire {
@@ -77,6 +80,24 @@ impl Acquire {
         self.label = Some(label.into());
         self
     }
+
+    /// Keep the lease alive while the permit is held (overrides
+    /// `Builder::keep_alive`): see [`Permit::keep_alive`].
+    pub fn keep_alive(mut self, keep_alive: bool) -> Self {
+        self.keep_alive = Some(keep_alive);
+        self
+    }
+}
+
+/// What a limiter handle needs of the builder's settings.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub(crate) default_limit: NonZeroU32,
+    pub(crate) policy: UnavailablePolicy,
+    pub(crate) key_prefix: String,
+    pub(crate) metric_labels: Vec<metrics::Label>,
+    pub(crate) hints: RetryHints,
+    pub(crate) keep_alive: bool,
 }
 
 /// What the settings say about when a refused request may succeed.
@@ -110,15 +131,15 @@ impl Limiter {
     }
 
     /// A handle on a started driver.
-    pub(crate) fn new(
-        commands: Commands,
-        default_limit: NonZeroU32,
-        policy: UnavailablePolicy,
-        key_prefix: String,
-        stats: watch::Receiver<Stats>,
-        metric_labels: Vec<metrics::Label>,
-        hints: RetryHints,
-    ) -> Self {
+    pub(crate) fn new(commands: Commands, stats: watch::Receiver<Stats>, settings: Settings) -> Self {
+        let Settings {
+            default_limit,
+            policy,
+            key_prefix,
+            metric_labels,
+            hints,
+            keep_alive,
+        } = settings;
         Self {
             shared: Arc::new(Shared {
                 commands,
@@ -128,6 +149,7 @@ impl Limiter {
                 stats,
                 metric_labels,
                 hints,
+                keep_alive,
             }),
         }
     }
@@ -162,14 +184,17 @@ impl Limiter {
         if let Some(label) = &options.label {
             claim = claim.labelled(Label::new(label)?);
         }
-        self.acquire_claimed(key, limit, claim, options.wait).await
+        let keep_alive = options.keep_alive.unwrap_or(self.shared.keep_alive);
+        self.acquire_claimed(key, limit, claim, keep_alive, options.wait).await
     }
 
     /// Cancel-safe: dropping this future at any await point tells the driver
     /// the caller is gone; a grant that arrives later is released, and a
     /// waiter leaves its queue.
     async fn acquire_limited(&self, key: &Key, limit: NonZeroU32, wait: Option<Duration>) -> Result<Permit, Error> {
-        self.acquire_claimed(key, limit, Claim::default(), wait).await
+        let keep_alive = self.shared.keep_alive;
+        self.acquire_claimed(key, limit, Claim::default(), keep_alive, wait)
+            .await
     }
 
     async fn acquire_claimed(
@@ -177,6 +202,7 @@ impl Limiter {
         key: &Key,
         limit: NonZeroU32,
         claim: Claim,
+        keep_alive: bool,
         wait: Option<Duration>,
     ) -> Result<Permit, Error> {
         let started = tokio::time::Instant::now();
@@ -188,6 +214,7 @@ impl Limiter {
             keys: SubjectKeys::new(&self.shared.key_prefix, key),
             limit,
             claim,
+            keep_alive,
             wait,
             reply,
         };

@@ -3,16 +3,15 @@
 //! answer, and the lease a caller owns, whose drop sends its release. Both
 //! sides depend on this module; neither depends on the other.
 
-use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use inflight_core::key::SubjectKeys;
-use inflight_core::{Claim, Lease, LeaseId, Reassertion};
+use inflight_core::{Claim, Lease, Reassertion};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, ReleaseError, RenewError};
+use crate::news::{Lost, SharedNews};
 
 /// Where commands go.
 pub(crate) type Commands = mpsc::UnboundedSender<Command>;
@@ -26,6 +25,8 @@ pub(crate) enum Command {
         limit: NonZeroU32,
         /// Its weight and label (checked against `limit` by the caller).
         claim: Claim,
+        /// Keep the lease alive from its grant on.
+        keep_alive: bool,
         /// Wait up to this long for a slot (`None`: fail fast).
         wait: Option<std::time::Duration>,
         /// `Ok(None)`: let through unenforced (fail open).
@@ -35,6 +36,10 @@ pub(crate) enum Command {
         ticket: u64,
         lease: Lease,
         reply: oneshot::Sender<Result<Lease, RenewError>>,
+    },
+    /// Renew this lease on its own schedule until it is let go.
+    KeepAlive {
+        lease: Lease,
     },
     Abandon {
         ticket: u64,
@@ -87,11 +92,6 @@ impl Drop for AbandonOnDrop<'_> {
     }
 }
 
-/// What writing back held leases after a data loss found, by lease: filled
-/// by the driver, read by permits, emptied as leases are let go. Empty
-/// unless a server lost data while leases were held.
-pub(crate) type Reassertions = Arc<Mutex<HashMap<LeaseId, Reassertion>>>;
-
 /// A granted lease that someone owns: dropping it sends its release. The
 /// driver hands one out for each grant; should the caller be gone by then,
 /// it comes back in the unsent reply, and its drop still releases.
@@ -99,22 +99,26 @@ pub(crate) type Reassertions = Arc<Mutex<HashMap<LeaseId, Reassertion>>>;
 pub(crate) struct HeldLease {
     /// Always `Some` but inside `release`, `forget` and `drop`, which take it.
     held: Option<(Lease, Commands)>,
-    reassertions: Reassertions,
+    news: SharedNews,
 }
 
 impl HeldLease {
-    pub(crate) fn new(lease: Lease, commands: Commands, reassertions: Reassertions) -> Self {
+    pub(crate) fn new(lease: Lease, commands: Commands, news: SharedNews) -> Self {
         Self {
             held: Some((lease, commands)),
-            reassertions,
+            news,
         }
     }
 
     /// What the last write-back of this lease after a data loss found, if
     /// there was one while it was held.
     pub(crate) fn reassertion(&self) -> Option<Reassertion> {
-        let id = self.lease().id();
-        self.reassertions.lock().ok()?.get(&id).copied()
+        self.news.reassertion(self.lease().id())
+    }
+
+    /// What the driver learns of this lease from now on.
+    pub(crate) fn news(&self) -> &SharedNews {
+        &self.news
     }
 
     fn held(&self) -> &(Lease, Commands) {
@@ -132,6 +136,7 @@ impl HeldLease {
 
     /// The lease was renewed: it now lasts until `renewed.expires_at()`.
     pub(crate) fn renewed(&mut self, renewed: Lease) {
+        self.news.extended(renewed.id(), renewed.expires_at());
         if let Some((lease, _)) = self.held.as_mut() {
             *lease = renewed;
         }
@@ -140,9 +145,7 @@ impl HeldLease {
     /// Redis no longer holds the lease: let it go without a release.
     pub(crate) fn forget(mut self) {
         if let Some((lease, _)) = self.held.take() {
-            if let Ok(mut reassertions) = self.reassertions.lock() {
-                reassertions.remove(&lease.id());
-            }
+            self.news.let_go(lease.id(), Lost::Gone);
         }
     }
 

@@ -5,6 +5,7 @@ use tokio::sync::oneshot;
 
 use crate::error::{ReleaseError, RenewError};
 use crate::mailbox::{answer, next_ticket, Command, HeldLease};
+use crate::news::{self, Lost};
 
 /// Held while a request runs. Dropping it releases the lease in the background;
 /// [`Permit::release`] does the same and waits for the outcome.
@@ -38,7 +39,7 @@ impl Permit {
 
     /// The lease's id in Redis; `None` for an unenforced (fail-open) permit.
     pub fn lease_id(&self) -> Option<LeaseId> {
-        self.lease().map(Lease::id)
+        self.lease().map(|lease| lease.id().clone())
     }
 
     /// How many units of its key's limit the permit holds (1 unless it was
@@ -51,7 +52,14 @@ impl Permit {
     /// TTL from when it was acquired or last renewed, less a margin for
     /// clock rates. `None` if nothing is held.
     pub fn expires_at(&self) -> Option<std::time::Instant> {
-        self.lease().map(Lease::expires_at)
+        let held = self.lease.as_ref()?;
+        let own = held.lease().expires_at();
+        // Kept alive: the driver's renewals moved it.
+        Some(
+            held.news()
+                .expires_at(held.lease().id())
+                .map_or(own, |known| known.max(own)),
+        )
     }
 
     /// The grant's fencing token: strictly greater than every token granted
@@ -107,6 +115,43 @@ impl Permit {
             }
             Ok(Err(error)) => Err(error),
             Err(_) => Err(RenewError::Stopped),
+        }
+    }
+
+    /// Keeps the lease alive from now on: the limiter's driver renews it on
+    /// one schedule shared by every kept-alive permit (no task per permit),
+    /// once a third of the TTL has passed since its last extension, so a
+    /// failed renewal leaves time for retries (every sixth of the TTL).
+    /// Errors are retried, never raised; if the lease is lost anyway
+    /// (found gone, or not renewed before it expired), [`Permit::lost`]
+    /// resolves. Takes `&self`: works from any task, also once the permit
+    /// has moved into a response body. Nothing for a fail-open permit.
+    pub fn keep_alive(&self) {
+        let Some(held) = self.lease.as_ref() else {
+            return;
+        };
+        let lease = held.lease();
+        held.news().watch(lease.id(), lease.expires_at(), true);
+        let _ = held.commands().send(Command::KeepAlive { lease: lease.clone() });
+    }
+
+    /// Resolves when the lease is lost, so long work can stop: found gone
+    /// by a renewal (`Gone`), not renewed before its expiry (`Expired`: for
+    /// a permit not kept alive, at its expiry), not confirmed after Redis
+    /// lost lease data (`Unconfirmed`), or released (`Released`, the work
+    /// is over). The future owns what it needs: take it before moving the
+    /// permit into another task, and await it beside the work. A fail-open
+    /// permit holds nothing to lose: its future never resolves.
+    pub fn lost(&self) -> impl std::future::Future<Output = Lost> + Send + 'static {
+        let status = self.lease.as_ref().map(|held| {
+            let lease = held.lease();
+            held.news().watch(lease.id(), lease.expires_at(), false)
+        });
+        async move {
+            match status {
+                Some(status) => news::lost(status).await,
+                None => std::future::pending().await,
+            }
         }
     }
 

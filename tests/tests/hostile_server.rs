@@ -96,8 +96,15 @@ async fn a_reply_of_the_wrong_type_or_arity_retires_the_connection() {
     case(executed(b"+OK\r\n"), lost_to(unexpected), true).await;
     case(executed(b"*1\r\n:1\r\n"), lost_to(unexpected), true).await;
     case(executed(b"*3\r\n:1\r\n:2\r\n:3\r\n"), lost_to(unexpected), true).await;
-    // Two items: an acquire answers three (status, id, fencing token).
+    // Two items: an acquire answers four (status, id, fencing token, units
+    // reclaimed); a negative count is a lie too.
     case(executed(b"*2\r\n:1\r\n$1\r\nx\r\n"), lost_to(unexpected), true).await;
+    case(
+        executed(b"*4\r\n:0\r\n$1\r\nx\r\n:0\r\n:-1\r\n"),
+        lost_to(unexpected),
+        true,
+    )
+    .await;
     case(
         executed(b"*3\r\n$1\r\n1\r\n$1\r\nx\r\n:1\r\n"),
         lost_to(unexpected),
@@ -105,7 +112,7 @@ async fn a_reply_of_the_wrong_type_or_arity_retires_the_connection() {
     )
     .await;
     case(
-        executed(b"*3\r\n:7\r\n$1\r\nx\r\n:0\r\n"),
+        executed(b"*4\r\n:7\r\n$1\r\nx\r\n:0\r\n:0\r\n"),
         lost_to(|e| *e == ConnectionError::EchoMismatch),
         true,
     )
@@ -281,7 +288,7 @@ async fn renewal_case(lie: Lie, expect: impl Fn(&Result<(), RenewError>) -> bool
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_echoing_another_id_retires_the_connection_and_keeps_the_lease() {
     renewal_case(
-        executed(b"*2\r\n:1\r\n$3\r\nxyz\r\n"),
+        executed(b"*3\r\n:1\r\n$3\r\nxyz\r\n:0\r\n"),
         |r| {
             matches!(
                 r,

@@ -12,6 +12,8 @@ pub(super) enum Awaits {
     Acquire,
     /// `Event::Renewed`.
     Renewal,
+    /// Nobody: the client renews a kept-alive lease on its own.
+    KeepAlive,
 }
 
 /// Who still waits, and until when. The map and the deadline order are kept

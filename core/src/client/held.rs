@@ -70,6 +70,12 @@ impl HeldLeases {
         }
     }
 
+    /// Whether `lease` is held (granted and not let go).
+    pub(super) fn contains(&self, lease: &LeaseId) -> bool {
+        let (instance, counter) = lease.parts();
+        instance == self.instance && self.leases.contains_key(&counter)
+    }
+
     pub(super) fn remove(&mut self, lease: &LeaseId) {
         let (instance, counter) = lease.parts();
         if instance == self.instance {

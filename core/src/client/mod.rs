@@ -23,6 +23,7 @@ use callers::{Awaits, Callers};
 use connection::{Connection, Phase};
 use deferred::Deferred;
 use held::HeldLeases;
+use keep_alive::KeepAlive;
 use node::Node;
 use reconnect::Reconnect;
 use recovery::RecoveryKeys;
@@ -37,6 +38,7 @@ mod deferred;
 mod encode;
 mod held;
 mod identity;
+mod keep_alive;
 mod lifecycle;
 mod node;
 mod outcomes;
@@ -198,6 +200,8 @@ pub struct Client {
     recovery_keys: RecoveryKeys,
     /// Waiting acquires between their checks.
     waiters: Waiters,
+    /// The leases this client renews on its own.
+    keep_alive: KeepAlive,
     /// The wake-up connections must be brought in line with the waiters.
     subscriptions_dirty: bool,
     /// Deliberate bugs, for the simulator's self-test only.
@@ -239,6 +243,7 @@ impl Client {
             held: HeldLeases::default(),
             recovery_keys,
             waiters: Waiters::default(),
+            keep_alive: KeepAlive::default(),
             subscriptions_dirty: false,
             #[cfg(feature = "fault-injection")]
             bugs: crate::InjectedBugs::default(),
@@ -501,8 +506,13 @@ impl Client {
     }
 
     /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
-    pub fn release(&mut self, now: Instant, lease: Lease) {
+    pub fn release(&mut self, now: Instant, mut lease: Lease) {
         self.held.remove(&lease.id);
+        // Kept alive, Redis may hold it longer than the holder's copy says:
+        // the release keeps trying until then.
+        if let Some(expires_at) = self.keep_alive.remove(&lease.id) {
+            lease.release_until = lease.release_until.max(expires_at);
+        }
         let channel = (self.waiters.len() > 0).then(|| lease.keys.wake_channel());
         self.submit_release(now, ReleaseJob::of(lease, ReleaseKind::Release, now));
         // A waiter here for the slot just freed checks right behind the
@@ -610,6 +620,7 @@ impl Client {
         }
         self.check_due_waiters(now);
         self.check_subscribers(now);
+        self.renew_kept(now);
         for node in 0..self.nodes.len() {
             if let Some(error) = self.nodes[node].connection.as_ref().and_then(|conn| conn.overdue(now)) {
                 self.drop_connection(now, node, error);
@@ -692,6 +703,7 @@ impl Client {
             self.topology.next_deadline(),
             self.deferred.next_deadline(),
             self.waiters.next_check(),
+            self.keep_alive.next_due(),
         ]
         .into_iter()
         .chain(nodes)

@@ -62,6 +62,13 @@ impl Client {
         if !self.stop_waiting(request) {
             return;
         }
+        if self.keep_alive.is_renewal(request) {
+            return match renewal {
+                Renewal::Extended(lease) => self.kept_renewed(request, Some(lease), false),
+                Renewal::Lost => self.kept_renewed(request, None, true),
+                Renewal::Unavailable(_) => self.kept_renewed(request, None, false),
+            };
+        }
         match &renewal {
             Renewal::Extended(_) => self.stats.renewals += 1,
             Renewal::Lost => self.stats.leases_lost += 1,
@@ -73,7 +80,7 @@ impl Client {
     /// No trustworthy answer for `request`: deny or fail open, by policy (a
     /// renewal is simply unavailable).
     pub(super) fn fail(&mut self, request: RequestId, reason: Unavailable) {
-        if self.callers.awaits(request) == Some(Awaits::Renewal) {
+        if matches!(self.callers.awaits(request), Some(Awaits::Renewal | Awaits::KeepAlive)) {
             return self.finish_renewal(request, Renewal::Unavailable(reason));
         }
         let outcome = match self.config.unavailable_policy {

@@ -340,6 +340,10 @@ impl Client {
             }
             0 => {
                 self.held.remove(&op.call.lease);
+                if !self.keep_alive.is_renewal(request) {
+                    // Found gone by its holder's own renewal: not kept any more.
+                    self.keep_alive.remove(&op.call.lease);
+                }
                 Renewal::Lost
             }
             // It ran too late and changed nothing: the lease keeps its expiry.

@@ -117,19 +117,19 @@ impl Pair {
                 let renewed = renews.expect("a renewal outcome for an acquire");
                 match renewal {
                     Renewal::Extended(lease) => {
-                        assert_eq!(lease.id(), renewed, "{request:?} renewed another lease");
+                        assert_eq!(*lease.id(), renewed, "{request:?} renewed another lease");
                         let live = self.server.live_leases(&key);
                         assert!(
                             live.iter().any(|id| id[..] == renewed.to_bytes()[..]),
                             "renewed lease is not in Redis"
                         );
-                        let held = self.held.iter_mut().find(|l| l.id() == renewed);
+                        let held = self.held.iter_mut().find(|l| *l.id() == renewed);
                         // The holder now holds the renewed lease (its new expiry).
                         *held.expect("a renewed lease is held") = lease.clone();
                     }
                     // Only time removes a lease its holder has not released.
                     Renewal::Lost => {
-                        let at = self.held.iter().position(|l| l.id() == renewed);
+                        let at = self.held.iter().position(|l| *l.id() == renewed);
                         let lease = self.held.remove(at.expect("a lost lease was held"));
                         assert!(
                             self.now >= lease.expires_at(),

@@ -149,7 +149,7 @@ impl Pair {
             request,
             RequestRecord {
                 key: lease.redis_key().clone(),
-                renews: Some(lease.id()),
+                renews: Some(lease.id().clone()),
                 ..RequestRecord::default()
             },
         );
@@ -158,10 +158,10 @@ impl Pair {
     }
 
     /// Whether a renewal of `lease` still waits for its outcome.
-    pub fn renewing(&self, lease: LeaseId) -> bool {
+    pub fn renewing(&self, lease: &LeaseId) -> bool {
         self.requests
             .values()
-            .any(|r| r.renews.as_ref() == Some(&lease) && !r.answered && !r.abandoned)
+            .any(|r| r.renews.as_ref() == Some(lease) && !r.answered && !r.abandoned)
     }
 
     /// Releases the first `count` held leases before the client's outputs are

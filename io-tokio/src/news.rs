@@ -1,0 +1,160 @@
+//! What the driver learns about held leases after their grant, for their
+//! permits: a write-back verdict after a data loss, renewals made by
+//! keep-alive, and loss. Side tables keyed by lease, filled only for the
+//! leases that need them (a plain permit nobody watches costs nothing here),
+//! emptied as leases are let go.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use inflight_core::{LeaseId, LeaseLost, Reassertion};
+use tokio::sync::watch;
+
+/// Why a permit's lease is gone, as [`Permit::lost`](crate::Permit::lost)
+/// reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Lost {
+    /// Redis no longer holds it: it expired there (the process stalled
+    /// past its TTL), or was released elsewhere, or the server lost it.
+    Gone,
+    /// It was not renewed before its expiry (no keep-alive, or Redis
+    /// unreachable for longer than the renewal margin): it may be gone.
+    Expired,
+    /// Redis lost lease data and writing this lease back was not confirmed.
+    Unconfirmed,
+    /// The permit was released (or dropped): the work it guarded is over.
+    Released,
+}
+
+impl From<LeaseLost> for Lost {
+    fn from(reason: LeaseLost) -> Self {
+        match reason {
+            LeaseLost::Gone => Lost::Gone,
+            _ => Lost::Expired,
+        }
+    }
+}
+
+/// A watched lease as the driver last knew it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Status {
+    pub(crate) expires_at: Instant,
+    /// The client renews it: its expiry alone is no loss.
+    pub(crate) kept_alive: bool,
+    pub(crate) lost: Option<Lost>,
+}
+
+/// The side tables, shared by the driver and every permit.
+#[derive(Debug, Default)]
+pub(crate) struct News {
+    reassertions: Mutex<HashMap<LeaseId, Reassertion>>,
+    watched: Mutex<HashMap<LeaseId, watch::Sender<Status>>>,
+}
+
+pub(crate) type SharedNews = Arc<News>;
+
+impl News {
+    pub(crate) fn reassertion(&self, lease: &LeaseId) -> Option<Reassertion> {
+        self.reassertions.lock().ok()?.get(lease).copied()
+    }
+
+    pub(crate) fn reasserted(&self, lease: LeaseId, outcome: Reassertion) {
+        if outcome == Reassertion::Unconfirmed {
+            self.lose(&lease, Lost::Unconfirmed);
+        }
+        if let Ok(mut reassertions) = self.reassertions.lock() {
+            reassertions.insert(lease, outcome);
+        }
+    }
+
+    /// Watches `lease` (if it is not yet): its status, from now on kept
+    /// here until it is let go.
+    pub(crate) fn watch(&self, lease: &LeaseId, expires_at: Instant, kept_alive: bool) -> watch::Receiver<Status> {
+        let mut watched = self.watched.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let sender = watched.entry(lease.clone()).or_insert_with(|| {
+            watch::Sender::new(Status {
+                expires_at,
+                kept_alive,
+                lost: None,
+            })
+        });
+        if kept_alive {
+            sender.send_modify(|status| status.kept_alive = true);
+        }
+        sender.subscribe()
+    }
+
+    /// The expiry the driver knows for a watched lease (kept alive: moved by
+    /// its renewals).
+    pub(crate) fn expires_at(&self, lease: &LeaseId) -> Option<Instant> {
+        let watched = self.watched.lock().ok()?;
+        watched.get(lease).map(|sender| sender.borrow().expires_at)
+    }
+
+    /// A renewal moved a watched lease's expiry.
+    pub(crate) fn extended(&self, lease: &LeaseId, expires_at: Instant) {
+        if let Ok(watched) = self.watched.lock() {
+            if let Some(sender) = watched.get(lease) {
+                sender.send_modify(|status| status.expires_at = expires_at);
+            }
+        }
+    }
+
+    /// A watched lease is lost: its watchers are told, once.
+    pub(crate) fn lose(&self, lease: &LeaseId, reason: Lost) {
+        if let Ok(watched) = self.watched.lock() {
+            if let Some(sender) = watched.get(lease) {
+                sender.send_if_modified(|status| {
+                    let first = status.lost.is_none();
+                    status.lost.get_or_insert(reason);
+                    first
+                });
+            }
+        }
+    }
+
+    /// `lease` is let go (released, or found lost by its own renewal):
+    /// its watchers are told `reason` unless they were told already, and
+    /// its entries go.
+    pub(crate) fn let_go(&self, lease: &LeaseId, reason: Lost) {
+        self.lose(lease, reason);
+        if let Ok(mut reassertions) = self.reassertions.lock() {
+            if !reassertions.is_empty() {
+                reassertions.remove(lease);
+            }
+        }
+        if let Ok(mut watched) = self.watched.lock() {
+            if !watched.is_empty() {
+                watched.remove(lease);
+            }
+        }
+    }
+}
+
+/// Resolves when a watched lease is lost (see `Permit::lost`).
+pub(crate) async fn lost(mut status: watch::Receiver<Status>) -> Lost {
+    loop {
+        let now = *status.borrow_and_update();
+        if let Some(reason) = now.lost {
+            return reason;
+        }
+        let expiry = async {
+            if now.kept_alive {
+                std::future::pending::<()>().await
+            } else {
+                tokio::time::sleep_until(crate::clock::timer_at(Some(now.expires_at))).await
+            }
+        };
+        tokio::select! {
+            changed = status.changed() => {
+                if changed.is_err() {
+                    // The entry went without a verdict: let go.
+                    return status.borrow().lost.unwrap_or(Lost::Released);
+                }
+            }
+            () = expiry => return Lost::Expired,
+        }
+    }
+}
