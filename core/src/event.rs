@@ -267,6 +267,8 @@ pub enum Event {
     Acquired(RequestId, Outcome),
     /// The renewal's one and only outcome. Never sent after `abandon`.
     Renewed(RequestId, Renewal),
+    /// The inspection's one and only outcome. Never sent after `abandon`.
+    Inspected(RequestId, Result<Inspection, Unavailable>),
     /// A release (or, with `compensation`, a release we owed for an acquire whose
     /// caller never got the lease) is done.
     Released {
@@ -318,6 +320,52 @@ pub enum Event {
         /// Why the release gave up.
         reason: ReleaseFailure,
     },
+}
+
+/// What a subject holds, as `Client::inspect` read it from Redis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Inspection {
+    /// Units held by live leases now (a weight-`w` lease is `w` units).
+    pub units: u64,
+    /// The limit the subject's waiters last recorded in Redis, if any did
+    /// (fail-fast acquires record none: each call brings its own limit).
+    pub limit_recorded: Option<u32>,
+    /// The live leases, in expiry order (up to the number asked for).
+    pub holders: Vec<Holder>,
+}
+
+/// One live lease, as Redis holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// Its id (`instance-counter`), without weight or label.
+    pub lease_id: String,
+    /// Units it takes.
+    pub weight: u32,
+    /// Its holder's label, if it has one.
+    pub label: Option<String>,
+    /// When Redis forgets it unless renewed (server time turned into this
+    /// client's clock when the reply was read).
+    pub expires_at: Instant,
+}
+
+impl Holder {
+    /// A lease-set member and its expiry, `expires_in` from `now`.
+    pub(crate) fn from_member(member: &[u8], now: Instant, expires_in: Duration) -> Self {
+        let text = String::from_utf8_lossy(member);
+        let (id, label) = match text.split_once('@') {
+            Some((id, label)) => (id, Some(label.to_string())),
+            None => (&text[..], None),
+        };
+        let lease_id = id.split_once('*').map_or(id, |(id, _)| id).to_string();
+        Self {
+            lease_id,
+            weight: crate::lease_id::weight_of(member),
+            label,
+            expires_at: now + expires_in,
+        }
+    }
 }
 
 /// How a kept-alive lease was lost.

@@ -14,8 +14,8 @@ use bytes::{Bytes, BytesMut};
 use crate::lease_id::{is_extra_unit, units, weight_of};
 use crate::resp::{Frame, ReplyLimits, ReplyReader};
 use crate::script::{
-    Scripts, ACQUIRE, ACQUIRE_MANY, ACQUIRE_WAITING, COMPENSATE, HOLD, LEAVE, MARK, REASSERT, RECOVERING, RELEASE,
-    RENEW, STALE,
+    Scripts, ACQUIRE, ACQUIRE_MANY, ACQUIRE_WAITING, COMPENSATE, HOLD, INSPECT, LEAVE, MARK, REASSERT, RECOVERING,
+    RELEASE, RENEW, STALE,
 };
 
 /// What one acquire did, in execution order.
@@ -361,6 +361,8 @@ impl RedisModel {
             Some(self.scripts.release.sha.clone())
         } else if text == LEAVE.as_bytes() {
             Some(self.scripts.leave.sha.clone())
+        } else if text == INSPECT.as_bytes() {
+            Some(self.scripts.inspect.sha.clone())
         } else {
             None
         }
@@ -550,6 +552,36 @@ impl RedisModel {
             };
             self.reasserts.push((rest[1].clone(), id.clone(), status));
             Frame::Array(vec![Frame::Integer(status), Frame::BulkString(id)])
+        } else if sha == self.scripts.inspect.sha && rest.len() == 4 && &rest[0][..] == b"2" {
+            let Some(most) = number(&rest[3]) else {
+                return error("ERR Error running script: bad arguments");
+            };
+            let now = self.now_ms;
+            let mut live: Vec<(u64, Bytes)> = self
+                .sets
+                .get(&rest[1])
+                .map(|set| {
+                    set.iter()
+                        .filter(|(_, expiry)| **expiry > now)
+                        .map(|(id, expiry)| (*expiry, id.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            live.sort();
+            let limit = self.holds.get(&rest[2]).and_then(|stats| stats.limit);
+            let mut reply = vec![
+                Frame::Integer(now as i64),
+                Frame::Integer(live.len() as i64),
+                Frame::Integer(limit.map_or(-1, |limit| limit as i64)),
+            ];
+            for (expiry, id) in live
+                .into_iter()
+                .filter(|(_, id)| !is_extra_unit(id))
+                .take(most as usize)
+            {
+                reply.extend([Frame::BulkString(id), Frame::Integer(expiry as i64)]);
+            }
+            Frame::Array(reply)
         } else if sha == self.scripts.mark.sha && rest.len() == 3 && &rest[0][..] == b"1" {
             match self.values.get(&rest[1]) {
                 Some(value) => Frame::Array(vec![Frame::Integer(0), Frame::BulkString(value.clone())]),

@@ -662,6 +662,38 @@ return {1, id, reclaimed}
 "#
 );
 
+/// What a subject holds now, for operators (read only: it prunes nothing).
+///
+/// KEYS: lease set, hold statistics. ARGV: the most holders to list (0:
+/// only the count). Returns `{now ms, live units, limit or -1, id, expiry
+/// ms, id, expiry ms, …}`: the units whose expiry is after now, the limit
+/// the subject's waiters last recorded (-1 if none did), then the live
+/// leases (their own ids, not their extra units) with their expiries, in
+/// expiry order. O(log n) for the count; listing reads every live member.
+pub const INSPECT: &str = r#"
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local after = '(' .. now
+local reply = {now, redis.call('ZCOUNT', KEYS[1], after, '+inf')}
+reply[3] = tonumber(redis.call('HGET', KEYS[2], 'limit') or '-1')
+local most = tonumber(ARGV[1])
+if most > 0 then
+  local members = redis.call('ZRANGEBYSCORE', KEYS[1], after, '+inf', 'WITHSCORES')
+  local listed = 0
+  for i = 1, #members, 2 do
+    if listed >= most then
+      break
+    end
+    if not string.find(members[i], '#', 1, true) then
+      reply[#reply + 1] = members[i]
+      reply[#reply + 1] = tonumber(members[i + 1])
+      listed = listed + 1
+    end
+  end
+end
+return reply
+"#;
+
 /// A script's text and its SHA1, the name `EVALSHA` knows it by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Script {
@@ -706,6 +738,8 @@ pub enum ScriptKind {
     Mark,
     /// Sets the recovery hold after lost data (`EVAL`).
     Hold,
+    /// Reads what a subject holds, for operators (`EVAL`).
+    Inspect,
 }
 
 impl ScriptKind {
@@ -745,6 +779,8 @@ pub struct Scripts {
     pub release: Script,
     /// [`ScriptKind::Leave`].
     pub leave: Script,
+    /// [`ScriptKind::Inspect`].
+    pub inspect: Script,
 }
 
 impl Default for Scripts {
@@ -760,6 +796,7 @@ impl Default for Scripts {
             acquire_waiting: Script::new(ACQUIRE_WAITING),
             release: Script::new(RELEASE),
             leave: Script::new(LEAVE),
+            inspect: Script::new(INSPECT),
         }
     }
 }
@@ -778,6 +815,7 @@ impl Scripts {
             ScriptKind::AcquireWaiting => &self.acquire_waiting,
             ScriptKind::Release => &self.release,
             ScriptKind::Leave => &self.leave,
+            ScriptKind::Inspect => &self.inspect,
         }
     }
 

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use inflight_core::{
-    Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Lease, LeaseId, Outcome, Reassertion, Renewal,
-    RequestId, Servers, Stats,
+    Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Inspection, Lease, LeaseId, Outcome, Reassertion,
+    Renewal, RequestId, Servers, Stats,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -37,6 +37,7 @@ enum Caller {
     /// With whether its lease is kept alive from its grant on.
     Acquire(oneshot::Sender<Result<Option<HeldLease>, Error>>, bool),
     Renew(oneshot::Sender<Result<Lease, RenewError>>),
+    Inspect(oneshot::Sender<Result<Inspection, Error>>),
 }
 
 pub(crate) struct Driver<C: Connector> {
@@ -210,6 +211,16 @@ impl<C: Connector> Driver<C> {
                 }
             }
             Command::KeepAlive { lease } => self.client.keep_alive(now, &lease),
+            Command::Inspect {
+                ticket,
+                keys,
+                holders,
+                reply,
+            } => {
+                let request = self.client.inspect(now, keys, holders);
+                self.tickets.insert(ticket, request);
+                self.callers.insert(request, (ticket, Caller::Inspect(reply)));
+            }
             Command::Release { lease, done } => {
                 self.news.let_go(lease.id(), Lost::Released);
                 if let Some(done) = done {
@@ -300,6 +311,12 @@ impl<C: Connector> Driver<C> {
         match event {
             Event::Acquired(request, outcome) => self.on_acquired(request, outcome),
             Event::Renewed(request, renewal) => self.on_renewed(request, renewal),
+            Event::Inspected(request, inspection) => {
+                if let Some((ticket, Caller::Inspect(reply))) = self.callers.remove(&request) {
+                    self.tickets.remove(&ticket);
+                    let _ = reply.send(inspection.map_err(|reason| Error::Unavailable { reason }));
+                }
+            }
             Event::Released { lease, compensation } => {
                 tracing::trace!(%lease, compensation, "inflight: lease released");
                 self.release_done(lease, Ok(()));

@@ -102,11 +102,11 @@ pub use connector::UnixConnector;
 pub use connector::{tcp_endpoint, Connector, TcpConnector};
 pub use error::{ConnectError, Error, ReleaseError, RenewError};
 pub use inflight_core::{
-    ClaimError, ConfigError, ConnectionError, DataLoss, Endpoint, Key, KeyError, Label, LabelError, LeaseId,
+    ClaimError, ConfigError, ConnectionError, DataLoss, Endpoint, Holder, Key, KeyError, Label, LabelError, LeaseId,
     ProtocolError, Reassertion, Recovery, ReleaseFailure, ReleasePolicy, ReplicaAcks, ServerError, ServerErrorKind,
     Stats, Unavailable, UnavailablePolicy, MAX_LABEL_LEN, MAX_WEIGHT,
 };
-pub use limiter::{Acquire, Limiter};
+pub use limiter::{Acquire, Limiter, Usage, MAX_HOLDERS};
 pub use news::Lost;
 pub use permit::Permit;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use inflight_core::key::SubjectKeys;
-use inflight_core::{Claim, Key, Label, Stats, Unavailable, UnavailablePolicy};
+use inflight_core::{Claim, Holder, Inspection, Key, Label, Stats, Unavailable, UnavailablePolicy};
 use tokio::sync::{oneshot, watch};
 
 use crate::builder::Builder;
@@ -87,6 +87,21 @@ impl Acquire {
         self.keep_alive = Some(keep_alive);
         self
     }
+}
+
+/// The most holders `Limiter::holders` lists.
+pub const MAX_HOLDERS: u32 = 10_000;
+
+/// How much of a key's limit is in use (see [`Limiter::usage`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Usage {
+    /// Units held by live leases (a weight-`w` permit holds `w`).
+    pub held: u64,
+    /// The key's limit as far as this limiter knows: recorded in Redis by
+    /// the key's waiters, else this limiter's default (another replica, or
+    /// a per-call limit, may use another).
+    pub limit_hint: u32,
 }
 
 /// What a limiter handle needs of the builder's settings.
@@ -247,6 +262,45 @@ impl Limiter {
         match self.shared.policy {
             UnavailablePolicy::Allow => Ok(Permit::unenforced()),
             _ => Err(Error::Stopped),
+        }
+    }
+
+    /// How much of `key`'s limit is in use now, across the fleet: the units
+    /// its live leases hold (read from Redis; expired leases not pruned yet
+    /// do not count), and the limit it is held to as far as this limiter
+    /// knows: the one its waiters recorded in Redis, else this limiter's
+    /// default. One round trip; read only.
+    pub async fn usage(&self, key: &Key) -> Result<Usage, Error> {
+        let inspection = self.inspect(key, 0).await?;
+        Ok(Usage {
+            held: inspection.units,
+            limit_hint: inspection.limit_recorded.unwrap_or(self.shared.default_limit.get()),
+        })
+    }
+
+    /// Who holds `key`'s slots now: its live leases (at most `MAX_HOLDERS`
+    /// of them), each with its weight, expiry and holder label, soonest to
+    /// expire first. Reads every live lease of the key: for operators, not
+    /// for the request path.
+    pub async fn holders(&self, key: &Key) -> Result<Vec<Holder>, Error> {
+        Ok(self.inspect(key, MAX_HOLDERS).await?.holders)
+    }
+
+    async fn inspect(&self, key: &Key, holders: u32) -> Result<Inspection, Error> {
+        let ticket = next_ticket();
+        let (reply, outcome) = oneshot::channel();
+        let command = Command::Inspect {
+            ticket,
+            keys: SubjectKeys::new(&self.shared.key_prefix, key),
+            holders,
+            reply,
+        };
+        if self.shared.commands.send(command).is_err() {
+            return Err(Error::Stopped);
+        }
+        match answer(&self.shared.commands, ticket, outcome).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Stopped),
         }
     }
 

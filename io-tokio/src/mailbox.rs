@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use inflight_core::key::SubjectKeys;
-use inflight_core::{Claim, Lease, Reassertion};
+use inflight_core::{Claim, Inspection, Lease, Reassertion};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, ReleaseError, RenewError};
@@ -36,6 +36,13 @@ pub(crate) enum Command {
         ticket: u64,
         lease: Lease,
         reply: oneshot::Sender<Result<Lease, RenewError>>,
+    },
+    /// Read what a subject holds (`Limiter::usage`, `Limiter::holders`).
+    Inspect {
+        ticket: u64,
+        keys: SubjectKeys,
+        holders: u32,
+        reply: oneshot::Sender<Result<Inspection, Error>>,
     },
     /// Renew this lease on its own schedule until it is let go.
     KeepAlive {

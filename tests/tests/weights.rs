@@ -246,3 +246,80 @@ async fn labels_travel_in_the_lease_and_bad_weights_and_labels_are_typed_errors(
     drop((by_default, own));
     limiter.drain().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_and_holders_show_who_holds_what_and_expired_leases_are_not_counted() {
+    let server = RedisServer::start();
+    let limiter = builder(&server).holder_label("api-1").connect().await.unwrap();
+    let short = builder(&server)
+        .holder_label("batch-9")
+        .timeout(Duration::from_millis(100))
+        .lease_ttl(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let subject = "seen";
+    let empty = limiter.usage(&key(subject)).await.unwrap();
+    assert_eq!((empty.held, empty.limit_hint), (0, 10));
+    assert!(limiter.holders(&key(subject)).await.unwrap().is_empty());
+
+    let one = limiter.acquire(&key(subject)).await.unwrap();
+    let heavy = limiter
+        .acquire_opts(&key(subject), Acquire::default().weight(3).label("req-7"))
+        .await
+        .unwrap();
+    let dying = weighing(&short, subject, 2).await.unwrap();
+    assert_eq!(limiter.usage(&key(subject)).await.unwrap().held, 6);
+    let holders = limiter.holders(&key(subject)).await.unwrap();
+    assert_eq!(holders.len(), 3, "{holders:?}");
+    // Soonest to expire first: the 300 ms lease.
+    assert_eq!((holders[0].weight, holders[0].label.as_deref()), (2, Some("batch-9")));
+    let by_label = |label: &str| holders.iter().find(|h| h.label.as_deref() == Some(label)).unwrap();
+    assert_eq!(by_label("api-1").weight, 1);
+    assert_eq!(by_label("req-7").weight, 3);
+    let heavy_id = heavy.lease_id().unwrap().to_string();
+    assert!(heavy_id.starts_with(&by_label("req-7").lease_id), "{heavy_id}");
+    assert!(!by_label("req-7").lease_id.contains(['*', '@']));
+    let in_a_minute = Instant::now() + Duration::from_secs(55);
+    assert!(by_label("api-1").expires_at > in_a_minute);
+
+    // The short-lived holder "crashes": its permit is forgotten, never released.
+    std::mem::forget(dying);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        limiter.usage(&key(subject)).await.unwrap().held,
+        4,
+        "the dead lease is not counted"
+    );
+    assert_eq!(limiter.holders(&key(subject)).await.unwrap().len(), 2);
+    // The next acquire's prune reclaims its two units, and says so.
+    let before = limiter.stats().reclaimed;
+    let third = limiter.acquire(&key(subject)).await.unwrap();
+    assert_eq!(
+        limiter.stats().reclaimed - before,
+        2,
+        "units reclaimed from the dead holder"
+    );
+
+    // A waiter records the limit in Redis: the hint is Redis's then.
+    let waiter = {
+        let short = short.clone();
+        tokio::spawn(async move {
+            short
+                .acquire_opts(
+                    &key(subject),
+                    Acquire::default().limit(5).wait(Duration::from_millis(300)),
+                )
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(short.usage(&key(subject)).await.unwrap().limit_hint, 5);
+    assert!(
+        waiter.await.unwrap().is_err(),
+        "5 of 5 units held: the waiter times out"
+    );
+    drop((one, heavy, third));
+    limiter.drain().await;
+    short.drain().await;
+}

@@ -14,6 +14,8 @@ pub(super) enum Awaits {
     Renewal,
     /// Nobody: the client renews a kept-alive lease on its own.
     KeepAlive,
+    /// `Event::Inspected`.
+    Inspection,
 }
 
 /// Who still waits, and until when. The map and the deadline order are kept

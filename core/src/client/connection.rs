@@ -114,7 +114,7 @@ impl Connection {
     /// `request`'s reply was read: it no longer counts as in flight.
     pub(super) fn answered(&mut self, request: &Request) {
         match request {
-            Request::Acquire(_) | Request::Renew(_) => self.in_flight -= 1,
+            Request::Acquire(_) | Request::Renew(_) | Request::Inspect(_) => self.in_flight -= 1,
             Request::AcquireMany(ops) => self.in_flight -= ops.len(),
             _ => {}
         }

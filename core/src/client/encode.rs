@@ -64,6 +64,17 @@ impl Request {
                     &[ttl_ms, &call.lease_bytes, valid_until.as_bytes()],
                 )
             }
+            Request::Inspect(op) => {
+                let holders = op.holders.to_string();
+                let keys = &op.call.keys;
+                scripts.encode_call(
+                    out,
+                    ScriptKind::Inspect,
+                    true,
+                    &[keys.leases(), &keys.holds()],
+                    &[holders.as_bytes()],
+                )
+            }
             Request::Release(job) => encode_release(std::slice::from_ref(job), scripts, out),
             Request::ReleaseMany(jobs) => encode_release(jobs, scripts, out),
             Request::Compensate(job) => encode_compensate(job, scripts, out),

@@ -69,6 +69,9 @@ impl Client {
                 Request::Renew(op) => {
                     self.ambiguous(now, Op::Renew(op), error.clone());
                 }
+                Request::Inspect(op) => {
+                    self.ambiguous(now, Op::Inspect(op), error.clone());
+                }
                 Request::Release(job) | Request::Compensate(job) => self.retry_release(now, job),
                 Request::ReleaseMany(jobs) => {
                     for job in jobs {

@@ -28,7 +28,7 @@ use node::Node;
 use reconnect::Reconnect;
 use recovery::RecoveryKeys;
 use releases::ReleaseQueue;
-use request::{AcquireOp, Call, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Step, Wait};
+use request::{AcquireOp, Call, InspectOp, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Step, Wait};
 use topology::{Route, Topology};
 use waiters::Waiters;
 
@@ -426,6 +426,17 @@ impl Client {
         request
     }
 
+    /// Reads what `keys`' subject holds now: its live units, the limit its
+    /// waiters recorded, and up to `holders` of its live leases (0: none,
+    /// only the count). Read only. Exactly one `Event::Inspected` follows,
+    /// unless it is abandoned first; it shares the acquires' timeout.
+    pub fn inspect(&mut self, now: Instant, keys: SubjectKeys, holders: u32) -> RequestId {
+        let request = self.register(now, Awaits::Inspection);
+        let call = Call::new(request, self.lease_ids.id(request.0), keys);
+        self.submit(now, Op::Inspect(InspectOp { call, holders }));
+        request
+    }
+
     /// A new request whose caller waits at most the acquire timeout.
     fn register(&mut self, now: Instant, awaits: Awaits) -> RequestId {
         let request = RequestId(self.next_request);
@@ -492,7 +503,9 @@ impl Client {
         let queued = self
             .events
             .iter()
-            .position(|event| matches!(event, Event::Acquired(r, _) | Event::Renewed(r, _) if *r == request));
+            .position(|event| {
+                matches!(event, Event::Acquired(r, _) | Event::Renewed(r, _) | Event::Inspected(r, _) if *r == request)
+            });
         match queued.and_then(|at| self.events.remove(at)) {
             Some(Event::Acquired(_, outcome)) => self.withdraw(now, outcome),
             // The lease stays its holder's, with the expiry it knew.

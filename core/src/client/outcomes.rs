@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::callers::Awaits;
 use super::request::{Op, ReleaseJob, ReleaseKind};
 use super::Client;
-use crate::event::{ConnectionError, Event, Outcome, Renewal, RequestId, Unavailable};
+use crate::event::{ConnectionError, Event, Inspection, Outcome, Renewal, RequestId, Unavailable};
 use crate::UnavailablePolicy;
 
 impl Client {
@@ -77,9 +77,19 @@ impl Client {
         self.events.push_back(Event::Renewed(request, renewal));
     }
 
+    /// Delivers an inspection's outcome if its caller still waits.
+    pub(super) fn finish_inspection(&mut self, request: RequestId, inspection: Result<Inspection, Unavailable>) {
+        if self.stop_waiting(request) {
+            self.events.push_back(Event::Inspected(request, inspection));
+        }
+    }
+
     /// No trustworthy answer for `request`: deny or fail open, by policy (a
-    /// renewal is simply unavailable).
+    /// renewal or an inspection is simply unavailable).
     pub(super) fn fail(&mut self, request: RequestId, reason: Unavailable) {
+        if self.callers.awaits(request) == Some(Awaits::Inspection) {
+            return self.finish_inspection(request, Err(reason));
+        }
         if matches!(self.callers.awaits(request), Some(Awaits::Renewal | Awaits::KeepAlive)) {
             return self.finish_renewal(request, Renewal::Unavailable(reason));
         }

@@ -3,9 +3,9 @@
 use std::time::Instant;
 
 use super::identity;
-use super::request::{AcquireOp, Op, RenewOp, Request, Step};
+use super::request::{AcquireOp, InspectOp, Op, RenewOp, Request, Step};
 use super::{Client, Phase};
-use crate::event::{ConnectionError, Event, Lease, Outcome, Renewal, Unavailable};
+use crate::event::{ConnectionError, Event, Holder, Inspection, Lease, Outcome, Renewal, Unavailable};
 use crate::resp::Frame;
 use crate::script::{ScriptKind, RECOVERING, STALE};
 use crate::server_clock::{lease_expiry, ServerClock};
@@ -28,6 +28,7 @@ impl Client {
             Request::Reload(kind) => self.on_handshake_reply(now, node, Step::Load(kind), frame),
             Request::Acquire(op) => self.on_call_reply(now, node, Op::Acquire(op), frame),
             Request::Renew(op) => self.on_call_reply(now, node, Op::Renew(op), frame),
+            Request::Inspect(op) => self.on_inspect_reply(now, node, op, frame),
             Request::AcquireMany(ops) => self.on_batch_reply(now, node, ops, frame),
             Request::Release(job) | Request::Compensate(job) => self.on_release_reply(now, node, job, frame),
             Request::ReleaseMany(jobs) => self.on_release_many_reply(now, node, jobs, frame),
@@ -189,6 +190,7 @@ impl Client {
         let what = match op {
             Op::Acquire(_) => "acquire",
             Op::Renew(_) => "renew",
+            Op::Inspect(op) => return self.on_inspect_reply(now, node, op, frame),
         };
         // An acquire answers `{status, id, token, reclaimed}`, a waiting one
         // `{status, id, token, ahead, expected ms, reclaimed}`, a renewal
@@ -233,6 +235,7 @@ impl Client {
             Op::Acquire(op) if op.wait.is_some() => self.on_waiting_status(now, node, op, status, token, expected_ms),
             Op::Acquire(op) => self.on_acquire_status(now, node, op, status, token),
             Op::Renew(op) => self.on_renew_status(now, op, status),
+            Op::Inspect(_) => unreachable!("answered above"),
         }
     }
 
@@ -317,6 +320,51 @@ impl Client {
                 return Err(self.ambiguous(now, Op::Acquire(op), error));
             }
         }
+        Ok(())
+    }
+
+    /// `{now, units, limit, id, expiry…}`: what a subject holds.
+    fn on_inspect_reply(
+        &mut self,
+        now: Instant,
+        node: usize,
+        op: InspectOp,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
+        let items = match frame {
+            Frame::Array(items) => items,
+            Frame::Error(message) => return self.on_call_error(now, node, Op::Inspect(op), &message),
+            other => return Err(self.ambiguous(now, Op::Inspect(op), unexpected("inspect", &other))),
+        };
+        let parsed = match &items[..] {
+            [Frame::Integer(server_ms), Frame::Integer(units), Frame::Integer(limit), rest @ ..]
+                if *server_ms >= 0 && *units >= 0 && rest.len() % 2 == 0 =>
+            {
+                let mut holders = Vec::with_capacity(rest.len() / 2);
+                let mut well_formed = true;
+                for pair in rest.chunks_exact(2) {
+                    match pair {
+                        [Frame::BulkString(member), Frame::Integer(expiry)] => {
+                            let expires_in =
+                                std::time::Duration::from_millis(expiry.saturating_sub(*server_ms).max(0) as u64);
+                            holders.push(Holder::from_member(member, now, expires_in));
+                        }
+                        _ => well_formed = false,
+                    }
+                }
+                well_formed.then(|| Inspection {
+                    units: *units as u64,
+                    limit_recorded: u32::try_from(*limit).ok().filter(|limit| *limit > 0),
+                    holders,
+                })
+            }
+            _ => None,
+        };
+        let Some(inspection) = parsed else {
+            let frame = Frame::Array(items);
+            return Err(self.ambiguous(now, Op::Inspect(op), unexpected("inspect", &frame)));
+        };
+        self.finish_inspection(op.call.request, Ok(inspection));
         Ok(())
     }
 

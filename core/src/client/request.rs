@@ -20,6 +20,8 @@ pub(super) enum Request {
     /// `SCRIPT LOAD` again, after a `NOSCRIPT` on a ready connection.
     Reload(ScriptKind),
     Acquire(AcquireOp),
+    /// Reads what a subject holds (`INSPECT`), for operators.
+    Inspect(InspectOp),
     /// Two or more acquires of one subject and limit, in one script call.
     AcquireMany(Vec<AcquireOp>),
     Renew(RenewOp),
@@ -52,9 +54,9 @@ impl Request {
     /// `ASKING` is written right before it, and the mark is used up.
     pub(super) fn take_ask(&mut self) -> bool {
         match self {
-            Request::Acquire(AcquireOp { call, .. }) | Request::Renew(RenewOp { call, .. }) => {
-                call.ask.take().is_some()
-            }
+            Request::Acquire(AcquireOp { call, .. })
+            | Request::Renew(RenewOp { call, .. })
+            | Request::Inspect(InspectOp { call, .. }) => call.ask.take().is_some(),
             _ => false,
         }
     }
@@ -161,12 +163,22 @@ pub(super) struct RenewOp {
     pub(super) granted_at: Instant,
 }
 
-/// An acquire or a renewal on its way to a connection: waiting for the
-/// handshake, or staged for the next write.
+/// Reads what a subject holds. Writes nothing, so whatever happens to it
+/// there is nothing to undo. Its call's lease id is never used in Redis.
+#[derive(Debug)]
+pub(super) struct InspectOp {
+    pub(super) call: Call,
+    /// The most holders to list (0: only the count).
+    pub(super) holders: u32,
+}
+
+/// An acquire, a renewal or an inspection on its way to a connection:
+/// waiting for the handshake, or staged for the next write.
 #[derive(Debug)]
 pub(super) enum Op {
     Acquire(AcquireOp),
     Renew(RenewOp),
+    Inspect(InspectOp),
 }
 
 impl Op {
@@ -174,6 +186,7 @@ impl Op {
         match self {
             Op::Acquire(op) => &op.call,
             Op::Renew(op) => &op.call,
+            Op::Inspect(op) => &op.call,
         }
     }
 
@@ -181,6 +194,7 @@ impl Op {
         match self {
             Op::Acquire(op) => &mut op.call,
             Op::Renew(op) => &mut op.call,
+            Op::Inspect(op) => &mut op.call,
         }
     }
 
@@ -190,6 +204,7 @@ impl Op {
             Op::Acquire(AcquireOp { wait: Some(_), .. }) => ScriptKind::AcquireWaiting,
             Op::Acquire(_) => ScriptKind::Acquire,
             Op::Renew(_) => ScriptKind::Renew,
+            Op::Inspect(_) => ScriptKind::Inspect,
         }
     }
 
@@ -198,6 +213,7 @@ impl Op {
         match self {
             Op::Acquire(op) => Request::Acquire(op),
             Op::Renew(op) => Request::Renew(op),
+            Op::Inspect(op) => Request::Inspect(op),
         }
     }
 }
