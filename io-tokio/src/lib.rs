@@ -80,6 +80,9 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
+#[cfg(not(madsim))]
+#[doc(hidden)]
+pub mod cli;
 mod clock;
 mod connector;
 mod driver;

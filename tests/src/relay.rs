@@ -178,7 +178,7 @@ async fn relay(client: TcpStream, server: TcpStream, mode: Arc<watch::Sender<Mod
                             }
                             Mode::CorruptOneEcho => {
                                 let frame = match frame {
-                                    Frame::Array(mut items) if items.len() == 2 || items.len() == 3 => {
+                                    Frame::Array(mut items) if (3..=4).contains(&items.len()) => {
                                         if let Frame::BulkString(echo) = &items[1] {
                                             let mut altered = echo.to_vec();
                                             if let Some(first) = altered.first_mut() {
