@@ -27,4 +27,7 @@ pub struct InjectedBugs {
     /// script ignores the wait queue, so newcomers take slots owed to
     /// waiters (a script bug).
     pub acquire_ignores_queue: bool,
+    /// Kept-alive leases are renewed only once their expiry has come (no
+    /// margin for a failed attempt), so they are lost although Redis is up.
+    pub keep_alive_without_margin: bool,
 }

@@ -51,8 +51,13 @@ pub const WAITER_LIFETIME: Duration = Duration::from_secs(1);
 /// long before the waiters' own periodic check (every 333 ms).
 pub const WAKE_BOUND: Duration = Duration::from_millis(50);
 
+/// The heaviest permit a caller asks for: one acquire in five takes 2 or 3
+/// units (at most the key's limit).
+pub const MAX_WEIGHT: u32 = 3;
+
 /// The lease TTL of each replica's second limiter, whose callers hold for up
-/// to several TTLs and renew every third of it.
+/// to several TTLs: half of them renew every third of it, the other half
+/// have the driver keep their lease alive and watch for its loss.
 pub const RENEWING_TTL: Duration = Duration::from_millis(1500);
 
 /// A lease expiry (the driver's clock) on tokio's timer.
@@ -206,6 +211,17 @@ async fn connect<C: Connector + Clone>(
     }
 }
 
+/// How a granted caller holds its permit.
+#[derive(Clone, Copy)]
+enum Hold {
+    /// Up to 300 ms.
+    Short,
+    /// Several TTLs, renewing by hand every third of the TTL.
+    Renewing,
+    /// Several TTLs, kept alive by the driver, stopping if the lease is lost.
+    KeptAlive,
+}
+
 struct Caller {
     /// No faults: S9 holds a waiter to the wake-up bound.
     calm: bool,
@@ -231,7 +247,13 @@ impl Caller {
             let limiter = if long { &self.renewing } else { &self.limiter };
             // Three acquires in ten wait for a slot, up to 20-400 ms.
             let wait = (!long && self.rng.chance(3, 10)).then(|| Duration::from_millis(self.rng.range(20, 400)));
-            let mut options = Acquire::default().limit(limit);
+            let weight = if self.rng.chance(1, 5) {
+                (self.rng.range(2, u64::from(MAX_WEIGHT) + 1) as u32).min(limit)
+            } else {
+                1
+            };
+            let kept_alive = long && self.rng.chance(1, 2);
+            let mut options = Acquire::default().limit(limit).weight(weight).keep_alive(kept_alive);
             if let Some(wait) = wait {
                 options = options.wait(wait);
                 self.ledger.lock().unwrap().counters.waits += 1;
@@ -269,31 +291,40 @@ impl Caller {
                     Some(outcome)
                 }
             };
-            self.settle(key, outcome, long, wait.is_some()).await;
+            let hold = match (long, kept_alive) {
+                (false, _) => Hold::Short,
+                (true, false) => Hold::Renewing,
+                (true, true) => Hold::KeptAlive,
+            };
+            self.settle(key, outcome, hold, wait.is_some()).await;
             tokio::time::sleep(Duration::from_millis(self.rng.range(1, 30))).await;
         }
     }
 
-    async fn settle(&mut self, key: &'static str, outcome: Option<Result<Permit, Error>>, long: bool, waited: bool) {
+    async fn settle(&mut self, key: &'static str, outcome: Option<Result<Permit, Error>>, hold: Hold, waited: bool) {
         let (who, at) = (self.who.clone(), self.at);
         match outcome {
             Some(Ok(mut permit)) if permit.is_enforced() => {
                 let lease = permit.lease_id().map(|id| id.to_string());
+                let weight = permit.weight();
                 {
                     let mut ledger = self.ledger.lock().unwrap();
                     ledger.counters.granted += 1;
                     if waited {
                         ledger.counters.waits_granted += 1;
                     }
-                    ledger.hold(at(), &who, key, lease.clone());
+                    if weight > 1 {
+                        ledger.counters.weighted += 1;
+                    }
+                    ledger.hold(at(), &who, key, lease.clone(), weight);
                 }
-                if long {
-                    self.hold_renewing(key, &mut permit).await;
-                } else {
-                    tokio::time::sleep(Duration::from_millis(self.rng.range(1, 300))).await;
+                match hold {
+                    Hold::Short => tokio::time::sleep(Duration::from_millis(self.rng.range(1, 300))).await,
+                    Hold::Renewing => self.hold_renewing(key, &mut permit).await,
+                    Hold::KeptAlive => self.hold_kept_alive(key, &permit).await,
                 }
                 // Counted out before the slot is given back.
-                self.ledger.lock().unwrap().unhold(at(), &who, key, lease);
+                self.ledger.lock().unwrap().unhold(at(), &who, key, lease, weight);
                 if self.rng.chance(1, 2) {
                     if let Err(error) = permit.release().await {
                         self.ledger
@@ -388,6 +419,27 @@ impl Caller {
                     self.note(format!("{who}'s renewal of {key} outlived the lease; stops"));
                     return;
                 }
+            }
+        }
+    }
+
+    /// Holds for up to several lease TTLs without renewing: the driver keeps
+    /// the lease alive. The work stops the moment the lease is reported lost
+    /// (S1 then checks that nobody else held its units before that, S11
+    /// that it never happens with Redis up).
+    async fn hold_kept_alive(&mut self, key: &'static str, permit: &Permit) {
+        let until = Instant::now() + Duration::from_millis(self.rng.range(500, 3_000));
+        let lost = permit.lost();
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => {
+                self.ledger.lock().unwrap().counters.kept_alive += 1;
+            }
+            reason = lost => {
+                let reason = format!("{reason:?}");
+                self.ledger
+                    .lock()
+                    .unwrap()
+                    .kept_alive_lost((self.at)(), &self.who, key, &reason, self.calm);
             }
         }
     }

@@ -85,7 +85,7 @@ impl Service<Request<Call>> for Handler {
         let holding = if admitted.is_enforced() {
             let lease = admitted.lease_id().map(|id| id.to_string());
             ledger.counters.granted += 1;
-            ledger.hold(at(), &call.who, call.key, lease.clone());
+            ledger.hold(at(), &call.who, call.key, lease.clone(), 1);
             Some(Holding {
                 ledger: Arc::clone(&self.ledger),
                 at,
@@ -122,7 +122,7 @@ impl Drop for Holding {
         self.ledger
             .lock()
             .unwrap()
-            .unhold((self.at)(), &self.who, self.key, lease);
+            .unhold((self.at)(), &self.who, self.key, lease, 1);
     }
 }
 

@@ -29,6 +29,11 @@ pub struct Counters {
     /// Renewals that extended a long-held lease, and renewals that found it gone.
     pub renewals: u64,
     pub leases_lost: u64,
+    /// Long holds kept alive by the driver, and those told their lease was lost.
+    pub kept_alive: u64,
+    pub keep_alive_lost: u64,
+    /// Grants of more than one unit.
+    pub weighted: u64,
     /// Waiting acquires: started, granted, timed out at their deadline,
     /// shed at once.
     pub waits: u64,
@@ -108,34 +113,49 @@ impl Ledger {
         self.violations.push(Violation { invariant, detail, at });
     }
 
-    /// A caller starts holding a permit for `key` (S1).
-    pub fn hold(&mut self, at: Duration, who: &str, key: &'static str, lease: Option<String>) {
+    /// A caller starts holding a permit of `weight` units for `key` (S1:
+    /// the units held at once never exceed the limit).
+    pub fn hold(&mut self, at: Duration, who: &str, key: &'static str, lease: Option<String>, weight: u32) {
         if let Some(lease) = lease {
             self.let_go.remove(&lease);
             self.holding.insert(lease);
         }
         let state = self.keys.get_mut(key).expect("known key");
-        state.holders += 1;
+        state.holders += weight;
         state.peak = state.peak.max(state.holders);
         let (holders, limit) = (state.holders, state.limit);
-        self.note(at, format!("{who} holds {key} ({holders}/{limit})"));
+        self.note(at, format!("{who} holds {weight} of {key} ({holders}/{limit})"));
         if self.exact && holders > limit {
             self.violate(
                 at,
                 "S1 exactness",
-                format!("{holders} callers hold {key} at once, limit {limit}"),
+                format!("{holders} units of {key} held at once, limit {limit}"),
             );
         }
     }
 
-    pub fn unhold(&mut self, at: Duration, who: &str, key: &'static str, lease: Option<String>) {
+    pub fn unhold(&mut self, at: Duration, who: &str, key: &'static str, lease: Option<String>, weight: u32) {
         if let Some(lease) = lease {
             self.holding.remove(&lease);
             self.let_go.insert(lease, at);
         }
         let state = self.keys.get_mut(key).expect("known key");
-        state.holders -= 1;
-        self.note(at, format!("{who} lets go of {key}"));
+        state.holders -= weight;
+        self.note(at, format!("{who} lets go of {weight} of {key}"));
+    }
+
+    /// S11: a kept-alive lease's holder was told its lease is lost. With
+    /// Redis reachable all along (`calm`) that must never happen: renewals
+    /// come a third of the TTL after each extension, with time for retries.
+    /// Otherwise it is counted; the holder stops at once, and S1 checks that
+    /// the signal came before anyone else could be granted its units.
+    pub fn kept_alive_lost(&mut self, at: Duration, who: &str, key: &'static str, reason: &str, calm: bool) {
+        self.counters.keep_alive_lost += 1;
+        self.note(at, format!("{who}'s kept-alive lease on {key} is lost: {reason}"));
+        if calm {
+            let detail = format!("{who}'s kept-alive lease on {key} was lost ({reason}) with Redis up");
+            self.violate(at, "S11 keep-alive", detail);
+        }
     }
 
     /// A renewal found `who`'s lease on `key` gone. Before the lease's own

@@ -57,10 +57,13 @@ pub enum Bug {
     /// The fail-fast acquire script ignores the wait queue (a script bug,
     /// injected into the simulated Redis).
     AcquireIgnoresQueue,
+    /// Kept-alive leases are renewed only once their expiry has come: no
+    /// margin for one failed attempt.
+    KeepAliveWithoutMargin,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 8] = [
+    pub const ALL: [Bug; 9] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
@@ -69,6 +72,7 @@ impl Bug {
         Bug::ReleaseAtResponseHead,
         Bug::NoWakeUp,
         Bug::AcquireIgnoresQueue,
+        Bug::KeepAliveWithoutMargin,
     ];
 
     pub fn name(self) -> &'static str {
@@ -81,6 +85,7 @@ impl Bug {
             Bug::ReleaseAtResponseHead => "release-at-response-head",
             Bug::NoWakeUp => "no-wake-up",
             Bug::AcquireIgnoresQueue => "acquire-ignores-queue",
+            Bug::KeepAliveWithoutMargin => "keep-alive-without-margin",
         }
     }
 
@@ -98,6 +103,7 @@ impl Bug {
             release_at_response_head: bug == Some(Bug::ReleaseAtResponseHead),
             skip_wake_up: bug == Some(Bug::NoWakeUp),
             acquire_ignores_queue: bug == Some(Bug::AcquireIgnoresQueue),
+            keep_alive_without_margin: bug == Some(Bug::KeepAliveWithoutMargin),
         }
     }
 }

@@ -80,6 +80,9 @@ struct Row {
     release_retries: u64,
     renewals: u64,
     lost: u64,
+    weighted: u64,
+    kept_alive: u64,
+    keep_alive_lost: u64,
     abandoned: u64,
     replaced: u64,
     faults: u64,
@@ -101,6 +104,9 @@ impl Row {
         self.release_retries += c.release_retries;
         self.renewals += c.renewals;
         self.lost += c.leases_lost;
+        self.weighted += c.weighted;
+        self.kept_alive += c.kept_alive;
+        self.keep_alive_lost += c.keep_alive_lost;
         self.abandoned += c.releases_abandoned;
         self.replaced += c.connections_replaced;
         self.faults += c.faults;
@@ -188,11 +194,12 @@ fn main() -> ExitCode {
 
 fn print_table(rows: &BTreeMap<usize, Row>) {
     println!(
-        "{:<11} {:>5} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
+        "{:<11} {:>5} {:>8} {:>7} {:>6} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
         "scenario",
         "seeds",
         "acquires",
         "grants",
+        "weighd",
         "denied",
         "unavail",
         "f-open",
@@ -200,6 +207,8 @@ fn print_table(rows: &BTreeMap<usize, Row>) {
         "retries",
         "renew",
         "lost",
+        "kept",
+        "klost",
         "abandn",
         "replcd",
         "faults",
@@ -209,11 +218,12 @@ fn print_table(rows: &BTreeMap<usize, Row>) {
     for (position, row) in rows {
         let peaks: Vec<String> = row.peaks.iter().map(|(k, (p, l))| format!("{k} {p}/{l}")).collect();
         println!(
-            "{:<11} {:>5} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
+            "{:<11} {:>5} {:>8} {:>7} {:>6} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
             SCENARIOS[*position].name,
             row.seeds,
             row.acquires,
             row.granted,
+            row.weighted,
             row.denied,
             row.unavailable,
             row.fail_open,
@@ -221,6 +231,8 @@ fn print_table(rows: &BTreeMap<usize, Row>) {
             row.release_retries,
             row.renewals,
             row.lost,
+            row.kept_alive,
+            row.keep_alive_lost,
             row.abandoned,
             row.replaced,
             row.faults,

@@ -224,7 +224,7 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
                     (
                         *key,
                         *limit,
-                        model.live_leases(crate::callers::subject_keys(key).leases()).len(),
+                        model.live_units(crate::callers::subject_keys(key).leases()) as usize,
                     )
                 })
                 .collect();
@@ -246,7 +246,11 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
                 }
             }
             for (key, limit, live) in live {
-                ledger.server_live(at, key, live as u32 >= limit);
+                // Room for any waiter (the heaviest weighs MAX_WEIGHT): S9
+                // cannot blame a heavy waiter first in line for a lighter
+                // one's wait behind it.
+                let room = crate::callers::MAX_WEIGHT.min(limit);
+                ledger.server_live(at, key, live as u32 + room > limit);
             }
             (replies, published)
         };

@@ -12,7 +12,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::callers::Awaits;
 use super::request::{Call, Op, RenewOp};
@@ -76,13 +76,18 @@ impl KeepAlive {
     }
 }
 
-/// When a lease extended until `expires_at` under `ttl` is renewed: once a
-/// third of the TTL has passed, two thirds before it ends.
-fn renewal_due(expires_at: Instant, ttl: Duration) -> Instant {
-    expires_at.checked_sub(ttl * 2 / 3).unwrap_or(expires_at)
-}
-
 impl Client {
+    /// When a lease extended until `expires_at` is renewed: once a third of
+    /// the TTL has passed, two thirds before it ends.
+    fn renewal_due(&self, expires_at: Instant) -> Instant {
+        let margin = self.config.lease_ttl * 2 / 3;
+        #[cfg(feature = "fault-injection")]
+        if self.bugs.keep_alive_without_margin {
+            return expires_at;
+        }
+        expires_at.checked_sub(margin).unwrap_or(expires_at)
+    }
+
     /// Keeps `lease` alive: from now on the client renews it on its own
     /// until it is released, and reports `Event::KeptAlive` at each renewal
     /// and `Event::LeaseLost` if it is lost. Nothing happens for a lease
@@ -95,7 +100,7 @@ impl Client {
         if self.keep_alive.kept.contains_key(&counter) {
             return;
         }
-        let next = renewal_due(lease.expires_at, self.config.lease_ttl).max(now);
+        let next = self.renewal_due(lease.expires_at).max(now);
         self.keep_alive.kept.insert(
             counter,
             Kept {
@@ -166,7 +171,8 @@ impl Client {
                 self.stats.kept_alive += 1;
                 let (id, expires_at) = (lease.id.clone(), lease.expires_at);
                 kept.lease = lease;
-                self.keep_alive.schedule(counter, renewal_due(expires_at, ttl));
+                let due = self.renewal_due(expires_at);
+                self.keep_alive.schedule(counter, due);
                 self.events.push_back(Event::KeptAlive { lease: id, expires_at });
             }
             None if gone => self.lose_kept(counter, LeaseLost::Gone),
