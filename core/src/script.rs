@@ -7,6 +7,7 @@
 
 use bytes::BytesMut;
 
+use crate::key::SubjectKeys;
 use crate::resp::encode_command;
 
 /// The fencing token of a grant (Lua, shared by the acquire scripts): the
@@ -863,6 +864,42 @@ impl Scripts {
         command.extend_from_slice(tombstones);
         command.extend([ttl_ms, limit, valid_until, hold]);
         command.extend_from_slice(ids);
+        encode_command(out, &command);
+    }
+
+    /// `RELEASE` of leases of one subject (`EVALSHA`, or `EVAL` with the
+    /// text when `by_text`): the subject's six keys, how long the leases were
+    /// held on average (ms), the ids.
+    pub fn encode_release<'a>(
+        &self,
+        out: &mut BytesMut,
+        keys: &SubjectKeys,
+        by_text: bool,
+        held_ms: u64,
+        ids: impl IntoIterator<Item = &'a [u8]>,
+    ) {
+        let ids: Vec<&[u8]> = ids.into_iter().collect();
+        let (queue, waiters, holds, wake) = (keys.queue(), keys.waiters(), keys.holds(), keys.wake_channel());
+        let fence = keys.fence();
+        let held = held_ms.to_string();
+        let (verb, body): (&[u8], &[u8]) = if by_text {
+            (b"EVAL", self.release.text.as_bytes())
+        } else {
+            (b"EVALSHA", self.release.sha.as_bytes())
+        };
+        let mut command: Vec<&[u8]> = vec![
+            verb,
+            body,
+            b"6",
+            keys.leases(),
+            &queue,
+            &waiters,
+            &holds,
+            &wake,
+            &fence,
+            held.as_bytes(),
+        ];
+        command.extend_from_slice(&ids);
         encode_command(out, &command);
     }
 

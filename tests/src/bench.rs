@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
-use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
+use inflight_core::resp::{Frame, ReplyLimits, ReplyReader};
 use inflight_core::script::{ScriptKind, Scripts};
 use inflight_tokio::{Error, Limiter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -292,8 +292,7 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
     read_replies(&mut stream, &mut reader, &mut buf, 2).await;
 
     let keys = SubjectKeys::new("bench", &key_of("raw"));
-    let (queue, waiters, holds, wake) = (keys.queue(), keys.waiters(), keys.holds(), keys.wake_channel());
-    let fence = keys.fence();
+    let (queue, waiters) = (keys.queue(), keys.waiters());
     let limit = HIGH_LIMIT.to_string();
     let ttl = TTL_MS.to_string();
     let mut next = 0u64;
@@ -318,22 +317,7 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
                 b"bench:recovery",
             ],
         );
-        encode_command(
-            out,
-            &[
-                b"EVALSHA",
-                scripts.release.sha.as_bytes(),
-                b"6",
-                keys.leases(),
-                &queue,
-                &waiters,
-                &holds,
-                &wake,
-                &fence,
-                b"1",
-                id.as_bytes(),
-            ],
-        );
+        scripts.encode_release(out, &keys, false, 1, [id.as_bytes()]);
     };
     let warm_until = Instant::now() + budget.warmup;
     let mut started = None;

@@ -93,24 +93,9 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                 let more: Vec<String> = (0..rng.below(4))
                     .map(|_| test_lease(rng.below(40)).to_string())
                     .collect();
-                let held = rng.below(300).to_string();
-                let (queue, waiters, holds, wake) = (keys.queue(), keys.waiters(), keys.holds(), keys.wake_channel());
-                let fence = keys.fence();
-                let mut args: Vec<&[u8]> = vec![
-                    b"EVALSHA",
-                    scripts.release.sha.as_bytes(),
-                    b"6",
-                    keys.leases(),
-                    &queue,
-                    &waiters,
-                    &holds,
-                    &wake,
-                    &fence,
-                    held.as_bytes(),
-                    id.as_bytes(),
-                ];
-                args.extend(more.iter().map(|m| m.as_bytes()));
-                encode_command(&mut command, &args);
+                let held = rng.below(300);
+                let ids = std::iter::once(id.as_bytes()).chain(more.iter().map(|m| m.as_bytes()));
+                scripts.encode_release(&mut command, keys, false, held, ids);
             }
             12 | 15 => {
                 // Acquire or wait in the queue, with a patience that sheds

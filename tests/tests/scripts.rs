@@ -280,23 +280,10 @@ impl Leases {
     /// `RELEASE` of `ids`, held `held_ms`: how many were removed.
     fn release_script(&mut self, ids: &[u64], held_ms: u64) -> i64 {
         let ids: Vec<String> = ids.iter().map(|id| lease(*id).to_string()).collect();
-        let (queue, holds, wake) = (self.keys.queue(), self.keys.holds(), self.keys.wake_channel());
-        let (waiters, fence) = (self.keys.waiters(), self.keys.fence());
-        let held = held_ms.to_string();
-        let mut args: Vec<&[u8]> = vec![
-            b"EVALSHA",
-            self.scripts.release.sha.as_bytes(),
-            b"6",
-            self.keys.leases(),
-            &queue,
-            &waiters,
-            &holds,
-            &wake,
-            &fence,
-            held.as_bytes(),
-        ];
-        args.extend(ids.iter().map(|id| id.as_bytes()));
-        match self.client.call(&args).unwrap() {
+        let mut out = BytesMut::new();
+        let ids = ids.iter().map(|id| id.as_bytes());
+        self.scripts.encode_release(&mut out, &self.keys, false, held_ms, ids);
+        match self.client.call_raw(&out).unwrap() {
             Frame::Integer(n) => n,
             other => panic!("unexpected RELEASE reply {other:?}"),
         }

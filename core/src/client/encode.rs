@@ -224,31 +224,9 @@ fn encode_release(jobs: &[ReleaseJob], scripts: &Scripts, out: &mut BytesMut) {
     if jobs[0].plain {
         return encode_plain_release(keys, jobs.iter().map(|job| &job.lease_bytes[..]), out);
     }
-    let (queue, waiters, holds, wake) = (keys.queue(), keys.waiters(), keys.holds(), keys.wake_channel());
-    let fence = keys.fence();
     let held = jobs.iter().map(|job| job.held_ms).sum::<u64>() / jobs.len() as u64;
-    let held = held.to_string();
-    let numkeys = b"6";
-    let mut command: Vec<&[u8]> = Vec::with_capacity(10 + jobs.len());
-    let (verb, body): (&[u8], &[u8]) = if jobs[0].by_text {
-        (b"EVAL", scripts.release.text.as_bytes())
-    } else {
-        (b"EVALSHA", scripts.release.sha.as_bytes())
-    };
-    command.extend([
-        verb,
-        body,
-        numkeys,
-        keys.leases(),
-        &queue,
-        &waiters,
-        &holds,
-        &wake,
-        &fence,
-        held.as_bytes(),
-    ]);
-    command.extend(jobs.iter().map(|job| &job.lease_bytes[..]));
-    encode_command(out, &command);
+    let ids = jobs.iter().map(|job| &job.lease_bytes[..]);
+    scripts.encode_release(out, keys, jobs[0].by_text, held, ids);
 }
 
 /// A plain `ZREM` of leases of one subject: every unit of each (see
