@@ -45,12 +45,16 @@ end
 /// for weight 1 (measured: `docs/performance.md`).
 ///
 /// `weight(id)`, `units(id)` (its members, and its weight), `add_units(key,
-/// score, members, flag)` (one `ZADD`, `flag` `'XX'` or `nil`), and
+/// score, id, flag)` (one `ZADD` of its members, `flag` `'XX'` or `nil`), and
 /// `owed(queue, n)`: the units the first `n` waiters of a queue wait for.
 macro_rules! unit_helpers {
     () => {
         r#"local function weight(id)
-  return tonumber(string.match(id, '%*(%d+)') or '1')
+  local star = string.find(id, '*', 1, true)
+  if not star then
+    return 1
+  end
+  return tonumber(string.match(id, '^%d+', star + 1))
 end
 local function units(id)
   local w = weight(id)
@@ -60,14 +64,17 @@ local function units(id)
   end
   return all, w
 end
-local function add_units(key, score, all, flag)
-  local args = {}
-  for i, unit in ipairs(all) do
-    args[2 * i - 1] = score
-    args[2 * i] = unit
-  end
+local function add_units(key, score, id, flag)
+  local w = weight(id)
+  local args, n = {}, 0
   if flag then
-    return redis.call('ZADD', key, flag, unpack(args))
+    args[1], n = flag, 1
+  end
+  args[n + 1], args[n + 2] = score, id
+  n = n + 2
+  for i = 2, w do
+    args[n + 1], args[n + 2] = score, id .. '#' .. i
+    n = n + 2
   end
   return redis.call('ZADD', key, unpack(args))
 end
@@ -139,7 +146,7 @@ if not redis.call('ZSCORE', leases, id) then
   if hold ~= '' and redis.call('EXISTS', hold) == 1 then
     return {-3, id, 0, reclaimed}
   end
-  local all, w = units(id)
+  local w = weight(id)
   local live = redis.call('ZCARD', leases)
   if redis.call('EXISTS', queue) == 1 then
     local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', now)
@@ -158,7 +165,7 @@ if not redis.call('ZSCORE', leases, id) then
   if live + w > limit then
     return {0, id, 0, reclaimed}
   end
-  add_units(leases, now + ttl, all)
+  add_units(leases, now + ttl, id)
   if redis.call('PTTL', leases) < ttl then
     redis.call('PEXPIRE', leases, ttl + 1)
   end
@@ -208,7 +215,7 @@ if redis.call('EXISTS', tombstone) == 1 then
   return {-1, id, 0, 0, 0, 0}
 end
 local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-local all, w = units(id)
+local w = weight(id)
 if not redis.call('ZSCORE', leases, id) then
   if hold ~= '' and redis.call('EXISTS', hold) == 1 then
     redis.call('ZREM', queue, id)
@@ -269,14 +276,14 @@ if not redis.call('ZSCORE', leases, id) then
     redis.call('ZREM', queue, id)
     redis.call('ZREM', waiters, id)
   end
-  add_units(leases, now + ttl, all)
+  add_units(leases, now + ttl, id)
   if redis.call('PTTL', leases) < ttl then
     redis.call('PEXPIRE', leases, ttl + 1)
   end
 else
   -- Held already: a slot a release handed over (reserved for the waiter's
   -- lifetime), confirmed here for a whole TTL; or a repeated call.
-  add_units(leases, now + ttl, all, 'XX')
+  add_units(leases, now + ttl, id, 'XX')
   if redis.call('PTTL', leases) < ttl then
     redis.call('PEXPIRE', leases, ttl + 1)
   end
@@ -372,7 +379,7 @@ if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
       local reserved = tonumber(redis.call('ZSCORE', KEYS[3], id))
       redis.call('ZREM', KEYS[2], id)
       redis.call('ZREM', KEYS[3], id)
-      add_units(KEYS[1], reserved, (units(id)))
+      add_units(KEYS[1], reserved, id)
       longest = math.max(longest, reserved - now)
       message[#message + 1] = id
       message[#message + 1] = string.format('%.0f', token + i - 1)
@@ -463,7 +470,7 @@ for i = 5, #ARGV do
   elseif held then
     status = -3
   else
-    local all, w = units(id)
+    local w = weight(id)
     if live + w > limit then
       status = 0
     elseif w == 1 then
@@ -472,7 +479,7 @@ for i = 5, #ARGV do
       added[#added + 1] = id
     else
       live = live + w
-      add_units(leases, now + ttl, all)
+      add_units(leases, now + ttl, id)
       grew = true
     end
   end
@@ -582,18 +589,17 @@ local remaining, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-local all = units(id)
 local expiry = redis.call('ZSCORE', leases, id)
 if expiry then
   if tonumber(expiry) < now + remaining then
-    add_units(leases, now + remaining, all, 'XX')
+    add_units(leases, now + remaining, id, 'XX')
     if redis.call('PTTL', leases) < remaining then
       redis.call('PEXPIRE', leases, remaining + 1)
     end
   end
   return {1, id}
 end
-add_units(leases, now + remaining, all)
+add_units(leases, now + remaining, id)
 if redis.call('PTTL', leases) < remaining then
   redis.call('PEXPIRE', leases, remaining + 1)
 end
@@ -655,7 +661,7 @@ local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 if not redis.call('ZSCORE', leases, id) then
   return {0, id, reclaimed}
 end
-add_units(leases, now + ttl, (units(id)), 'XX')
+add_units(leases, now + ttl, id, 'XX')
 if redis.call('PTTL', leases) < ttl then
   redis.call('PEXPIRE', leases, ttl + 1)
 end

@@ -174,7 +174,7 @@ pub async fn run(budget: Budget) -> Results {
 
     // 6. Client memory per held permit.
     progress("memory");
-    results.bytes_per_permit = Some(bytes_per_permit(&url, budget.held_permits).await);
+    results.bytes_per_permit = Some(bytes_per_permit(&url, budget.held_permits, false).await);
 
     let [small, _, large] = budget.growth;
     let r = |name: &str| results.rate(name);
@@ -213,8 +213,9 @@ fn progress(stage: &str) {
 
 /// A limiter that never refuses for load or time in these runs: generous
 /// timeout and in-flight cap, leases that outlive the bench.
-async fn bench_limiter(url: &str) -> Limiter {
+async fn bench_limiter(url: &str, keep_alive: bool) -> Limiter {
     Limiter::builder(url)
+        .keep_alive(keep_alive)
         .key_prefix("bench")
         .lease_ttl(Duration::from_millis(TTL_MS))
         .timeout(Duration::from_secs(5))
@@ -239,7 +240,7 @@ async fn inflight_cycles(
 ) -> (f64, u64, u64) {
     let mut handles = Vec::new();
     for _ in 0..limiters {
-        handles.push(bench_limiter(url).await);
+        handles.push(bench_limiter(url, false).await);
     }
     let cycles = Arc::new(AtomicU64::new(0));
     let denials = Arc::new(AtomicU64::new(0));
@@ -553,7 +554,7 @@ impl std::fmt::Write for Utf8<'_> {
 /// p50/p99/p99.9 acquire latency (µs) with cycles started at a fixed rate,
 /// whatever the previous ones are doing (open loop, so queueing shows).
 async fn open_loop_latency(url: &str, rate: f64, budget: Budget) -> (f64, f64, f64) {
-    let limiter = bench_limiter(url).await;
+    let limiter = bench_limiter(url, false).await;
     let key = key_of("latency");
     let total = ((rate * budget.measure.as_secs_f64()) as usize).clamp(100, 200_000);
     let interval = Duration::from_secs_f64(1.0 / rate);
@@ -584,8 +585,9 @@ async fn open_loop_latency(url: &str, rate: f64, budget: Budget) -> (f64, f64, f
 /// median of three rounds, each measured between quiet points of the heap, so
 /// that memory freed late by earlier phases (a dropped limiter's driver, a
 /// closed connection) is not charged to, or credited against, the permits.
-async fn bytes_per_permit(url: &str, count: usize) -> f64 {
-    let limiter = bench_limiter(url).await;
+/// With `keep_alive`, every permit is kept alive by the driver.
+pub async fn bytes_per_permit(url: &str, count: usize, keep_alive: bool) -> f64 {
+    let limiter = bench_limiter(url, keep_alive).await;
     let key = key_of("memory");
     // Warm the driver's maps and buffers so they are not counted as per-permit.
     let warm: Vec<_> = acquire_many(&limiter, &key, count.max(4096)).await;
