@@ -47,8 +47,13 @@ end
 /// `weight(id)`, `units(id)` (its members, and its weight), `add_units(key,
 /// score, id, flag)` (one `ZADD` of its members, `flag` `'XX'` or `nil`), and
 /// `owed(queue, n)`: the units the first `n` waiters of a queue wait for.
+/// Each script takes only those it calls (`weight` first): a Lua closure is
+/// made per call for each, which weight-1 calls would pay for nothing.
 macro_rules! unit_helpers {
-    () => {
+    ($($helper:ident),*) => {
+        concat!($(unit_helpers!(@ $helper)),*)
+    };
+    (@ weight) => {
         r#"local function weight(id)
   local star = string.find(id, '*', 1, true)
   if not star then
@@ -56,7 +61,10 @@ macro_rules! unit_helpers {
   end
   return tonumber(string.match(id, '^%d+', star + 1))
 end
-local function units(id)
+"#
+    };
+    (@ units) => {
+        r#"local function units(id)
   local w = weight(id)
   local all = {id}
   for i = 2, w do
@@ -64,8 +72,17 @@ local function units(id)
   end
   return all, w
 end
-local function add_units(key, score, id, flag)
+"#
+    };
+    (@ add_units) => {
+        r#"local function add_units(key, score, id, flag)
   local w = weight(id)
+  if w == 1 then
+    if flag then
+      return redis.call('ZADD', key, flag, score, id)
+    end
+    return redis.call('ZADD', key, score, id)
+  end
   local args, n = {}, 0
   if flag then
     args[1], n = flag, 1
@@ -78,7 +95,10 @@ local function add_units(key, score, id, flag)
   end
   return redis.call('ZADD', key, unpack(args))
 end
-local function owed(queue, n)
+"#
+    };
+    (@ owed) => {
+        r#"local function owed(queue, n)
   local sum = 0
   if n > 0 then
     for _, waiter in ipairs(redis.call('ZRANGE', queue, 0, n - 1)) do
@@ -129,7 +149,7 @@ pub const ACQUIRE: &str = concat!(
     r#"
 if redis.replicate_commands then redis.replicate_commands() end
 "#,
-    unit_helpers!(),
+    unit_helpers!(weight, add_units, owed),
     r#"local leases, tombstone, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ttl, limit, id, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local hold = ARGV[5]
@@ -202,7 +222,7 @@ pub const ACQUIRE_WAITING: &str = concat!(
     r#"
 if redis.replicate_commands then redis.replicate_commands() end
 "#,
-    unit_helpers!(),
+    unit_helpers!(weight, add_units, owed),
     r#"local leases, tombstone, fence, queue, waiters, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local ttl, limit, id, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local hold, lifetime, patience = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -312,7 +332,7 @@ end
 /// Without the waiters' settings (`limit` and `ttl` in the hash, written
 /// when they queue) it names them instead (`N id…`), and they check again.
 pub const RELEASE: &str = concat!(
-    unit_helpers!(),
+    unit_helpers!(weight, units, add_units),
     r#"local removed = 0
 local weighted = false
 for i = 2, #ARGV do
@@ -404,7 +424,7 @@ return removed
 /// waiter's id. Returns 1 if it was queued or held a slot a release handed
 /// it (its caller left before the message came), else 0.
 pub const LEAVE: &str = concat!(
-    unit_helpers!(),
+    unit_helpers!(weight, units),
     r#"local removed = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('ZREM', KEYS[4], unpack((units(ARGV[1]))))
 redis.call('ZREM', KEYS[2], ARGV[1])
 if removed > 0 and redis.call('EXISTS', KEYS[1]) == 1 then
@@ -431,7 +451,7 @@ pub const ACQUIRE_MANY: &str = concat!(
     r#"
 if redis.replicate_commands then redis.replicate_commands() end
 "#,
-    unit_helpers!(),
+    unit_helpers!(weight, add_units, owed),
     r#"local leases, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ttl, limit, valid_until, hold = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local time = redis.call('TIME')
@@ -545,7 +565,7 @@ pub const COMPENSATE: &str = concat!(
     r#"
 if redis.replicate_commands then redis.replicate_commands() end
 "#,
-    unit_helpers!(),
+    unit_helpers!(weight, units),
     r#"local valid_until, id = tonumber(ARGV[1]), ARGV[2]
 redis.call('ZREM', KEYS[1], unpack((units(id))))
 local time = redis.call('TIME')
@@ -583,7 +603,7 @@ pub const RECOVERING: i64 = -3;
 /// (an over-admission during the loss, detected). A lease that survived with
 /// an older expiry (a renewal the failover lost) gets its holder's expiry back.
 pub const REASSERT: &str = concat!(
-    unit_helpers!(),
+    unit_helpers!(weight, add_units),
     r#"local leases, id = KEYS[1], ARGV[1]
 local remaining, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 local time = redis.call('TIME')
@@ -649,7 +669,7 @@ pub const RENEW: &str = concat!(
     r#"
 if redis.replicate_commands then redis.replicate_commands() end
 "#,
-    unit_helpers!(),
+    unit_helpers!(weight, add_units),
     r#"local leases = KEYS[1]
 local ttl, id, valid_until = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local time = redis.call('TIME')
