@@ -54,6 +54,14 @@ pub mod names {
     pub const SHED: &str = "inflight_acquire_shed_total";
     /// Counter: wake-ups received for waiting acquires.
     pub const WAKE_UPS: &str = "inflight_wake_ups_total";
+    /// Counter: units of expired leases the scripts pruned before counting:
+    /// leases whose holders died (crashed replicas, leaked permits) or
+    /// stalled past their TTL.
+    pub const RECLAIMED: &str = "inflight_reclaimed_units_total";
+    /// Counter: renewals the driver made for kept-alive permits.
+    pub const KEPT_ALIVE: &str = "inflight_keep_alive_renewals_total";
+    /// Counter: kept-alive permits whose lease was lost.
+    pub const KEEP_ALIVE_LOST: &str = "inflight_keep_alive_lost_total";
     /// Histogram, labelled `outcome` = `granted`, `denied`, `shed`, `unavailable` or `fail_open`.
     pub const ACQUIRE_SECONDS: &str = "inflight_acquire_seconds";
     /// Histogram: how long waiting acquires waited, whatever their outcome.
@@ -69,7 +77,7 @@ pub mod names {
 /// A counter: its name, its help text, and its figure in [`Stats`].
 type CounterSpec = (&'static str, &'static str, fn(&Stats) -> u64);
 
-const COUNTERS: [CounterSpec; 21] = [
+const COUNTERS: [CounterSpec; 24] = [
     (names::GRANTED, "Permits granted (enforced).", |s| s.granted),
     (
         names::DENIED,
@@ -166,6 +174,21 @@ const COUNTERS: [CounterSpec; 21] = [
         names::WAKE_UPS,
         "Wake-ups received for waiting acquires (a slot of their key may be free).",
         |s| s.wake_ups,
+    ),
+    (
+        names::RECLAIMED,
+        "Units of expired leases pruned before counting: holders that died or stalled past their TTL without releasing.",
+        |s| s.reclaimed,
+    ),
+    (
+        names::KEPT_ALIVE,
+        "Renewals the driver made on its own for kept-alive permits.",
+        |s| s.kept_alive,
+    ),
+    (
+        names::KEEP_ALIVE_LOST,
+        "Kept-alive permits whose lease was lost (found gone, or not renewed before its expiry).",
+        |s| s.keep_alive_lost,
     ),
 ];
 

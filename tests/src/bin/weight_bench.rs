@@ -111,9 +111,7 @@ fn preload(server: &RedisServer, keys: &SubjectKeys, live: usize) {
         encode_command(&mut out, &args);
         client.call_raw(&out).expect("ZADD");
     }
-    client
-        .call(&[b"PEXPIRE", keys.leases(), b"3600000"])
-        .expect("PEXPIRE");
+    client.call(&[b"PEXPIRE", keys.leases(), b"3600000"]).expect("PEXPIRE");
 }
 
 /// Cycles per second and Redis CPU µs per cycle, for leases of `weight`.
@@ -138,7 +136,13 @@ fn cycles(server: &RedisServer, scripts: &Scripts, keys: &SubjectKeys, weight: u
                 ScriptKind::Acquire,
                 false,
                 &[keys.leases(), &tombstone, &fence, &queue, &waiters],
-                &[b"60000", b"1000000000", id.as_bytes(), b"99999999999999", b"weights:recovery"],
+                &[
+                    b"60000",
+                    b"1000000000",
+                    id.as_bytes(),
+                    b"99999999999999",
+                    b"weights:recovery",
+                ],
             );
             scripts.encode_release(&mut out, keys, false, 1, [id.as_bytes()]);
         }
