@@ -18,8 +18,21 @@ use crate::{Client, Config, ServerAddress};
 /// One step of a caller/network interleaving (see [`run_ops`]).
 #[derive(Arbitrary, Clone, Debug)]
 pub enum Op {
-    Acquire { subject: u8, limit: u8 },
-    AcquireBurst { subject: u8, limit: u8, count: u8 },
+    Acquire {
+        subject: u8,
+        limit: u8,
+    },
+    /// An acquire of 2 or 3 units (at most the limit).
+    AcquireWeighted {
+        subject: u8,
+        limit: u8,
+        weight: u8,
+    },
+    AcquireBurst {
+        subject: u8,
+        limit: u8,
+        count: u8,
+    },
     Abandon(usize),
     ToClientThenAbandon(u16, usize),
     Release(usize),
@@ -54,6 +67,11 @@ pub fn run_ops(ops: &[Op], start: Instant) {
             Op::Acquire { subject, limit } => {
                 let limit = u32::from(limit % 4).max(1);
                 outstanding.push(pair.acquire("ns", &format!("s{}", subject % 3), limit));
+            }
+            Op::AcquireWeighted { subject, limit, weight } => {
+                let limit = u32::from(limit % 4).max(1);
+                let weight = (u32::from(weight % 2) + 2).min(limit);
+                outstanding.push(pair.acquire_weighted("ns", &format!("s{}", subject % 3), limit, weight));
             }
             Op::AcquireBurst { subject, limit, count } => {
                 let limit = u32::from(limit % 4).max(1);

@@ -18,6 +18,7 @@ use crate::fuzzing::{run_ops, Op};
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0u8..3, 1u8..4).prop_map(|(subject, limit)| Op::Acquire { subject, limit }),
+        2 => (0u8..3, 1u8..4, 0u8..2).prop_map(|(subject, limit, weight)| Op::AcquireWeighted { subject, limit, weight }),
         2 => (0u8..3, 1u8..4, 0u8..6).prop_map(|(subject, limit, count)| Op::AcquireBurst { subject, limit, count }),
         2 => any::<usize>().prop_map(Op::Abandon),
         2 => (0u16..400, any::<usize>()).prop_map(|(n, i)| Op::ToClientThenAbandon(n, i)),

@@ -57,6 +57,14 @@ impl Pair {
 
     /// `request`'s record, as it gets its one outcome: it must have been made,
     /// not answered already and not abandoned.
+    /// The lease id `request` holds if granted.
+    fn expected_lease(&self, request: RequestId) -> LeaseId {
+        self.requests
+            .get(&request)
+            .and_then(|record| record.lease.clone())
+            .unwrap_or_else(|| self.client.lease_id(request))
+    }
+
     pub(super) fn answer(&mut self, request: RequestId) -> (Bytes, Option<LeaseId>) {
         let record = self
             .requests
@@ -72,7 +80,7 @@ impl Pair {
         match &event {
             Event::Acquired(request, outcome) => {
                 let (key, _) = self.answer(*request);
-                let lease_id = self.client.lease_id(*request).to_string();
+                let lease_id = self.expected_lease(*request).to_string();
                 match outcome {
                     Outcome::Granted(lease) => {
                         assert_eq!(

@@ -40,6 +40,8 @@ pub(crate) struct RequestRecord {
     abandoned: bool,
     /// A renewal of this held lease, not an acquire.
     renews: Option<LeaseId>,
+    /// The lease id a weighted acquire holds if granted (its weight in it).
+    lease: Option<LeaseId>,
 }
 
 /// The client, the model server, the wire between them, and the ledger.
@@ -128,6 +130,30 @@ impl Pair {
                 ..RequestRecord::default()
             },
         );
+        request
+    }
+
+    /// An acquire of `weight` units (at most `limit`).
+    pub fn acquire_weighted(&mut self, namespace: &str, subject: &str, limit: u32, weight: u32) -> RequestId {
+        let key = Key::new(namespace, subject).expect("valid key");
+        let limit = NonZeroU32::new(limit).expect("non-zero limit");
+        let keys = SubjectKeys::new(&self.client.config().key_prefix, &key);
+        let redis_key = keys.leases().clone();
+        let claim = crate::lease_id::Claim::weighing(weight).expect("a valid weight");
+        let request = self
+            .client
+            .acquire_claim(self.now, keys, limit, &claim, None)
+            .expect("the weight fits the limit");
+        let lease = self.client.lease_id(request).with_claim(weight, None);
+        self.requests.insert(
+            request,
+            RequestRecord {
+                key: redis_key,
+                lease: Some(lease),
+                ..RequestRecord::default()
+            },
+        );
+        self.pump();
         request
     }
 

@@ -1,0 +1,105 @@
+//! Keep-alive: the client renews on its own schedule, and says when a lease
+//! is lost.
+
+use super::*;
+use crate::event::LeaseLost;
+
+fn kept_config() -> Config {
+    Config {
+        lease_ttl: Duration::from_secs(3),
+        acquire_timeout: ms(200),
+        ..config()
+    }
+}
+
+fn kept_events(pair: &Pair) -> (usize, Vec<LeaseLost>) {
+    let renewed = pair
+        .events
+        .iter()
+        .filter(|event| matches!(event, Event::KeptAlive { .. }))
+        .count();
+    let lost = pair
+        .events
+        .iter()
+        .filter_map(|event| match event {
+            Event::LeaseLost { reason, .. } => Some(*reason),
+            _ => None,
+        })
+        .collect();
+    (renewed, lost)
+}
+
+#[test]
+fn a_kept_alive_lease_is_renewed_every_third_of_its_ttl_and_outlives_it() {
+    let mut pair = Pair::connected(kept_config(), start());
+    let a = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    let lease = pair.held[0].clone();
+    pair.client.keep_alive(pair.now, &lease);
+    assert_eq!(pair.client.kept_alive(), 1);
+    // The first renewal is due a third of the TTL after the grant.
+    let due = pair.client.poll_timeout().expect("a renewal is scheduled");
+    assert_eq!(due, lease.expires_at() - ms(2000));
+    for _ in 0..10 {
+        pair.advance(ms(1000));
+        pair.exchange();
+    }
+    let (renewed, lost) = kept_events(&pair);
+    assert!(renewed >= 9, "{renewed} renewals in 10 s");
+    assert!(lost.is_empty());
+    // Ten seconds on, well past the first TTL, the slot is still held.
+    let b = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert_eq!(pair.outcome(b), Some(&Outcome::Exceeded));
+    assert_eq!(pair.client.stats().kept_alive, renewed as u64);
+    // Released: no renewal after that.
+    pair.release(0);
+    pair.settle();
+    assert_eq!(pair.client.kept_alive(), 0);
+    assert!(pair.server.all_live_leases().is_empty());
+    assert_eq!(kept_events(&pair).0, renewed);
+}
+
+#[test]
+fn a_lease_found_gone_is_reported_lost_and_dropped() {
+    let mut pair = Pair::connected(kept_config(), start());
+    pair.acquire("t", "s", 1);
+    pair.exchange();
+    let lease = pair.held[0].clone();
+    pair.client.keep_alive(pair.now, &lease);
+    // Someone else's release (or a flush) takes it behind the holder's back.
+    let mut conn = crate::model::ModelConnection::new();
+    let mut command = bytes::BytesMut::new();
+    crate::resp::encode_command(&mut command, &[b"ZREM", lease.redis_key(), &lease.id().to_bytes()]);
+    pair.server.handle(&mut conn, &command).unwrap();
+    pair.advance(ms(1000));
+    pair.exchange();
+    assert_eq!(kept_events(&pair).1, vec![LeaseLost::Gone]);
+    assert_eq!(pair.client.kept_alive(), 0);
+    assert_eq!(pair.client.held_leases(), 0, "nothing left to write back");
+    assert_eq!(pair.client.stats().keep_alive_lost, 1);
+}
+
+#[test]
+fn with_redis_unreachable_the_loss_is_reported_at_the_expiry_after_retries() {
+    let mut pair = Pair::connected(kept_config(), start());
+    pair.acquire("t", "s", 1);
+    pair.exchange();
+    let lease = pair.held[0].clone();
+    pair.client.keep_alive(pair.now, &lease);
+    // The server stops answering: every renewal times out, and is retried.
+    let mut lost_at = None;
+    for _ in 0..100 {
+        pair.refuse();
+        pair.advance(ms(50));
+        if lost_at.is_none() && !kept_events(&pair).1.is_empty() {
+            lost_at = Some(pair.now);
+        }
+    }
+    let lost_at = lost_at.expect("the loss was reported");
+    assert_eq!(kept_events(&pair).1, vec![LeaseLost::Expired]);
+    assert!(lost_at >= lease.expires_at(), "not before the expiry");
+    assert!(lost_at <= lease.expires_at() + ms(50), "within a tick of it");
+    assert_eq!(pair.client.held_leases(), 0);
+}
