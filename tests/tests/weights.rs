@@ -365,3 +365,40 @@ async fn the_inflight_command_prints_holders_and_usage_and_fails_clearly() {
     drop((heavy, light));
     limiter.drain().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_mixed_weights_batched_together_never_exceed_the_limit() {
+    let server = RedisServer::start();
+    let limiter = builder(&server).connect().await.unwrap();
+    let subject = "burst";
+    for round in 0..5 {
+        // Thirty acquires at once: the driver batches them (ACQUIRE_MANY),
+        // each with its own weight.
+        let tasks: Vec<_> = (0..30u32)
+            .map(|i| {
+                let limiter = limiter.clone();
+                let weight = 1 + (i + round) % 3;
+                tokio::spawn(async move { (weight, weighing(&limiter, subject, weight).await) })
+            })
+            .collect();
+        let mut held = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                (weight, Ok(permit)) => {
+                    assert_eq!(permit.weight(), weight);
+                    held.push(permit);
+                }
+                (_, Err(Error::Exceeded { .. })) => {}
+                (_, Err(other)) => panic!("{other}"),
+            }
+        }
+        let granted: u32 = held.iter().map(Permit::weight).sum();
+        assert!(granted <= 10, "{granted} units granted under a limit of 10");
+        assert!(granted >= 8, "a burst fills the limit up to the last weight that fits: {granted}");
+        assert_eq!(units_held(&server, subject), granted as usize);
+        drop(held);
+        eventually("released", Duration::from_secs(5), || units_held(&server, subject) == 0).await;
+    }
+    assert!(limiter.stats().granted >= 15);
+    limiter.drain().await;
+}
