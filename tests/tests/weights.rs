@@ -394,7 +394,10 @@ async fn concurrent_mixed_weights_batched_together_never_exceed_the_limit() {
         }
         let granted: u32 = held.iter().map(Permit::weight).sum();
         assert!(granted <= 10, "{granted} units granted under a limit of 10");
-        assert!(granted >= 8, "a burst fills the limit up to the last weight that fits: {granted}");
+        assert!(
+            granted >= 8,
+            "a burst fills the limit up to the last weight that fits: {granted}"
+        );
         assert_eq!(units_held(&server, subject), granted as usize);
         drop(held);
         eventually("released", Duration::from_secs(5), || units_held(&server, subject) == 0).await;
