@@ -1,0 +1,512 @@
+//! Side by side, in one run against one redis-server: inflight, a raw
+//! pipelined client sending the same two commands (redis-rs multiplexed
+//! connection: `EVALSHA` of `ACQUIRE` and of `RELEASE`, the exact keys and
+//! arguments inflight sends), and the seed's design (a hash scanned on every
+//! acquire, `redis::ConnectionManager`). A cycle is an acquire and its awaited
+//! release, on one key whose limit is never reached, with 1, 64 and 512 tasks.
+//!
+//! For every row: cycles/s, client CPU µs per cycle (this process's user +
+//! system time, `/proc/self/stat`), Redis CPU µs per cycle (`INFO cpu`), and
+//! the host's CPU steal while it ran (`/proc/stat`), so noise is visible. Three
+//! repetitions, interleaved (every row of a repetition before the next one),
+//! medians; at 1 task the acquire's p50 latency too.
+//!
+//!     cargo run --release -p inflight-tests --bin perf -- [seconds per row, default 2]
+//!
+//! Starts its own redis-server on a free loopback port; every loop is bounded
+//! in time.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use inflight_core::key::{Key, SubjectKeys};
+use inflight_core::lease_id::LeaseId;
+use inflight_core::resp::Frame;
+use inflight_core::script::Scripts;
+use inflight_tests::RedisServer;
+use inflight_tokio::Limiter;
+
+/// Task counts; the last entry runs 64 tasks on 64 keys (one each), where
+/// inflight cannot batch acquires of one subject.
+const TASKS: [(usize, bool); 4] = [(1, false), (64, false), (512, false), (64, true)];
+const REPETITIONS: usize = 3;
+const HIGH_LIMIT: u32 = 1_000_000_000;
+const TTL_MS: u64 = 600_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Row {
+    Inflight,
+    Raw,
+    Seed,
+}
+
+impl Row {
+    const ALL: [Row; 3] = [Row::Inflight, Row::Raw, Row::Seed];
+
+    fn name(self) -> &'static str {
+        match self {
+            Row::Inflight => "inflight",
+            Row::Raw => "raw pipelined",
+            Row::Seed => "seed design",
+        }
+    }
+}
+
+/// One measurement.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sample {
+    cycles_per_sec: f64,
+    client_us: f64,
+    redis_us: f64,
+    steal_pct: f64,
+    /// Acquire p50 in µs (measured at every task count, reported at 1).
+    acquire_p50_us: f64,
+}
+
+fn main() {
+    let seconds: f64 = std::env::args().nth(1).map_or(2.0, |s| s.parse().expect("seconds"));
+    let measure = Duration::from_secs_f64(seconds);
+    let server = RedisServer::start_with(&["--maxclients", "10000"]);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut samples: Vec<(Row, Setup, Sample)> = Vec::new();
+    for repetition in 0..REPETITIONS {
+        for setup in TASKS {
+            for row in Row::ALL {
+                eprintln!(
+                    "perf: repetition {} of {REPETITIONS}, {setup:?}, {}",
+                    repetition + 1,
+                    row.name()
+                );
+                let sample = runtime.block_on(measure_row(&server, row, setup, measure, repetition));
+                samples.push((row, setup, sample));
+            }
+        }
+    }
+    print!("{}", report(&samples, seconds));
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// How many tasks, and whether each has its own key.
+type Setup = (usize, bool);
+
+fn label((tasks, own_keys): Setup) -> String {
+    if own_keys {
+        format!("{tasks} ({tasks} keys)")
+    } else {
+        tasks.to_string()
+    }
+}
+
+fn cell(samples: &[(Row, Setup, Sample)], row: Row, tasks: Setup, field: fn(&Sample) -> f64) -> f64 {
+    median(
+        samples
+            .iter()
+            .filter(|(r, t, _)| *r == row && *t == tasks)
+            .map(|(_, _, s)| field(s))
+            .collect(),
+    )
+}
+
+fn report(samples: &[(Row, Setup, Sample)], seconds: f64) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{REPETITIONS} interleaved repetitions of {seconds} s per row, medians (per repetition in brackets)\n"
+    );
+    let _ = writeln!(
+        out,
+        "| tasks | row | cycles/s | client CPU µs/cycle | Redis CPU µs/cycle | steal % | acquire p50 µs |"
+    );
+    let _ = writeln!(out, "| ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    for tasks in TASKS {
+        for row in Row::ALL {
+            let rates: Vec<String> = samples
+                .iter()
+                .filter(|(r, t, _)| *r == row && *t == tasks)
+                .map(|(_, _, s)| format!("{:.0}", s.cycles_per_sec))
+                .collect();
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.0} ({}) | {:.1} | {:.1} | {:.1} | {:.0} |",
+                label(tasks),
+                row.name(),
+                cell(samples, row, tasks, |s| s.cycles_per_sec),
+                rates.join(", "),
+                cell(samples, row, tasks, |s| s.client_us),
+                cell(samples, row, tasks, |s| s.redis_us),
+                cell(samples, row, tasks, |s| s.steal_pct),
+                cell(samples, row, tasks, |s| s.acquire_p50_us),
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n| ratio (medians of the per-repetition ratios) | 1 task | 64 tasks | 512 tasks | 64 tasks, 64 keys | target |"
+    );
+    let _ = writeln!(out, "| --- | ---: | ---: | ---: | ---: | --- |");
+    let ratio = |a: Row, b: Row, tasks: Setup, field: fn(&Sample) -> f64| {
+        let of = |row: Row| -> Vec<f64> {
+            samples
+                .iter()
+                .filter(|(r, t, _)| *r == row && *t == tasks)
+                .map(|(_, _, s)| field(s))
+                .collect()
+        };
+        median(of(a).iter().zip(of(b)).map(|(x, y)| x / y).collect())
+    };
+    let lines: [(&str, Row, Row, fn(&Sample) -> f64, &str); 5] = [
+        (
+            "cycles/s inflight ÷ raw",
+            Row::Inflight,
+            Row::Raw,
+            |s| s.cycles_per_sec,
+            "≥ 1.0",
+        ),
+        (
+            "cycles/s inflight ÷ seed",
+            Row::Inflight,
+            Row::Seed,
+            |s| s.cycles_per_sec,
+            "≥ 3 at 64 tasks",
+        ),
+        (
+            "acquire p50 inflight ÷ raw",
+            Row::Inflight,
+            Row::Raw,
+            |s| s.acquire_p50_us,
+            "≤ 1.1 at 1 task",
+        ),
+        (
+            "Redis CPU/cycle inflight ÷ raw",
+            Row::Inflight,
+            Row::Raw,
+            |s| s.redis_us,
+            "≤ 1.0 at 64 tasks",
+        ),
+        (
+            "client CPU/cycle inflight ÷ raw",
+            Row::Inflight,
+            Row::Raw,
+            |s| s.client_us,
+            "≤ 1.0",
+        ),
+    ];
+    for (name, a, b, field, target) in lines {
+        let [one, some, many, spread] = TASKS.map(|setup| ratio(a, b, setup, field));
+        let _ = writeln!(
+            out,
+            "| {name} | {one:.2} | {some:.2} | {many:.2} | {spread:.2} | {target} |"
+        );
+    }
+    out
+}
+
+/// Runs `tasks` workers of `row` for a warm-up and then `measure`.
+async fn measure_row(server: &RedisServer, row: Row, setup: Setup, measure: Duration, repetition: usize) -> Sample {
+    let (tasks, own_keys) = setup;
+    let subject = format!("{}-{tasks}-{own_keys}-{repetition}", row.name().replace(' ', "-"));
+    let cycles = Arc::new(AtomicU64::new(0));
+    let counting = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let latencies = Arc::new(Mutex::new(Vec::with_capacity(1 << 16)));
+    let worker = Worker {
+        cycles: cycles.clone(),
+        counting: counting.clone(),
+        stop: stop.clone(),
+        latencies: latencies.clone(),
+    };
+    let (workers, limiter) = match row {
+        Row::Inflight => {
+            let limiter = Limiter::builder(server.url())
+                .key_prefix("perf")
+                .lease_ttl(Duration::from_millis(TTL_MS))
+                .timeout(Duration::from_secs(5))
+                .max_in_flight(8192)
+                .connect()
+                .await
+                .expect("connect");
+            (spawn_inflight(&limiter, &subject, setup, &worker), Some(limiter))
+        }
+        Row::Raw => (spawn_raw(server, &subject, setup, &worker).await, None),
+        Row::Seed => (spawn_seed(server, &subject, setup, &worker).await, None),
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (client_before, redis_before, host_before) = (client_cpu(), redis_cpu(server), host_cpu());
+    counting.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(measure).await;
+    counting.store(false, Ordering::Relaxed);
+    let elapsed = started.elapsed().as_secs_f64();
+    let (client_after, redis_after, host_after) = (client_cpu(), redis_cpu(server), host_cpu());
+    stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        let _ = tokio::time::timeout(Duration::from_secs(10), worker).await;
+    }
+    if let Some(limiter) = limiter {
+        limiter.drain().await;
+    }
+    let done = cycles.load(Ordering::Relaxed) as f64;
+    let mut latencies = std::mem::take(&mut *latencies.lock().unwrap());
+    latencies.sort_unstable();
+    let p50 = latencies.get(latencies.len() / 2).copied().unwrap_or(0) as f64 / 1000.0;
+    let (busy, steal) = (host_after.0 - host_before.0, host_after.1 - host_before.1);
+    Sample {
+        cycles_per_sec: done / elapsed,
+        client_us: (client_after - client_before) * 1e6 / done,
+        redis_us: (redis_after - redis_before) * 1e6 / done,
+        steal_pct: if busy > 0.0 { 100.0 * steal / busy } else { 0.0 },
+        acquire_p50_us: p50,
+    }
+}
+
+#[derive(Clone)]
+struct Worker {
+    cycles: Arc<AtomicU64>,
+    counting: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    /// Acquire latencies in ns, sampled while counting.
+    latencies: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Worker {
+    fn done(&self, acquire: Duration) {
+        if self.counting.load(Ordering::Relaxed) {
+            self.cycles.fetch_add(1, Ordering::Relaxed);
+            let mut latencies = self.latencies.lock().unwrap();
+            if latencies.len() < 1 << 20 {
+                latencies.push(acquire.as_nanos() as u64);
+            }
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// The subject task `task` uses.
+fn subject_of(subject: &str, (_, own_keys): Setup, task: usize) -> String {
+    if own_keys {
+        format!("{subject}-{task}")
+    } else {
+        subject.to_string()
+    }
+}
+
+fn spawn_inflight(limiter: &Limiter, subject: &str, setup: Setup, worker: &Worker) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..setup.0)
+        .map(|task| {
+            let key = Key::new("perf", subject_of(subject, setup, task)).expect("key");
+            let (limiter, worker) = (limiter.clone(), worker.clone());
+            tokio::spawn(async move {
+                while !worker.stopped() {
+                    let started = Instant::now();
+                    let permit = limiter.acquire_with(&key, HIGH_LIMIT).await.expect("acquire");
+                    let acquired = started.elapsed();
+                    permit.release().await.expect("release");
+                    worker.done(acquired);
+                }
+            })
+        })
+        .collect()
+}
+
+/// The same two commands inflight sends, over redis-rs's multiplexed
+/// connection (one connection, requests pipelined by redis-rs).
+async fn spawn_raw(
+    server: &RedisServer,
+    subject: &str,
+    setup: Setup,
+    worker: &Worker,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let client = redis::Client::open(server.url()).expect("url");
+    let connection = client.get_multiplexed_async_connection().await.expect("connect");
+    let scripts = Scripts::default();
+    for text in [scripts.acquire.text, scripts.release.text] {
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(text)
+            .query_async(&mut connection.clone())
+            .await
+            .expect("SCRIPT LOAD");
+    }
+    let next = Arc::new(AtomicU64::new(0));
+    let (acquire_sha, release_sha) = (scripts.acquire.sha.clone(), scripts.release.sha.clone());
+    (0..setup.0)
+        .map(|task| {
+            let keys = SubjectKeys::new(
+                "perf",
+                &Key::new("perf", subject_of(subject, setup, task)).expect("key"),
+            );
+            let mut connection = connection.clone();
+            let (next, worker) = (next.clone(), worker.clone());
+            let (acquire_sha, release_sha) = (acquire_sha.clone(), release_sha.clone());
+            tokio::spawn(async move {
+                let (fence, queue, waiters) = (keys.fence(), keys.queue(), keys.waiters());
+                let (holds, wake) = (keys.holds(), keys.wake_channel());
+                while !worker.stopped() {
+                    let lease = LeaseId::from_parts(0x7a3, next.fetch_add(1, Ordering::Relaxed));
+                    let id = lease.to_string();
+                    let started = Instant::now();
+                    let reply: redis::Value = redis::cmd("EVALSHA")
+                        .arg(&acquire_sha)
+                        .arg(5)
+                        .arg(&keys.leases()[..])
+                        .arg(&keys.tombstone(&lease)[..])
+                        .arg(&fence[..])
+                        .arg(&queue[..])
+                        .arg(&waiters[..])
+                        .arg(TTL_MS)
+                        .arg(HIGH_LIMIT)
+                        .arg(&id)
+                        .arg(99_999_999_999_999u64)
+                        .arg("perf:recovery")
+                        .query_async(&mut connection)
+                        .await
+                        .expect("acquire");
+                    let acquired = started.elapsed();
+                    assert!(
+                        matches!(&reply, redis::Value::Array(items) if items.first() == Some(&redis::Value::Int(1)))
+                    );
+                    let _: i64 = redis::cmd("EVALSHA")
+                        .arg(&release_sha)
+                        .arg(6)
+                        .arg(&keys.leases()[..])
+                        .arg(&queue[..])
+                        .arg(&waiters[..])
+                        .arg(&holds[..])
+                        .arg(&wake[..])
+                        .arg(&fence[..])
+                        .arg(1)
+                        .arg(&id)
+                        .query_async(&mut connection)
+                        .await
+                        .expect("release");
+                    worker.done(acquired);
+                }
+            })
+        })
+        .collect()
+}
+
+/// The reference design's acquire: scan the whole hash on every call.
+const SEED_ACQUIRE: &str = r#"
+local now = tonumber(ARGV[1])
+local ttl_ms = tonumber(ARGV[2])
+local max = tonumber(ARGV[3])
+local lease_id = ARGV[4]
+local leases = redis.call('HGETALL', KEYS[1])
+local live = 0
+for i = 1, #leases, 2 do
+  if tonumber(leases[i + 1]) <= now then
+    redis.call('HDEL', KEYS[1], leases[i])
+  else
+    live = live + 1
+  end
+end
+if live >= max then
+  return {0, lease_id}
+end
+redis.call('HSET', KEYS[1], lease_id, now + ttl_ms)
+redis.call('PEXPIRE', KEYS[1], ttl_ms * 2)
+return {1, lease_id}
+"#;
+
+const SEED_RELEASE: &str = "redis.call('HDEL', KEYS[1], ARGV[1]); return 1";
+
+async fn spawn_seed(
+    server: &RedisServer,
+    subject: &str,
+    setup: Setup,
+    worker: &Worker,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let client = redis::Client::open(server.url()).expect("url");
+    let manager = redis::aio::ConnectionManager::new(client).await.expect("connect");
+    let (acquire, release) = (redis::Script::new(SEED_ACQUIRE), redis::Script::new(SEED_RELEASE));
+    let next = Arc::new(AtomicU64::new(0));
+    (0..setup.0)
+        .map(|task| {
+            let key = format!("seed:{{perf|{}}}:leases", subject_of(subject, setup, task));
+            let (mut manager, acquire, release) = (manager.clone(), acquire.clone(), release.clone());
+            let (next, worker) = (next.clone(), worker.clone());
+            tokio::spawn(async move {
+                while !worker.stopped() {
+                    let id = format!("seed-{}", next.fetch_add(1, Ordering::Relaxed));
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .expect("clock")
+                        .as_millis() as u64;
+                    let started = Instant::now();
+                    let (granted, _): (i64, String) = acquire
+                        .key(&key)
+                        .arg(now)
+                        .arg(TTL_MS)
+                        .arg(u64::from(HIGH_LIMIT))
+                        .arg(&id)
+                        .invoke_async(&mut manager)
+                        .await
+                        .expect("seed acquire");
+                    let acquired = started.elapsed();
+                    assert_eq!(granted, 1);
+                    let _: i64 = release
+                        .key(&key)
+                        .arg(&id)
+                        .invoke_async(&mut manager)
+                        .await
+                        .expect("seed release");
+                    worker.done(acquired);
+                }
+            })
+        })
+        .collect()
+}
+
+/// This process's user + system CPU seconds (`/proc/self/stat`).
+fn client_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
+    (ticks(11) + ticks(12)) / clock_ticks_per_second()
+}
+
+fn clock_ticks_per_second() -> f64 {
+    // `getconf CLK_TCK`: 100 on Linux everywhere this runs.
+    100.0
+}
+
+/// The redis-server's user + system CPU seconds (`INFO cpu`).
+fn redis_cpu(server: &RedisServer) -> f64 {
+    let info = match server.client().call(&[b"INFO", b"cpu"]) {
+        Ok(Frame::BulkString(info)) => String::from_utf8_lossy(&info).into_owned(),
+        other => panic!("INFO cpu: {other:?}"),
+    };
+    info.lines()
+        .filter(|line| line.starts_with("used_cpu_sys:") || line.starts_with("used_cpu_user:"))
+        .filter_map(|line| line.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// The host's (all CPUs) total and steal jiffies (`/proc/stat`).
+fn host_cpu() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return (0.0, 0.0);
+    };
+    let values: Vec<f64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal …
+    let total: f64 = values.iter().take(8).sum();
+    (total, values.get(7).copied().unwrap_or(0.0))
+}
