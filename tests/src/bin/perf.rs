@@ -112,6 +112,9 @@ fn median(mut values: Vec<f64>) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// A ratio of the report: its name, the two rows, the field, the target.
+type RatioLine = (&'static str, Row, Row, fn(&Sample) -> f64, &'static str);
+
 /// How many tasks, and whether each has its own key.
 type Setup = (usize, bool);
 
@@ -181,7 +184,7 @@ fn report(samples: &[(Row, Setup, Sample)], seconds: f64) -> String {
         };
         median(of(a).iter().zip(of(b)).map(|(x, y)| x / y).collect())
     };
-    let lines: [(&str, Row, Row, fn(&Sample) -> f64, &str); 5] = [
+    let lines: [RatioLine; 5] = [
         (
             "cycles/s inflight ÷ raw",
             Row::Inflight,
