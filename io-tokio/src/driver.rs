@@ -7,6 +7,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use inflight_core::{
     Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Inspection, Lease, LeaseId, Outcome, Reassertion,
     Renewal, RequestId, Servers, Stats,
@@ -19,7 +20,7 @@ use crate::connector::Connector;
 use crate::error::{ConnectError, Error, ReleaseError, RenewError};
 use crate::mailbox::{Command, HeldLease};
 use crate::news::{Lost, SharedNews};
-use crate::socket::{read_any, run_connection, write_any, IoEvent, Outbox, Reader, Writer};
+use crate::socket::{read_any, run_connection, IoEvent, Reader};
 use crate::telemetry;
 
 /// A started driver: where to send commands, when it is connected, its counters.
@@ -45,12 +46,10 @@ pub(crate) struct Driver<C: Connector> {
     /// Our own command sender, handed to every permit so that its drop can
     /// release. The receiver side closes when no limiter or permit is left.
     commands: mpsc::WeakUnboundedSender<Command>,
-    io_tx: mpsc::UnboundedSender<IoEvent<Reader<C>, Writer<C>>>,
+    io_tx: mpsc::UnboundedSender<IoEvent<Reader<C>>>,
     /// The open connections' read halves (one per node), and a buffer to
     /// read into; reads start at a rotating index, fairly.
     readers: Vec<(ConnectionId, Reader<C>)>,
-    /// Their write halves, with what is not written yet.
-    writers: Vec<(ConnectionId, Outbox<Writer<C>>)>,
     next_reader: usize,
     read_buf: Vec<u8>,
     connections: HashMap<ConnectionId, Connection>,
@@ -70,8 +69,8 @@ pub(crate) struct Driver<C: Connector> {
     stats: tokio::sync::watch::Sender<Stats>,
 }
 
-/// A connection being made: its task, until it hands over the stream.
 struct Connection {
+    outgoing: mpsc::UnboundedSender<Bytes>,
     task: JoinHandle<()>,
 }
 
@@ -94,7 +93,6 @@ impl<C: Connector> Driver<C> {
             commands: commands.downgrade(),
             io_tx,
             readers: Vec::new(),
-            writers: Vec::new(),
             next_reader: 0,
             read_buf: vec![0; 16 * 1024],
             connections: HashMap::new(),
@@ -122,7 +120,7 @@ impl<C: Connector> Driver<C> {
     async fn run(
         mut self,
         mut commands: mpsc::UnboundedReceiver<Command>,
-        mut io: mpsc::UnboundedReceiver<IoEvent<Reader<C>, Writer<C>>>,
+        mut io: mpsc::UnboundedReceiver<IoEvent<Reader<C>>>,
     ) {
         let mut users_gone = false;
         loop {
@@ -139,11 +137,6 @@ impl<C: Connector> Driver<C> {
             tokio::select! {
                 biased;
                 Some(event) = io.recv() => self.on_io(event),
-                (id, written) = write_any(&mut self.writers), if self.writers.iter().any(|(_, outbox)| outbox.busy()) => {
-                    if let Err(error) = written {
-                        self.closed(now(), id, Some(error.to_string()));
-                    }
-                }
                 read = read_any(&mut self.readers, &mut self.read_buf, self.next_reader), if !self.readers.is_empty() => {
                     self.next_reader = self.next_reader.wrapping_add(1);
                     self.on_read(read)
@@ -172,7 +165,6 @@ impl<C: Connector> Driver<C> {
         }
         self.published.withdraw(&self.metric_labels);
         self.readers.clear();
-        self.writers.clear();
         for (_, connection) in self.connections.drain() {
             connection.task.abort();
         }
@@ -240,13 +232,12 @@ impl<C: Connector> Driver<C> {
         }
     }
 
-    fn on_io(&mut self, event: IoEvent<Reader<C>, Writer<C>>) {
+    fn on_io(&mut self, event: IoEvent<Reader<C>>) {
         let now = now();
         match event {
-            // A connection closed meanwhile: its halves are dropped here.
-            IoEvent::Connected(id, reader, writer) if self.connections.contains_key(&id) => {
+            // A connection closed meanwhile: its reader is dropped here.
+            IoEvent::Connected(id, reader) if self.connections.contains_key(&id) => {
                 self.readers.push((id, reader));
-                self.writers.push((id, Outbox::new(writer)));
                 self.client.handle_connected(now, id);
             }
             IoEvent::Connected(..) => {}
@@ -271,10 +262,9 @@ impl<C: Connector> Driver<C> {
         self.client.handle_closed(now, id);
     }
 
-    /// Drops connection `id`: its halves, and its task if still connecting.
+    /// Drops connection `id`: its reader, and its task (which holds the writer).
     fn forget(&mut self, id: ConnectionId) {
         self.readers.retain(|(reading, _)| *reading != id);
-        self.writers.retain(|(writing, _)| *writing != id);
         if let Some(connection) = self.connections.remove(&id) {
             connection.task.abort();
         }
@@ -292,9 +282,9 @@ impl<C: Connector> Driver<C> {
                 }
             }
             while let Some(transmit) = self.client.poll_transmit() {
-                // Written by the select's write branch, in this same pass.
-                if let Some((_, outbox)) = self.writers.iter_mut().find(|(id, _)| *id == transmit.connection) {
-                    outbox.push(transmit.data);
+                if let Some(connection) = self.connections.get(&transmit.connection) {
+                    // A closed writer means the task ended; its Closed event follows.
+                    let _ = connection.outgoing.send(transmit.data);
                 }
             }
             // Counted before any caller hears its outcome, so that a caller
@@ -463,8 +453,15 @@ impl<C: Connector> Driver<C> {
     }
 
     fn open(&mut self, id: ConnectionId, endpoint: Endpoint) {
-        let task = tokio::spawn(run_connection(self.connector.clone(), endpoint, id, self.io_tx.clone()));
-        self.connections.insert(id, Connection { task });
+        let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run_connection(
+            self.connector.clone(),
+            endpoint,
+            id,
+            self.io_tx.clone(),
+            outgoing_rx,
+        ));
+        self.connections.insert(id, Connection { outgoing, task });
     }
 
     /// Publishes what the core counted since the last call, and the gauges.
