@@ -73,10 +73,27 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    // `PERF_ONLY=inflight` (a row's name, spaces as dashes) and
+    // `PERF_TASKS=64k` (64 tasks on 64 keys; `64` one key) narrow the run, to
+    // profile one cell (`perf record -g -p <pid>`).
+    let only = std::env::var("PERF_ONLY").ok();
+    let only_tasks = std::env::var("PERF_TASKS").ok();
+    let wanted = |row: Row, setup: Setup| {
+        only.as_deref().is_none_or(|name| row.name().replace(' ', "-") == name)
+            && only_tasks.as_deref().is_none_or(|tasks| {
+                let (count, own_keys) = setup;
+                *tasks
+                    == if own_keys {
+                        format!("{count}k")
+                    } else {
+                        count.to_string()
+                    }
+            })
+    };
     let mut samples: Vec<(Row, Setup, Sample)> = Vec::new();
     for repetition in 0..REPETITIONS {
         for setup in TASKS {
-            for row in Row::ALL {
+            for row in Row::ALL.into_iter().filter(|row| wanted(*row, setup)) {
                 eprintln!(
                     "perf: repetition {} of {REPETITIONS}, {setup:?}, {}",
                     repetition + 1,
@@ -92,7 +109,7 @@ fn main() {
 
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// A ratio of the report: its name, the two rows, the field, the target.
