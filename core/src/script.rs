@@ -47,8 +47,10 @@ end
 /// `weight(id)`, `units(id)` (its members, and its weight), `add_units(key,
 /// score, id, flag)` (one `ZADD` of its members, `flag` `'XX'` or `nil`), and
 /// `owed(queue, n)`: the units the first `n` waiters of a queue wait for.
-/// Each script takes only those it calls (`weight` first): a Lua closure is
-/// made per call for each, which weight-1 calls would pay for nothing.
+/// Each script takes only those it calls (`weight` first), and defines the
+/// others in the branch that needs them: a Lua closure is made each time a
+/// definition runs, which weight-1 calls would pay for nothing (measured:
+/// 3-4% of `ACQUIRE`'s cost, `docs/performance.md`).
 macro_rules! unit_helpers {
     ($($helper:ident),*) => {
         concat!($(unit_helpers!(@ $helper)),*)
@@ -149,7 +151,7 @@ pub const ACQUIRE: &str = concat!(
     r#"
 if redis.replicate_commands then redis.replicate_commands() end
 "#,
-    unit_helpers!(weight, add_units, owed),
+    unit_helpers!(weight),
     r#"local leases, tombstone, fence, queue, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local ttl, limit, id, valid_until = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local hold = ARGV[5]
@@ -178,14 +180,22 @@ if not redis.call('ZSCORE', leases, id) then
     -- Every waiter is owed at least one unit: only when that still fits
     -- are their weights read.
     if live + queued + w <= limit then
-      queued = owed(queue, queued)
+"#,
+    unit_helpers!(owed),
+    r#"      queued = owed(queue, queued)
     end
     live = live + queued
   end
   if live + w > limit then
     return {0, id, 0, reclaimed}
   end
-  add_units(leases, now + ttl, id)
+  if w == 1 then
+    redis.call('ZADD', leases, now + ttl, id)
+  else
+"#,
+    unit_helpers!(add_units),
+    r#"    add_units(leases, now + ttl, id)
+  end
   if redis.call('PTTL', leases) < ttl then
     redis.call('PEXPIRE', leases, ttl + 1)
   end
@@ -332,7 +342,7 @@ end
 /// Without the waiters' settings (`limit` and `ttl` in the hash, written
 /// when they queue) it names them instead (`N id…`), and they check again.
 pub const RELEASE: &str = concat!(
-    unit_helpers!(weight, units, add_units),
+    unit_helpers!(weight),
     r#"local removed = 0
 local weighted = false
 for i = 2, #ARGV do
@@ -341,7 +351,9 @@ for i = 2, #ARGV do
   end
 end
 if weighted then
-  for i = 2, #ARGV do
+"#,
+    unit_helpers!(units),
+    r#"  for i = 2, #ARGV do
     removed = removed + redis.call('ZREM', KEYS[1], unpack((units(ARGV[i]))))
   end
 else
@@ -386,7 +398,9 @@ if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
       redis.call('SPUBLISH', KEYS[5], 'N ' .. table.concat(first, ' '))
     end
   elseif #first > 0 then
-    local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
+"#,
+    unit_helpers!(add_units),
+    r#"    local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
     local last = tonumber(redis.call('GET', KEYS[6]) or '0')
     if last >= token then
       token = last + 1
