@@ -72,12 +72,14 @@ impl News {
     /// Watches `lease` (if it is not yet): its status, from now on kept
     /// here until it is let go.
     pub(crate) fn watch(&self, lease: &LeaseId, expires_at: Instant, kept_alive: bool) -> watch::Receiver<Status> {
+        // A write-back that failed before anyone watched still counts.
+        let unconfirmed = self.reassertion(lease) == Some(Reassertion::Unconfirmed);
         let mut watched = self.watched.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let sender = watched.entry(lease.clone()).or_insert_with(|| {
             watch::Sender::new(Status {
                 expires_at,
                 kept_alive,
-                lost: None,
+                lost: unconfirmed.then_some(Lost::Unconfirmed),
             })
         });
         if kept_alive {
@@ -156,5 +158,37 @@ pub(crate) async fn lost(mut status: watch::Receiver<Status>) -> Lost {
             }
             () = expiry => return Lost::Expired,
         }
+    }
+}
+
+#[cfg(all(test, not(madsim)))]
+mod tests {
+    use super::*;
+
+    fn lease(n: u64) -> LeaseId {
+        LeaseId::from_parts(0x11, n)
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_back_is_lost_whether_watched_before_or_after() {
+        let news = News::default();
+        let later = Instant::now() + std::time::Duration::from_secs(60);
+        // Watched first, then the write-back fails.
+        let before = news.watch(&lease(1), later, true);
+        news.reasserted(lease(1), Reassertion::Unconfirmed);
+        assert_eq!(lost(before).await, Lost::Unconfirmed);
+        // The write-back fails first; the watch comes later and still sees it.
+        news.reasserted(lease(2), Reassertion::Unconfirmed);
+        assert_eq!(lost(news.watch(&lease(2), later, true)).await, Lost::Unconfirmed);
+        // A lease that survived is not lost; letting it go says Released.
+        news.reasserted(lease(3), Reassertion::Survived);
+        let survived = news.watch(&lease(3), later, true);
+        news.let_go(&lease(3), Lost::Released);
+        assert_eq!(lost(survived).await, Lost::Released);
+        // The first verdict stands: a lost lease let go afterwards stays lost.
+        let gone = news.watch(&lease(4), later, true);
+        news.lose(&lease(4), Lost::Gone);
+        news.let_go(&lease(4), Lost::Released);
+        assert_eq!(lost(gone).await, Lost::Gone);
     }
 }
