@@ -10,16 +10,25 @@ use bytes::BytesMut;
 use crate::key::SubjectKeys;
 use crate::resp::encode_command;
 
-/// The fencing token of a grant (Lua, shared by the acquire scripts): the
-/// subject's counter's next value, never below the server's clock in
+/// The fencing tokens of grants (Lua, shared by every script that grants):
+/// the subject's counter's next values, never below the server's clock in
 /// microseconds (see [`ACQUIRE`]). Needs `time`, `fence` and `ttl`; leaves
-/// the token in `token`.
+/// the first token in `token`. `next_fencing_token!()` takes one token;
+/// `next_fencing_token!("n")` takes `n` consecutive ones (`n` a Lua
+/// expression), `token` … `token + n - 1`, with the counter left at the last.
 macro_rules! next_fencing_token {
     () => {
-        r#"local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
+        next_fencing_token!(@ "token")
+    };
+    ($count:literal) => {
+        next_fencing_token!(@ "token + ", $count, " - 1")
+    };
+    (@ $($last:literal),+) => {
+        concat!(
+            "local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local last, written = nil, false
 if redis.REDIS_VERSION_NUM then
-  last = redis.call('SET', fence, string.format('%.0f', token), 'PX', ttl, 'GET')
+  last = redis.call('SET', fence, string.format('%.0f', ", $($last),+, "), 'PX', ttl, 'GET')
   written = true
 else
   last = redis.call('GET', fence)
@@ -28,9 +37,10 @@ if last and tonumber(last) >= token then
   token, written = tonumber(last) + 1, false
 end
 if not written then
-  redis.call('SET', fence, string.format('%.0f', token), 'PX', ttl)
+  redis.call('SET', fence, string.format('%.0f', ", $($last),+, "), 'PX', ttl)
 end
-"#
+"
+        )
     };
 }
 
@@ -400,12 +410,10 @@ if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
   elseif #first > 0 then
 "#,
     unit_helpers!(add_units),
-    r#"    local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
-    local last = tonumber(redis.call('GET', KEYS[6]) or '0')
-    if last >= token then
-      token = last + 1
-    end
-    local message = {'H'}
+    r#"    local fence = KEYS[6]
+"#,
+    next_fencing_token!("#first"),
+    r#"    local message = {'H'}
     local longest = 0
     for i, id in ipairs(first) do
       -- Reserved until the waiter's entry would have expired: its client
@@ -418,7 +426,6 @@ if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
       message[#message + 1] = id
       message[#message + 1] = string.format('%.0f', token + i - 1)
     end
-    redis.call('SET', KEYS[6], string.format('%.0f', token + #first - 1), 'PX', ttl)
     if redis.call('PTTL', KEYS[1]) < longest then
       redis.call('PEXPIRE', KEYS[1], longest + 1)
     end
@@ -532,21 +539,9 @@ if grew and redis.call('PTTL', leases) < ttl then
   redis.call('PEXPIRE', leases, ttl + 1)
 end
 if granted > 0 then
-  local token = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  local last, written = nil, false
-  if redis.REDIS_VERSION_NUM then
-    last = redis.call('SET', fence, string.format('%.0f', token + granted - 1), 'PX', ttl, 'GET')
-    written = true
-  else
-    last = redis.call('GET', fence)
-  end
-  if last and tonumber(last) >= token then
-    token, written = tonumber(last) + 1, false
-  end
-  if not written then
-    redis.call('SET', fence, string.format('%.0f', token + granted - 1), 'PX', ttl)
-  end
-  for i = 1, #reply, 3 do
+"#,
+    next_fencing_token!("granted"),
+    r#"  for i = 1, #reply, 3 do
     if reply[i] == 1 then
       reply[i + 2] = token
       token = token + 1
