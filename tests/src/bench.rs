@@ -391,8 +391,8 @@ async fn read_replies(stream: &mut tokio::net::TcpStream, reader: &mut ReplyRead
     }
 }
 
-/// The reference design's acquire: scan the whole hash on every call.
-const BASELINE_ACQUIRE: &str = r#"
+/// The reference (seed) design's acquire: scan the whole hash on every call.
+pub const BASELINE_ACQUIRE: &str = r#"
 local now = tonumber(ARGV[1])
 local ttl_ms = tonumber(ARGV[2])
 local max = tonumber(ARGV[3])
@@ -414,7 +414,7 @@ redis.call('PEXPIRE', KEYS[1], ttl_ms * 2)
 return {1, lease_id}
 "#;
 
-const BASELINE_RELEASE: &str = "redis.call('HDEL', KEYS[1], ARGV[1]); return 1";
+pub const BASELINE_RELEASE: &str = "redis.call('HDEL', KEYS[1], ARGV[1]); return 1";
 
 fn wall_ms() -> u64 {
     std::time::SystemTime::now()

@@ -134,38 +134,31 @@ impl Waiters {
     /// their checks may have run before the slots freed: each checks again
     /// as soon as it is answered "queued".
     fn woken(&mut self, channel: &[u8], slots: usize) -> Vec<RequestId> {
-        let mut woken = Vec::new();
-        let Some(waiting) = self.by_channel.get(channel) else {
-            return woken;
-        };
-        for request in waiting {
-            if woken.len() == slots {
-                break;
-            }
-            let Some(entry) = self.entries.get_mut(request) else {
-                continue;
-            };
-            if entry.parked.is_some() {
-                woken.push(*request);
-            } else {
-                entry.rewake = true;
-            }
-        }
-        woken
+        self.wake(channel, slots, |_| true)
     }
 
     /// The waiters of `channel` with these lease ids: parked ones to check
     /// again; in-flight ones check again once answered.
     fn named(&mut self, channel: &[u8], ids: &[Bytes]) -> Vec<RequestId> {
+        self.wake(channel, usize::MAX, |lease| ids.contains(lease))
+    }
+
+    /// Walks `channel`'s waiters in order, those whose lease `wanted`
+    /// says: parked ones are returned (at most `most`) to check again, and
+    /// in-flight ones met before that check again once answered.
+    fn wake(&mut self, channel: &[u8], most: usize, wanted: impl Fn(&Bytes) -> bool) -> Vec<RequestId> {
         let mut woken = Vec::new();
         let Some(waiting) = self.by_channel.get(channel) else {
             return woken;
         };
         for request in waiting {
+            if woken.len() == most {
+                break;
+            }
             let Some(entry) = self.entries.get_mut(request) else {
                 continue;
             };
-            if !ids.contains(&entry.lease) {
+            if !wanted(&entry.lease) {
                 continue;
             }
             if entry.parked.is_some() {

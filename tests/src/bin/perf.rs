@@ -22,9 +22,8 @@ use std::time::{Duration, Instant};
 
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
-use inflight_core::resp::Frame;
 use inflight_core::script::Scripts;
-use inflight_tests::RedisServer;
+use inflight_tests::{bench, cpu, RedisServer};
 use inflight_tokio::Limiter;
 
 /// Task counts; the last entry runs 64 tasks on 64 keys (one each), where
@@ -261,13 +260,15 @@ async fn measure_row(server: &RedisServer, row: Row, setup: Setup, measure: Dura
         Row::Seed => (spawn_seed(server, &subject, setup, &worker).await, None),
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (client_before, redis_before, host_before) = (client_cpu(), redis_cpu(server), host_cpu());
+    let (client_before, redis_before, host_before) =
+        (cpu::process_seconds(), cpu::redis_seconds(server), cpu::host_jiffies());
     counting.store(true, Ordering::Relaxed);
     let started = Instant::now();
     tokio::time::sleep(measure).await;
     counting.store(false, Ordering::Relaxed);
     let elapsed = started.elapsed().as_secs_f64();
-    let (client_after, redis_after, host_after) = (client_cpu(), redis_cpu(server), host_cpu());
+    let (client_after, redis_after, host_after) =
+        (cpu::process_seconds(), cpu::redis_seconds(server), cpu::host_jiffies());
     stop.store(true, Ordering::Relaxed);
     for worker in workers {
         let _ = tokio::time::timeout(Duration::from_secs(10), worker).await;
@@ -419,31 +420,6 @@ async fn spawn_raw(
         .collect()
 }
 
-/// The reference design's acquire: scan the whole hash on every call.
-const SEED_ACQUIRE: &str = r#"
-local now = tonumber(ARGV[1])
-local ttl_ms = tonumber(ARGV[2])
-local max = tonumber(ARGV[3])
-local lease_id = ARGV[4]
-local leases = redis.call('HGETALL', KEYS[1])
-local live = 0
-for i = 1, #leases, 2 do
-  if tonumber(leases[i + 1]) <= now then
-    redis.call('HDEL', KEYS[1], leases[i])
-  else
-    live = live + 1
-  end
-end
-if live >= max then
-  return {0, lease_id}
-end
-redis.call('HSET', KEYS[1], lease_id, now + ttl_ms)
-redis.call('PEXPIRE', KEYS[1], ttl_ms * 2)
-return {1, lease_id}
-"#;
-
-const SEED_RELEASE: &str = "redis.call('HDEL', KEYS[1], ARGV[1]); return 1";
-
 async fn spawn_seed(
     server: &RedisServer,
     subject: &str,
@@ -452,7 +428,10 @@ async fn spawn_seed(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let client = redis::Client::open(server.url()).expect("url");
     let manager = redis::aio::ConnectionManager::new(client).await.expect("connect");
-    let (acquire, release) = (redis::Script::new(SEED_ACQUIRE), redis::Script::new(SEED_RELEASE));
+    let (acquire, release) = (
+        redis::Script::new(bench::BASELINE_ACQUIRE),
+        redis::Script::new(bench::BASELINE_RELEASE),
+    );
     let next = Arc::new(AtomicU64::new(0));
     (0..setup.0)
         .map(|task| {
@@ -489,44 +468,4 @@ async fn spawn_seed(
             })
         })
         .collect()
-}
-
-/// This process's user + system CPU seconds (`/proc/self/stat`).
-fn client_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces) in parentheses.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
-    (ticks(11) + ticks(12)) / clock_ticks_per_second()
-}
-
-fn clock_ticks_per_second() -> f64 {
-    // `getconf CLK_TCK`: 100 on Linux everywhere this runs.
-    100.0
-}
-
-/// The redis-server's user + system CPU seconds (`INFO cpu`).
-fn redis_cpu(server: &RedisServer) -> f64 {
-    let info = match server.client().call(&[b"INFO", b"cpu"]) {
-        Ok(Frame::BulkString(info)) => String::from_utf8_lossy(&info).into_owned(),
-        other => panic!("INFO cpu: {other:?}"),
-    };
-    info.lines()
-        .filter(|line| line.starts_with("used_cpu_sys:") || line.starts_with("used_cpu_user:"))
-        .filter_map(|line| line.split(':').nth(1)?.trim().parse::<f64>().ok())
-        .sum()
-}
-
-/// The host's (all CPUs) total and steal jiffies (`/proc/stat`).
-fn host_cpu() -> (f64, f64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
-        return (0.0, 0.0);
-    };
-    let values: Vec<f64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
-    // user nice system idle iowait irq softirq steal …
-    let total: f64 = values.iter().take(8).sum();
-    (total, values.get(7).copied().unwrap_or(0.0))
 }

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use inflight_tests::{RedisServer, Rng};
+use inflight_tests::{cpu, RedisServer, Rng};
 use inflight_tokio::{Error, Key, Limiter};
 
 const LIMIT: u32 = 10;
@@ -99,7 +99,7 @@ async fn run(server: &RedisServer, mode: Mode, subject: &str, measure: Duration)
     let key = Key::new("bench", subject).unwrap();
     let grants = Arc::new(Mutex::new(Vec::<Grant>::new()));
     let stop = Arc::new(AtomicBool::new(false));
-    let (cpu_before, redis_before) = (process_cpu(), redis_cpu(server));
+    let (cpu_before, redis_before) = (cpu::process_seconds(), cpu::redis_seconds(server));
     let started = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
         .map(|task| {
@@ -172,7 +172,10 @@ async fn run(server: &RedisServer, mode: Mode, subject: &str, measure: Duration)
     }
     stop.store(true, Ordering::Relaxed);
     let elapsed = started.elapsed();
-    let cpu = (process_cpu() - cpu_before, redis_cpu(server) - redis_before);
+    let cpu = (
+        cpu::process_seconds() - cpu_before,
+        cpu::redis_seconds(server) - redis_before,
+    );
     let in_redis = sampler.await.expect("the sampler");
     for task in tasks {
         task.await.expect("a task");
@@ -185,27 +188,6 @@ async fn run(server: &RedisServer, mode: Mode, subject: &str, measure: Duration)
     }
     let grants = std::mem::take(&mut *grants.lock().unwrap());
     summarise(mode, &grants, elapsed, cpu, in_redis)
-}
-
-/// CPU seconds this process has used (user + system, `/proc/self/stat`).
-fn process_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are fields 14 and 15 (1-based); 11 and 12 after the `)`.
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-/// CPU seconds the redis-server has used (`INFO cpu`).
-fn redis_cpu(server: &RedisServer) -> f64 {
-    let info = match server.client().call(&[b"INFO", b"cpu"]) {
-        Ok(inflight_core::resp::Frame::BulkString(info)) => String::from_utf8_lossy(&info).to_string(),
-        _ => return 0.0,
-    };
-    info.lines()
-        .filter(|line| line.starts_with("used_cpu_sys:") || line.starts_with("used_cpu_user:"))
-        .filter_map(|line| line.split(':').nth(1)?.trim().parse::<f64>().ok())
-        .sum()
 }
 
 /// What the anchors do: try, and on `Exceeded` sleep 10 ms and try again.

@@ -21,7 +21,7 @@ use inflight_core::lease_id::LeaseId;
 use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
 use inflight_core::script::{ScriptKind, Scripts};
 use inflight_tests::alloc_counter::CountingAlloc;
-use inflight_tests::{bench, RedisServer};
+use inflight_tests::{bench, cpu, RedisServer};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -121,7 +121,7 @@ fn cycles(server: &RedisServer, scripts: &Scripts, keys: &SubjectKeys, weight: u
     let (fence, queue, waiters) = (keys.fence(), keys.queue(), keys.waiters());
     let mut reader = ReplyReader::new(ReplyLimits::default());
     let mut buf = vec![0u8; 64 * 1024];
-    let cpu_before = redis_cpu_seconds(server);
+    let cpu_before = cpu::redis_seconds(server);
     let started = Instant::now();
     let mut sent = 0;
     while sent < CYCLES {
@@ -168,18 +168,6 @@ fn cycles(server: &RedisServer, scripts: &Scripts, keys: &SubjectKeys, weight: u
         sent += WINDOW;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let cpu = redis_cpu_seconds(server) - cpu_before;
+    let cpu = cpu::redis_seconds(server) - cpu_before;
     (sent as f64 / elapsed, cpu * 1e6 / sent as f64)
-}
-
-/// CPU seconds the redis-server has used (`INFO cpu`: system + user).
-fn redis_cpu_seconds(server: &RedisServer) -> f64 {
-    let info = match server.client().call(&[b"INFO", b"cpu"]) {
-        Ok(Frame::BulkString(info)) => String::from_utf8_lossy(&info).into_owned(),
-        other => panic!("INFO cpu: {other:?}"),
-    };
-    info.lines()
-        .filter(|line| line.starts_with("used_cpu_sys:") || line.starts_with("used_cpu_user:"))
-        .filter_map(|line| line.split(':').nth(1)?.trim().parse::<f64>().ok())
-        .sum()
 }
