@@ -108,11 +108,7 @@ impl News {
     pub(crate) fn lose(&self, lease: &LeaseId, reason: Lost) {
         if let Ok(watched) = self.watched.lock() {
             if let Some(sender) = watched.get(lease) {
-                sender.send_if_modified(|status| {
-                    let first = status.lost.is_none();
-                    status.lost.get_or_insert(reason);
-                    first
-                });
+                tell_lost(sender, reason);
             }
         }
     }
@@ -121,18 +117,28 @@ impl News {
     /// its watchers are told `reason` unless they were told already, and
     /// its entries go.
     pub(crate) fn let_go(&self, lease: &LeaseId, reason: Lost) {
-        self.lose(lease, reason);
+        // Every release comes here: one lock per table, and nothing to do
+        // for a lease nobody watched (the common case).
+        if let Ok(mut watched) = self.watched.lock() {
+            if let Some(sender) = watched.remove(lease) {
+                tell_lost(&sender, reason);
+            }
+        }
         if let Ok(mut reassertions) = self.reassertions.lock() {
             if !reassertions.is_empty() {
                 reassertions.remove(lease);
             }
         }
-        if let Ok(mut watched) = self.watched.lock() {
-            if !watched.is_empty() {
-                watched.remove(lease);
-            }
-        }
     }
+}
+
+/// Tells a watched lease's watchers it is lost, unless they were told.
+fn tell_lost(sender: &watch::Sender<Status>, reason: Lost) {
+    sender.send_if_modified(|status| {
+        let first = status.lost.is_none();
+        status.lost.get_or_insert(reason);
+        first
+    });
 }
 
 /// Resolves when a watched lease is lost (see `Permit::lost`).

@@ -56,6 +56,9 @@ impl KeepAlive {
     /// Stops keeping `lease` alive (released, lost, withdrawn); its expiry
     /// as last extended, if it was kept.
     pub(super) fn remove(&mut self, lease: &LeaseId) -> Option<Instant> {
+        if self.kept.is_empty() {
+            return None; // every release asks: most clients keep nothing alive
+        }
         let kept = self.kept.remove(&lease.parts().1)?;
         if let Some(request) = kept.renewing {
             self.in_flight.remove(&request);
