@@ -106,6 +106,22 @@ impl SubjectKeys {
         }
     }
 
+    /// The keys of the subject whose wake channel (`wake_channel`) is
+    /// `channel`; `None` if it is not one.
+    pub fn of_wake_channel(channel: &[u8]) -> Option<Self> {
+        let base = channel.strip_suffix(b":wake")?;
+        hash_tag(base)?;
+        let mut leases = Vec::with_capacity(base.len() + 7);
+        leases.extend_from_slice(base);
+        leases.extend_from_slice(b":leases");
+        let slot = crate::slot::slot_of(&leases);
+        Some(Self {
+            leases: Bytes::from(leases),
+            base_len: base.len(),
+            slot,
+        })
+    }
+
     /// The sorted set of live leases, scored by expiry (server milliseconds).
     pub fn leases(&self) -> &Bytes {
         &self.leases
@@ -184,6 +200,17 @@ mod tests {
 
     fn keys(ns: &str, subject: &str) -> SubjectKeys {
         SubjectKeys::new("inflight", &Key::new(ns, subject).unwrap())
+    }
+
+    #[test]
+    fn a_wake_channel_names_its_subject_back() {
+        for (ns, subject) in [("api", "tenant-1"), ("a|b", "{x}:wake"), ("n", "")] {
+            let Ok(key) = Key::new(ns, subject) else { continue };
+            let subject = SubjectKeys::new("inflight", &key);
+            assert_eq!(SubjectKeys::of_wake_channel(&subject.wake_channel()), Some(subject));
+        }
+        assert_eq!(SubjectKeys::of_wake_channel(b"inflight:{api|t}:leases"), None);
+        assert_eq!(SubjectKeys::of_wake_channel(b"no-tag:wake"), None);
     }
 
     #[test]

@@ -302,6 +302,11 @@ impl LeaseIds {
     pub fn id(&self, counter: u64) -> LeaseId {
         LeaseId::from_parts(self.instance, counter)
     }
+
+    /// Whether `id` is one of these ids (this client's, not another's).
+    pub fn issued(&self, id: &LeaseId) -> bool {
+        id.instance == self.instance
+    }
 }
 
 #[cfg(test)]

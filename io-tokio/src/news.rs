@@ -156,6 +156,7 @@ pub(crate) async fn lost(mut status: watch::Receiver<Status>) -> Lost {
             }
         };
         tokio::select! {
+            biased;
             changed = status.changed() => {
                 if changed.is_err() {
                     // The entry went without a verdict: let go.

@@ -431,6 +431,7 @@ impl Caller {
         let until = Instant::now() + Duration::from_millis(self.rng.range(500, 3_000));
         let lost = permit.lost();
         tokio::select! {
+            biased;
             () = tokio::time::sleep_until(until) => {
                 self.ledger.lock().unwrap().counters.kept_alive += 1;
             }

@@ -12,6 +12,13 @@ use inflight_sim::{scenario, seeds_to_catch, Bug};
 #[madsim::test]
 async fn the_fleet_keeps_every_invariant() {
     let seed = madsim::runtime::Handle::current().seed();
+    // `TRACE_SEED=N` prints the driver's and madsim's logs of seed N.
+    if std::env::var("TRACE_SEED").ok().and_then(|s| s.parse::<u64>().ok()) == Some(seed) {
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let report = fleet(scenario::for_seed(seed), seed, None).await;
     assert!(report.violations.is_empty(), "\n{}", report.describe_failure());
 }

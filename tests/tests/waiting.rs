@@ -200,6 +200,68 @@ async fn a_crashed_replicas_waiter_stops_blocking_the_queue_within_its_lifetime(
     survivor.drain().await;
 }
 
+/// A failover to a lagging replica can bring back the queue entry of a
+/// waiter that was served (or left) meanwhile. A release then hands that
+/// entry a slot nobody will claim; the limiter that issued the id gives it
+/// back at once instead of letting it block the slot for a lifetime. (Found
+/// by the madsim `failover` scenario: two such reservations outlived S10.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_entry_a_failover_brought_back_is_given_back_when_a_release_hands_it_a_slot() {
+    let server = RedisServer::start();
+    let subject = "restored";
+    // Checks every 10 s, reservations for 30 s: a grant within seconds can
+    // only come from the stray reservation being given back.
+    let limiter = builder(&server)
+        .waiter_lifetime(Duration::from_secs(30))
+        .connect()
+        .await
+        .unwrap();
+    let keys = SubjectKeys::new(PREFIX, &key(subject));
+    let served = limiter.acquire_with(&key(subject), 1).await.unwrap();
+    let stray = served.lease_id().unwrap().to_string();
+    served.release().await.unwrap();
+
+    let holder = limiter.acquire_with(&key(subject), 1).await.unwrap();
+    let waiting = {
+        let limiter = limiter.clone();
+        tokio::spawn(async move {
+            let options = inflight_tokio::Acquire::default().limit(1).wait(Duration::from_secs(8));
+            limiter.acquire_opts(&key(subject), options).await
+        })
+    };
+    eventually("the waiter is queued", Duration::from_secs(5), || {
+        queued(&server, subject) == 1
+    })
+    .await;
+    // What the failover restores: the served id's entry, first in line.
+    let mut redis = server.client();
+    let Ok(Frame::Array(time)) = redis.call(&[b"TIME"]) else {
+        panic!("TIME")
+    };
+    let Some(Frame::BulkString(seconds)) = time.first() else {
+        panic!("TIME: {time:?}")
+    };
+    let now_ms: u64 = std::str::from_utf8(seconds).unwrap().parse::<u64>().unwrap() * 1000;
+    let expiry = (now_ms + 30_000).to_string();
+    redis.call(&[b"ZADD", &keys.queue(), b"0", stray.as_bytes()]).unwrap();
+    redis
+        .call(&[b"ZADD", &keys.waiters(), expiry.as_bytes(), stray.as_bytes()])
+        .unwrap();
+
+    let released = Instant::now();
+    drop(holder);
+    let permit = waiting.await.unwrap().expect("the live waiter is served");
+    let took = released.elapsed();
+    assert!(took < Duration::from_secs(3), "served only after {took:?}");
+    let score = redis.call(&[b"ZSCORE", keys.leases(), stray.as_bytes()]).unwrap();
+    assert!(
+        matches!(score, Frame::Null),
+        "the stray reservation is still there: {score:?}"
+    );
+    drop(permit);
+    limiter.drain().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_deadline_passes_gets_exceeded_on_time_and_leaves_the_queue() {
     let server = RedisServer::start();

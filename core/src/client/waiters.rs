@@ -25,6 +25,7 @@ use super::topology::Route;
 use super::Client;
 use crate::event::{Lease, Outcome, RequestId};
 use crate::key::SubjectKeys;
+use crate::lease_id::LeaseId;
 use crate::server_clock::lease_expiry;
 
 #[derive(Debug)]
@@ -304,12 +305,32 @@ impl Client {
         }
         for (lease, token) in handed {
             let Some(request) = self.waiters.find(channel, &lease) else {
-                continue; // another replica's waiter
+                self.leave_unclaimed(channel, lease);
+                continue;
             };
             match self.waiters.unpark(request) {
                 Some(op) => self.deliver_handed(now, op, token),
                 None => self.waiters.rewake(request),
             }
+        }
+    }
+
+    /// A slot handed to an id no waiter here waits with: another client's
+    /// (its own to claim), one held already (the same lease, handed again),
+    /// or one of ours that is done waiting. That last is a queue entry a
+    /// failover brought back (the replica had not seen it served or leave)
+    /// and a release has just turned into a reservation: nobody will claim
+    /// it, so it goes now instead of blocking the slot for a waiter's
+    /// lifetime.
+    fn leave_unclaimed(&mut self, channel: &[u8], lease: Bytes) {
+        let Some(id) = LeaseId::parse(&lease) else {
+            return;
+        };
+        if !self.lease_ids.issued(&id) || self.held.contains(&id) {
+            return;
+        }
+        if let Some(keys) = SubjectKeys::of_wake_channel(channel) {
+            self.waiters.leave(keys, lease);
         }
     }
 
