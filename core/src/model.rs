@@ -442,6 +442,12 @@ impl RedisModel {
                     .count(),
                 None => 0,
             };
+            if self.queue_exists(&rest[2]) {
+                // As the script: ids given back wait for nothing.
+                for id in &rest[8..] {
+                    self.leave_queue(&rest[2], id);
+                }
+            }
             if removed > 0 && self.queue_exists(&rest[2]) {
                 self.release_to_waiters(rest, removed, held);
             }

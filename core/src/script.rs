@@ -339,7 +339,9 @@ end
 /// KEYS: lease set, wait queue, waiters' expiries, hold statistics, wake
 /// channel, fencing counter. ARGV: how long the leases were held on average
 /// (ms), then the ids. Returns how many were removed. Only when the subject
-/// has a queue does it do more than `ZREM`. Then it folds the hold time into
+/// has a queue does it do more than `ZREM`. Then it drops the ids from the
+/// queue (a failover can bring back the entry of a waiter served since),
+/// folds the hold time into
 /// the subject's average (each release weighing 1/8: the waiting script's
 /// estimate), and hands every free slot to the live waiter first in line
 /// for it: out of the queue, into the lease set until the waiter's entry
@@ -369,7 +371,16 @@ if weighted then
 else
   removed = redis.call('ZREM', KEYS[1], unpack(ARGV, 2))
 end
-if removed > 0 and redis.call('EXISTS', KEYS[2]) == 1 then
+local queued = redis.call('EXISTS', KEYS[2]) == 1
+if queued then
+  -- An id given back waits for nothing: a failover to a lagging replica
+  -- can bring back the queue entry of a waiter served since, and handing
+  -- that entry a slot would leave the slot to nobody.
+  redis.call('ZREM', KEYS[2], unpack(ARGV, 2))
+  redis.call('ZREM', KEYS[3], unpack(ARGV, 2))
+  queued = redis.call('EXISTS', KEYS[2]) == 1
+end
+if removed > 0 and queued then
   local held = tonumber(ARGV[1])
   local average = tonumber(redis.call('HGET', KEYS[4], 'avg') or '')
   if average then

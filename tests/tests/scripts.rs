@@ -690,6 +690,22 @@ fn a_waiter_that_stops_calling_is_forgotten_and_stops_blocking_the_queue() {
 }
 
 #[test]
+fn a_release_drops_its_ids_from_the_queue_and_hands_the_slot_to_the_next_waiter() {
+    // A failover to a lagging replica brings back waiter 10's queue entry
+    // after 10 was served and given back: 10's release must not hand 10 the
+    // slot again (nobody would claim it) but to 11.
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "restored");
+    assert!(leases.granted(1, 1, LONG));
+    assert_eq!(leases.wait(10, 1, LONG, LONG).0, 2);
+    assert_eq!(leases.wait(11, 1, LONG, LONG).0, 2);
+    assert_eq!(leases.release_script(&[1, 10], 5), 1);
+    assert_eq!(leases.queued(), Vec::<Bytes>::new(), "10 left, 11 was handed the slot");
+    assert_eq!(leases.wait(11, 1, LONG, LONG).0, 1, "11 holds it");
+    assert_eq!(leases.live(), 1);
+}
+
+#[test]
 fn a_wait_that_cannot_fit_its_patience_is_shed_at_once() {
     let server = RedisServer::start();
     let mut leases = Leases::new(&server, "shed");
