@@ -3,11 +3,9 @@
 //! It decides nothing: every protocol decision is the core's.
 
 use std::collections::HashMap;
-use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use inflight_core::{
     Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Inspection, Lease, LeaseId, Outcome, Reassertion,
     Renewal, RequestId, Servers, Stats,
@@ -20,7 +18,7 @@ use crate::connector::Connector;
 use crate::error::{ConnectError, Error, ReleaseError, RenewError};
 use crate::mailbox::{Command, HeldLease};
 use crate::news::{Lost, SharedNews};
-use crate::socket::{read_any, run_connection, IoEvent, Reader};
+use crate::socket::{poll_sockets, run_connection, IoEvent, Socket, SocketEvent};
 use crate::telemetry;
 
 /// A started driver: where to send commands, when it is connected, its counters.
@@ -46,10 +44,10 @@ pub(crate) struct Driver<C: Connector> {
     /// Our own command sender, handed to every permit so that its drop can
     /// release. The receiver side closes when no limiter or permit is left.
     commands: mpsc::WeakUnboundedSender<Command>,
-    io_tx: mpsc::UnboundedSender<IoEvent<Reader<C>>>,
-    /// The open connections' read halves (one per node), and a buffer to
-    /// read into; reads start at a rotating index, fairly.
-    readers: Vec<(ConnectionId, Reader<C>)>,
+    io_tx: mpsc::UnboundedSender<IoEvent<C::Io>>,
+    /// The open connections (one per node, and wake-up ones), and a buffer
+    /// to read into; reads start at a rotating index, fairly.
+    sockets: Vec<Socket<C::Io>>,
     next_reader: usize,
     read_buf: Vec<u8>,
     connections: HashMap<ConnectionId, Connection>,
@@ -69,8 +67,8 @@ pub(crate) struct Driver<C: Connector> {
     stats: tokio::sync::watch::Sender<Stats>,
 }
 
+/// A connection being made: its task, until it hands over the stream.
 struct Connection {
-    outgoing: mpsc::UnboundedSender<Bytes>,
     task: JoinHandle<()>,
 }
 
@@ -92,7 +90,7 @@ impl<C: Connector> Driver<C> {
             connector: Arc::new(connector),
             commands: commands.downgrade(),
             io_tx,
-            readers: Vec::new(),
+            sockets: Vec::new(),
             next_reader: 0,
             read_buf: vec![0; 16 * 1024],
             connections: HashMap::new(),
@@ -120,7 +118,7 @@ impl<C: Connector> Driver<C> {
     async fn run(
         mut self,
         mut commands: mpsc::UnboundedReceiver<Command>,
-        mut io: mpsc::UnboundedReceiver<IoEvent<Reader<C>>>,
+        mut io: mpsc::UnboundedReceiver<IoEvent<C::Io>>,
     ) {
         let mut users_gone = false;
         loop {
@@ -137,9 +135,9 @@ impl<C: Connector> Driver<C> {
             tokio::select! {
                 biased;
                 Some(event) = io.recv() => self.on_io(event),
-                read = read_any(&mut self.readers, &mut self.read_buf, self.next_reader), if !self.readers.is_empty() => {
+                event = poll_sockets(&mut self.sockets, &mut self.read_buf, self.next_reader), if !self.sockets.is_empty() => {
                     self.next_reader = self.next_reader.wrapping_add(1);
-                    self.on_read(read)
+                    self.on_socket(event)
                 }
                 command = commands.recv(), if !users_gone => match command {
                     Some(command) => self.on_command(command),
@@ -164,7 +162,7 @@ impl<C: Connector> Driver<C> {
             }
         }
         self.published.withdraw(&self.metric_labels);
-        self.readers.clear();
+        self.sockets.clear();
         for (_, connection) in self.connections.drain() {
             connection.task.abort();
         }
@@ -232,12 +230,12 @@ impl<C: Connector> Driver<C> {
         }
     }
 
-    fn on_io(&mut self, event: IoEvent<Reader<C>>) {
+    fn on_io(&mut self, event: IoEvent<C::Io>) {
         let now = now();
         match event {
-            // A connection closed meanwhile: its reader is dropped here.
-            IoEvent::Connected(id, reader) if self.connections.contains_key(&id) => {
-                self.readers.push((id, reader));
+            // A connection closed meanwhile: its stream is dropped here.
+            IoEvent::Connected(id, stream) if self.connections.contains_key(&id) => {
+                self.sockets.push(Socket::new(id, stream));
                 self.client.handle_connected(now, id);
             }
             IoEvent::Connected(..) => {}
@@ -245,12 +243,14 @@ impl<C: Connector> Driver<C> {
         }
     }
 
-    fn on_read(&mut self, (id, read): (ConnectionId, io::Result<usize>)) {
+    fn on_socket(&mut self, event: SocketEvent) {
         let now = now();
-        match read {
-            Ok(0) => self.closed(now, id, Some("Redis closed the connection".into())),
-            Ok(n) => self.client.handle_input(now, id, &self.read_buf[..n]),
-            Err(error) => self.closed(now, id, Some(error.to_string())),
+        match event {
+            SocketEvent::Read(id, Ok(0)) => self.closed(now, id, Some("Redis closed the connection".into())),
+            SocketEvent::Read(id, Ok(n)) => self.client.handle_input(now, id, &self.read_buf[..n]),
+            SocketEvent::Read(id, Err(error)) | SocketEvent::WriteFailed(id, error) => {
+                self.closed(now, id, Some(error.to_string()))
+            }
         }
     }
 
@@ -262,9 +262,9 @@ impl<C: Connector> Driver<C> {
         self.client.handle_closed(now, id);
     }
 
-    /// Drops connection `id`: its reader, and its task (which holds the writer).
+    /// Drops connection `id`: its halves, and its task if still connecting.
     fn forget(&mut self, id: ConnectionId) {
-        self.readers.retain(|(reading, _)| *reading != id);
+        self.sockets.retain(|socket| socket.id() != id);
         if let Some(connection) = self.connections.remove(&id) {
             connection.task.abort();
         }
@@ -282,9 +282,13 @@ impl<C: Connector> Driver<C> {
                 }
             }
             while let Some(transmit) = self.client.poll_transmit() {
-                if let Some(connection) = self.connections.get(&transmit.connection) {
-                    // A closed writer means the task ended; its Closed event follows.
-                    let _ = connection.outgoing.send(transmit.data);
+                // Written by the select's write branch, in this same pass.
+                if let Some(socket) = self
+                    .sockets
+                    .iter_mut()
+                    .find(|socket| socket.id() == transmit.connection)
+                {
+                    socket.send(transmit.data);
                 }
             }
             // Counted before any caller hears its outcome, so that a caller
@@ -453,15 +457,8 @@ impl<C: Connector> Driver<C> {
     }
 
     fn open(&mut self, id: ConnectionId, endpoint: Endpoint) {
-        let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(run_connection(
-            self.connector.clone(),
-            endpoint,
-            id,
-            self.io_tx.clone(),
-            outgoing_rx,
-        ));
-        self.connections.insert(id, Connection { outgoing, task });
+        let task = tokio::spawn(run_connection(self.connector.clone(), endpoint, id, self.io_tx.clone()));
+        self.connections.insert(id, Connection { task });
     }
 
     /// Publishes what the core counted since the last call, and the gauges.

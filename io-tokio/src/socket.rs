@@ -1,80 +1,127 @@
-//! One connection's I/O: the task that connects and writes, and the read
+//! One connection's I/O: the task that connects, and the reads and writes
 //! the driver does itself.
 
+use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{ready, Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use inflight_core::{ConnectionId, Endpoint};
-use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf, ReadHalf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 
 use crate::connector::Connector;
 
 /// What connection tasks report. A connected task hands the driver its
-/// stream's read half: the driver reads replies itself, one hop fewer per
-/// reply than relaying them through the task.
-pub(crate) enum IoEvent<R> {
-    Connected(ConnectionId, R),
+/// stream: the driver reads replies and writes requests itself, with no
+/// task hop either way.
+pub(crate) enum IoEvent<S> {
+    Connected(ConnectionId, S),
     Closed(ConnectionId, Option<String>),
 }
 
-pub(crate) type Reader<C> = ReadHalf<<C as Connector>::Io>;
-
-/// One connection's task: connect, hand the read half to the driver, then
-/// write what the driver sends until either side ends or the driver aborts
-/// the task. Writing here, apart from the driver's reads, means a peer that
-/// stops reading cannot stop us from reading its replies.
+/// One connection attempt: connect (the core's connect deadline bounds it:
+/// it closes, that is aborts, the task when due), then hand the stream to
+/// the driver.
 pub(crate) async fn run_connection<C: Connector>(
     connector: Arc<C>,
     endpoint: Endpoint,
     id: ConnectionId,
-    events: mpsc::UnboundedSender<IoEvent<Reader<C>>>,
-    mut outgoing: mpsc::UnboundedReceiver<Bytes>,
+    events: mpsc::UnboundedSender<IoEvent<C::Io>>,
 ) {
-    // The core's connect deadline bounds this: it closes (aborts) us when due.
-    let io = match connector.connect(&endpoint).await {
-        Ok(io) => io,
-        Err(error) => {
-            let _ = events.send(IoEvent::Closed(id, Some(error.to_string())));
-            return;
-        }
+    let event = match connector.connect(&endpoint).await {
+        Ok(io) => IoEvent::Connected(id, io),
+        Err(error) => IoEvent::Closed(id, Some(error.to_string())),
     };
-    let (reader, mut writer) = tokio::io::split(io);
-    if events.send(IoEvent::Connected(id, reader)).is_err() {
-        return;
-    }
-    let written = async {
-        while let Some(data) = outgoing.recv().await {
-            writer.write_all(&data).await?;
-            writer.flush().await?;
+    let _ = events.send(event);
+}
+
+/// An open connection as the driver holds it: the stream, and the bytes not
+/// written yet. The driver never waits on a write: what the kernel does
+/// not take now stays here and goes when the socket is writable again, so
+/// a peer that stops reading cannot stop the driver from reading others.
+pub(crate) struct Socket<S> {
+    id: ConnectionId,
+    stream: S,
+    outbox: VecDeque<Bytes>,
+    /// Written since the last flush (TLS holds bytes until flushed).
+    unflushed: bool,
+}
+
+/// What the driver's sockets did.
+pub(crate) enum SocketEvent {
+    Read(ConnectionId, io::Result<usize>),
+    WriteFailed(ConnectionId, io::Error),
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Socket<S> {
+    pub(crate) fn new(id: ConnectionId, stream: S) -> Self {
+        Self {
+            id,
+            stream,
+            outbox: VecDeque::new(),
+            unflushed: false,
         }
-        Ok::<_, io::Error>(())
     }
-    .await;
-    if let Err(error) = written {
-        let _ = events.send(IoEvent::Closed(id, Some(error.to_string())));
+
+    pub(crate) fn id(&self) -> ConnectionId {
+        self.id
+    }
+
+    /// Queues `data`, written at the driver's next poll of its sockets.
+    pub(crate) fn send(&mut self, data: Bytes) {
+        if !data.is_empty() {
+            self.outbox.push_back(data);
+        }
+    }
+
+    /// Writes and flushes what it can: `Ready(Ok)` once everything is out.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some(front) = self.outbox.front_mut() {
+            match Pin::new(&mut self.stream).poll_write(cx, front) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    self.unflushed = true;
+                    front.advance(n);
+                    if front.is_empty() {
+                        self.outbox.pop_front();
+                    }
+                }
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        if self.unflushed {
+            ready!(Pin::new(&mut self.stream).poll_flush(cx))?;
+            self.unflushed = false;
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
-/// Reads from whichever connection has bytes first (one per cluster node),
-/// trying them from `start` on so that a busy one does not starve the rest.
-/// The select guards `!readers.is_empty()`.
-pub(crate) async fn read_any<R: AsyncRead + Unpin>(
-    readers: &mut [(ConnectionId, R)],
+/// Writes what every socket has queued, then reads from whichever has bytes
+/// first (one socket per cluster node), trying them from `start` on so
+/// that a busy one does not starve the rest. Resolves with a read or a
+/// failed write; pending writes wake it when the socket can take more.
+pub(crate) async fn poll_sockets<S: AsyncRead + AsyncWrite + Unpin>(
+    sockets: &mut [Socket<S>],
     buf: &mut [u8],
     start: usize,
-) -> (ConnectionId, io::Result<usize>) {
+) -> SocketEvent {
     std::future::poll_fn(|cx| {
-        let count = readers.len();
+        for socket in sockets.iter_mut() {
+            if let Poll::Ready(Err(error)) = socket.poll_drain(cx) {
+                return Poll::Ready(SocketEvent::WriteFailed(socket.id, error));
+            }
+        }
+        let count = sockets.len();
         for offset in 0..count {
-            let (id, reader) = &mut readers[(start + offset) % count];
+            let socket = &mut sockets[(start + offset) % count];
             let mut read = ReadBuf::new(buf);
-            match Pin::new(reader).poll_read(cx, &mut read) {
-                Poll::Ready(result) => return Poll::Ready((*id, result.map(|()| read.filled().len()))),
-                Poll::Pending => {}
+            if let Poll::Ready(result) = Pin::new(&mut socket.stream).poll_read(cx, &mut read) {
+                return Poll::Ready(SocketEvent::Read(socket.id, result.map(|()| read.filled().len())));
             }
         }
         Poll::Pending

@@ -80,8 +80,10 @@ fn a_missing_late_grant_compensation_is_caught_within_200_seeds() {
 }
 
 #[test]
-fn a_missing_echo_check_is_caught_within_200_seeds() {
-    let caught = seeds_to_catch(Bug::NoEchoCheck, 200);
+fn a_missing_echo_check_is_caught_within_400_seeds() {
+    // Rare by nature (a reply lost while the misread one matters): since
+    // the driver writes its own requests the first catch is seed 324.
+    let caught = seeds_to_catch(Bug::NoEchoCheck, 400);
     assert!(caught.is_some(), "the simulator cannot see misattributed replies");
 }
 
@@ -89,7 +91,8 @@ fn a_missing_echo_check_is_caught_within_200_seeds() {
 fn a_missing_stale_check_is_caught_within_300_seeds() {
     // Rare by nature (bytes held back past a request's valid-until, then a
     // grant nobody accounts for): since weighted and kept-alive callers
-    // draw from the same seeds, the first catch is seed 250 (ghosts).
+    // draw from the same seeds, and since the driver writes its own requests,
+    // the first catch is seed 272 (ghosts).
     let caught = seeds_to_catch(Bug::NoStaleCheck, 300);
     assert!(caught.is_some(), "the simulator cannot see ghost leases");
 }
