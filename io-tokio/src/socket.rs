@@ -2,7 +2,7 @@
 //! the driver does itself.
 
 use std::collections::VecDeque;
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -70,6 +70,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Socket<S> {
         self.id
     }
 
+    /// Drops the first `written` bytes of the outbox.
+    fn consume(&mut self, mut written: usize) {
+        while let Some(front) = self.outbox.front_mut() {
+            if written < front.len() {
+                front.advance(written);
+                return;
+            }
+            written -= front.len();
+            self.outbox.pop_front();
+        }
+    }
+
     /// Queues `data`, written at the driver's next poll of its sockets.
     pub(crate) fn send(&mut self, data: Bytes) {
         if !data.is_empty() {
@@ -78,20 +90,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Socket<S> {
     }
 
     /// Writes and flushes what it can: `Ready(Ok)` once everything is out.
+    /// Everything queued goes in one vectored write where the stream takes
+    /// one (TCP does), so a batch costs one system call.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while let Some(front) = self.outbox.front_mut() {
-            match Pin::new(&mut self.stream).poll_write(cx, front) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                Poll::Ready(Ok(n)) => {
-                    self.unflushed = true;
-                    front.advance(n);
-                    if front.is_empty() {
-                        self.outbox.pop_front();
-                    }
-                }
-                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
-                Poll::Pending => return Poll::Pending,
+        while !self.outbox.is_empty() {
+            let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+            let count = self.outbox.len().min(MAX_SLICES);
+            for (slice, data) in slices.iter_mut().zip(&self.outbox) {
+                *slice = IoSlice::new(data);
             }
+            let written = ready!(Pin::new(&mut self.stream).poll_write_vectored(cx, &slices[..count]))?;
+            if written == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.unflushed = true;
+            self.consume(written);
         }
         if self.unflushed {
             ready!(Pin::new(&mut self.stream).poll_flush(cx))?;
@@ -100,6 +113,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Socket<S> {
         Poll::Ready(Ok(()))
     }
 }
+
+/// The most chunks one vectored write takes (each is a whole batch of
+/// requests; more wait for the next write).
+const MAX_SLICES: usize = 16;
 
 /// Writes what every socket has queued, then reads from whichever has bytes
 /// first (one socket per cluster node), trying them from `start` on so

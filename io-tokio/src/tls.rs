@@ -47,10 +47,11 @@ impl std::fmt::Debug for TlsOptions {
 #[derive(Clone)]
 pub(crate) struct TlsConnector {
     tls: tokio_rustls::TlsConnector,
+    tcp: TcpConnector,
 }
 
 impl TlsConnector {
-    pub fn new(options: &TlsOptions) -> Result<Self, ConnectError> {
+    pub fn new(options: &TlsOptions, tcp: TcpConnector) -> Result<Self, ConnectError> {
         let roots = match &options.roots_pem {
             Some(pem) => {
                 let mut roots = RootCertStore::empty();
@@ -83,6 +84,7 @@ impl TlsConnector {
         };
         Ok(Self {
             tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            tcp,
         })
     }
 }
@@ -98,7 +100,7 @@ impl Connector for TlsConnector {
                 format!("{host:?} is not a name a TLS certificate can be checked against"),
             )
         })?;
-        let tcp = TcpConnector.connect(endpoint).await?;
+        let tcp = self.tcp.connect(endpoint).await?;
         self.tls
             .connect(name, tcp)
             .await

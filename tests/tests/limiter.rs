@@ -643,3 +643,28 @@ async fn a_renewed_permit_outlives_its_ttl_and_a_lost_one_says_so() {
     let stats = holder.stats();
     assert!(stats.renewals >= 10 && stats.leases_lost == 1, "{stats:?}");
 }
+
+#[tokio::test]
+async fn the_tcp_connector_sets_nodelay_as_asked_and_a_coalescing_limiter_works() {
+    use inflight_tokio::{Connector, TcpConnector};
+    let server = RedisServer::start();
+    let endpoint = inflight_core::Endpoint::Tcp {
+        host: "127.0.0.1".into(),
+        port: server.port(),
+    };
+    let stream = TcpConnector::new().connect(&endpoint).await.unwrap();
+    assert!(stream.nodelay().unwrap(), "the default sends every write at once");
+    let stream = TcpConnector::coalescing().connect(&endpoint).await.unwrap();
+    assert!(!stream.nodelay().unwrap(), "coalescing leaves Nagle on");
+
+    let limiter = builder(&server.url()).tcp_nodelay(false).connect().await.unwrap();
+    let key = Key::new("nagle", "one").unwrap();
+    let permits: Vec<_> = futures_util::future::join_all((0..4).map(|_| limiter.acquire_with(&key, 4))).await;
+    assert!(permits.iter().all(Result::is_ok), "{permits:?}");
+    assert!(matches!(
+        limiter.acquire_with(&key, 4).await,
+        Err(Error::Exceeded { .. })
+    ));
+    drop(permits);
+    limiter.drain().await;
+}

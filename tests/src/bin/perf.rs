@@ -1,5 +1,6 @@
-//! Side by side, in one run against one redis-server: inflight, a raw
-//! pipelined client sending the same two commands (redis-rs multiplexed
+//! Side by side, in one run against one redis-server: inflight (with its
+//! default `TCP_NODELAY`, and with `tcp_nodelay(false)` as redis-rs's default
+//! socket has it), a raw pipelined client sending the same two commands (redis-rs multiplexed
 //! connection: `EVALSHA` of `ACQUIRE` and of `RELEASE`, the exact keys and
 //! arguments inflight sends), and the seed's design (a hash scanned on every
 //! acquire, `redis::ConnectionManager`). A cycle is an acquire and its awaited
@@ -36,16 +37,20 @@ const TTL_MS: u64 = 600_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Row {
     Inflight,
+    /// inflight with `tcp_nodelay(false)`, as the raw row's socket (redis-rs
+    /// leaves Nagle on unless built with its `tcp_nodelay` feature).
+    InflightNagle,
     Raw,
     Seed,
 }
 
 impl Row {
-    const ALL: [Row; 3] = [Row::Inflight, Row::Raw, Row::Seed];
+    const ALL: [Row; 4] = [Row::Inflight, Row::InflightNagle, Row::Raw, Row::Seed];
 
     fn name(self) -> &'static str {
         match self {
             Row::Inflight => "inflight",
+            Row::InflightNagle => "inflight, Nagle",
             Row::Raw => "raw pipelined",
             Row::Seed => "seed design",
         }
@@ -183,10 +188,17 @@ fn report(samples: &[(Row, Setup, Sample)], seconds: f64) -> String {
         };
         median(of(a).iter().zip(of(b)).map(|(x, y)| x / y).collect())
     };
-    let lines: [RatioLine; 5] = [
+    let lines: [RatioLine; 7] = [
         (
             "cycles/s inflight ÷ raw",
             Row::Inflight,
+            Row::Raw,
+            |s| s.cycles_per_sec,
+            "≥ 1.0",
+        ),
+        (
+            "cycles/s inflight, Nagle ÷ raw",
+            Row::InflightNagle,
             Row::Raw,
             |s| s.cycles_per_sec,
             "≥ 1.0",
@@ -219,6 +231,13 @@ fn report(samples: &[(Row, Setup, Sample)], seconds: f64) -> String {
             |s| s.client_us,
             "≤ 1.0",
         ),
+        (
+            "client CPU/cycle inflight, Nagle ÷ raw",
+            Row::InflightNagle,
+            Row::Raw,
+            |s| s.client_us,
+            "≤ 1.0",
+        ),
     ];
     for (name, a, b, field, target) in lines {
         let [one, some, many, spread] = TASKS.map(|setup| ratio(a, b, setup, field));
@@ -245,8 +264,9 @@ async fn measure_row(server: &RedisServer, row: Row, setup: Setup, measure: Dura
         latencies: latencies.clone(),
     };
     let (workers, limiter) = match row {
-        Row::Inflight => {
+        Row::Inflight | Row::InflightNagle => {
             let limiter = Limiter::builder(server.url())
+                .tcp_nodelay(row == Row::Inflight)
                 .key_prefix("perf")
                 .lease_ttl(Duration::from_millis(TTL_MS))
                 .timeout(Duration::from_secs(5))
