@@ -20,7 +20,20 @@ async fn the_fleet_keeps_every_invariant() {
             .init();
     }
     let report = fleet(scenario::for_seed(seed), seed, None).await;
-    assert!(report.violations.is_empty(), "\n{}", report.describe_failure());
+    // madsim keeps some state from one seed to the next within a process
+    // (task ids count on, for one), and seeds have failed only after the
+    // ones before them (failover 150 and 414, run from seed 1): when a seed
+    // passes alone, replay the sequence up to it.
+    let first: u64 = std::env::var("MADSIM_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(seed);
+    assert!(
+        report.violations.is_empty(),
+        "\n{}  if it passes alone, replay the sequence: TRACE_SEED={seed} MADSIM_TEST_SEED={first} MADSIM_TEST_NUM={} scripts/madsim.sh\n",
+        report.describe_failure(),
+        seed.saturating_sub(first) + 1,
+    );
 }
 
 #[test]
