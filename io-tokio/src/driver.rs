@@ -50,7 +50,9 @@ pub(crate) struct Driver<C: Connector> {
     sockets: Vec<Socket<C::Io>>,
     next_reader: usize,
     read_buf: Vec<u8>,
-    connections: HashMap<ConnectionId, Connection>,
+    /// Connection attempts under way: each one's task, until it hands
+    /// over its stream (or the core gives up on it).
+    connecting: HashMap<ConnectionId, JoinHandle<()>>,
     tickets: HashMap<u64, RequestId>,
     callers: HashMap<RequestId, (u64, Caller)>,
     release_waiters: HashMap<LeaseId, oneshot::Sender<Result<(), ReleaseError>>>,
@@ -65,11 +67,6 @@ pub(crate) struct Driver<C: Connector> {
     published: telemetry::Published,
     metric_labels: Vec<metrics::Label>,
     stats: tokio::sync::watch::Sender<Stats>,
-}
-
-/// A connection being made: its task, until it hands over the stream.
-struct Connection {
-    task: JoinHandle<()>,
 }
 
 impl<C: Connector> Driver<C> {
@@ -93,7 +90,7 @@ impl<C: Connector> Driver<C> {
             sockets: Vec::new(),
             next_reader: 0,
             read_buf: vec![0; 16 * 1024],
-            connections: HashMap::new(),
+            connecting: HashMap::new(),
             tickets: HashMap::new(),
             callers: HashMap::new(),
             release_waiters: HashMap::new(),
@@ -163,8 +160,8 @@ impl<C: Connector> Driver<C> {
         }
         self.published.withdraw(&self.metric_labels);
         self.sockets.clear();
-        for (_, connection) in self.connections.drain() {
-            connection.task.abort();
+        for (_, attempt) in self.connecting.drain() {
+            attempt.abort();
         }
     }
 
@@ -233,8 +230,8 @@ impl<C: Connector> Driver<C> {
     fn on_io(&mut self, event: IoEvent<C::Io>) {
         let now = now();
         match event {
-            // A connection closed meanwhile: its stream is dropped here.
-            IoEvent::Connected(id, stream) if self.connections.contains_key(&id) => {
+            // One the core gave up on meanwhile: its stream is dropped here.
+            IoEvent::Connected(id, stream) if self.connecting.remove(&id).is_some() => {
                 self.sockets.push(Socket::new(id, stream));
                 self.client.handle_connected(now, id);
             }
@@ -262,11 +259,11 @@ impl<C: Connector> Driver<C> {
         self.client.handle_closed(now, id);
     }
 
-    /// Drops connection `id`: its halves, and its task if still connecting.
+    /// Drops connection `id`: its socket, or its attempt if still connecting.
     fn forget(&mut self, id: ConnectionId) {
         self.sockets.retain(|socket| socket.id() != id);
-        if let Some(connection) = self.connections.remove(&id) {
-            connection.task.abort();
+        if let Some(attempt) = self.connecting.remove(&id) {
+            attempt.abort();
         }
     }
 
@@ -458,7 +455,7 @@ impl<C: Connector> Driver<C> {
 
     fn open(&mut self, id: ConnectionId, endpoint: Endpoint) {
         let task = tokio::spawn(run_connection(self.connector.clone(), endpoint, id, self.io_tx.clone()));
-        self.connections.insert(id, Connection { task });
+        self.connecting.insert(id, task);
     }
 
     /// Publishes what the core counted since the last call, and the gauges.

@@ -40,6 +40,20 @@ impl RespClient {
         self.call_raw(&out)
     }
 
+    /// The server's clock (`TIME`), in milliseconds.
+    pub fn server_ms(&mut self) -> u64 {
+        match self.call(&[b"TIME"]).expect("TIME") {
+            Frame::Array(parts) => match &parts[..] {
+                [Frame::BulkString(s), Frame::BulkString(us)] => {
+                    let number = |b: &[u8]| std::str::from_utf8(b).unwrap().parse::<u64>().unwrap();
+                    number(s) * 1000 + number(us) / 1000
+                }
+                other => panic!("TIME: {other:?}"),
+            },
+            other => panic!("TIME: {other:?}"),
+        }
+    }
+
     pub fn read_reply(&mut self) -> std::io::Result<Frame> {
         let mut buf = [0u8; 4096];
         loop {
@@ -53,6 +67,33 @@ impl RespClient {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
             self.reader.push(&buf[..n]);
+        }
+    }
+}
+
+/// Reads `count` pipelined replies from `stream` (for the benches that write
+/// a window of commands and read the window back), handing each to `check`.
+/// An error reply, or the server closing the connection, panics.
+pub fn read_replies(
+    stream: &mut impl Read,
+    reader: &mut ReplyReader,
+    buf: &mut [u8],
+    count: u64,
+    mut check: impl FnMut(Frame),
+) {
+    let mut seen = 0;
+    while seen < count {
+        match reader.next_frame().expect("a valid reply") {
+            Some(Frame::Error(e)) => panic!("{e}"),
+            Some(frame) => {
+                check(frame);
+                seen += 1;
+            }
+            None => {
+                let n = stream.read(buf).expect("read");
+                assert!(n > 0, "redis closed the connection");
+                reader.push(&buf[..n]);
+            }
         }
     }
 }

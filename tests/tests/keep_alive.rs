@@ -28,16 +28,7 @@ fn key(subject: &str) -> Key {
 
 fn live(server: &RedisServer, subject: &str) -> i64 {
     let keys = SubjectKeys::new(PREFIX, &key(subject));
-    let now_ms = match server.client().call(&[b"TIME"]) {
-        Ok(Frame::Array(parts)) => match &parts[..] {
-            [Frame::BulkString(s), Frame::BulkString(us)] => {
-                let number = |b: &[u8]| std::str::from_utf8(b).unwrap().parse::<u64>().unwrap();
-                number(s) * 1000 + number(us) / 1000
-            }
-            other => panic!("{other:?}"),
-        },
-        other => panic!("TIME: {other:?}"),
-    };
+    let now_ms = server.client().server_ms();
     // Live by score, as the scripts count them (expired members may wait
     // for a prune).
     let after = format!("({now_ms}");

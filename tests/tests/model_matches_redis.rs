@@ -20,16 +20,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
     // The model's clock stands still at the server's time when the test
     // starts; deadlines are drawn an hour ahead (valid on both) or a minute
     // behind (stale on both), so the seconds the test takes change nothing.
-    let server_ms = match redis.call(&[b"TIME"]).unwrap() {
-        inflight_core::resp::Frame::Array(parts) => match &parts[..] {
-            [inflight_core::resp::Frame::BulkString(s), inflight_core::resp::Frame::BulkString(us)] => {
-                let number = |b: &[u8]| std::str::from_utf8(b).unwrap().parse::<u64>().unwrap();
-                number(s) * 1000 + number(us) / 1000
-            }
-            other => panic!("{other:?}"),
-        },
-        other => panic!("{other:?}"),
-    };
+    let server_ms = redis.server_ms();
     let mut model = RedisModel::new(server_ms);
     let (valid, stale) = ((server_ms + 3_600_000).to_string(), (server_ms - 60_000).to_string());
     let mut model_connection = ModelConnection::new();

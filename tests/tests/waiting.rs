@@ -235,13 +235,7 @@ async fn a_queue_entry_a_failover_brought_back_is_given_back_when_a_release_hand
     .await;
     // What the failover restores: the served id's entry, first in line.
     let mut redis = server.client();
-    let Ok(Frame::Array(time)) = redis.call(&[b"TIME"]) else {
-        panic!("TIME")
-    };
-    let Some(Frame::BulkString(seconds)) = time.first() else {
-        panic!("TIME: {time:?}")
-    };
-    let now_ms: u64 = std::str::from_utf8(seconds).unwrap().parse::<u64>().unwrap() * 1000;
+    let now_ms = redis.server_ms();
     let expiry = (now_ms + 30_000).to_string();
     redis.call(&[b"ZADD", &keys.queue(), b"0", stray.as_bytes()]).unwrap();
     redis

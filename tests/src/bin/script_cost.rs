@@ -6,7 +6,7 @@
 //!
 //!     cargo run --release -p inflight-tests --bin script_cost -- [rounds, default 5]
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -14,6 +14,7 @@ use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
 use inflight_core::script::ACQUIRE;
+use inflight_tests::resp_client::read_replies;
 use inflight_tests::RedisServer;
 
 /// `ACQUIRE` as it was before fencing tokens and the recovery hold (commit
@@ -115,18 +116,7 @@ fn main() {
                     encode_command(&mut out, &[b"ZREM", keys.leases(), id.as_bytes()]);
                 }
                 stream.write_all(&out).unwrap();
-                let mut replies = 0;
-                while replies < 2 * WINDOW {
-                    match reader.next_frame().unwrap() {
-                        Some(Frame::Error(e)) => panic!("{e}"),
-                        Some(_) => replies += 1,
-                        None => {
-                            let n = stream.read(&mut buf).unwrap();
-                            assert!(n > 0, "redis closed the connection");
-                            reader.push(&buf[..n]);
-                        }
-                    }
-                }
+                read_replies(&mut stream, &mut reader, &mut buf, 2 * WINDOW, |_| {});
                 sent += WINDOW;
             }
             CYCLES as f64 / started.elapsed().as_secs_f64()

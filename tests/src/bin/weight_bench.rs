@@ -12,7 +12,7 @@
 //!
 //! Starts its own redis-server on a free loopback port; bounded in count.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -21,6 +21,7 @@ use inflight_core::lease_id::LeaseId;
 use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
 use inflight_core::script::{ScriptKind, Scripts};
 use inflight_tests::alloc_counter::CountingAlloc;
+use inflight_tests::resp_client::read_replies;
 use inflight_tests::{bench, cpu, RedisServer};
 
 #[global_allocator]
@@ -147,24 +148,11 @@ fn cycles(server: &RedisServer, scripts: &Scripts, keys: &SubjectKeys, weight: u
             scripts.encode_release(&mut out, keys, false, 1, [id.as_bytes()]);
         }
         stream.write_all(&out).unwrap();
-        let mut replies = 0;
-        while replies < 2 * WINDOW {
-            match reader.next_frame().unwrap() {
-                Some(Frame::Error(e)) => panic!("{e}"),
-                Some(Frame::Array(items)) if items.first() != Some(&Frame::Integer(1)) => {
-                    panic!("not granted: {items:?}")
-                }
-                Some(Frame::Integer(removed)) if removed != i64::from(weight) => {
-                    panic!("released {removed} units of {weight}")
-                }
-                Some(_) => replies += 1,
-                None => {
-                    let n = stream.read(&mut buf).unwrap();
-                    assert!(n > 0, "redis closed the connection");
-                    reader.push(&buf[..n]);
-                }
-            }
-        }
+        read_replies(&mut stream, &mut reader, &mut buf, 2 * WINDOW, |frame| match frame {
+            Frame::Array(items) if items.first() != Some(&Frame::Integer(1)) => panic!("not granted: {items:?}"),
+            Frame::Integer(removed) if removed != i64::from(weight) => panic!("released {removed} units of {weight}"),
+            _ => {}
+        });
         sent += WINDOW;
     }
     let elapsed = started.elapsed().as_secs_f64();
