@@ -532,6 +532,9 @@ impl Client {
         // release (releases are written first): no wake-up round trip.
         if let Some(channel) = channel {
             self.on_wake(now, &channel, 1);
+            // A woken waiter whose node has failed since gives up here, and
+            // owes its queue entry back: nothing else may come to write it.
+            self.send_leaves(now);
         }
     }
 
