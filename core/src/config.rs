@@ -371,6 +371,15 @@ impl Config {
                 actual_ms: self.lease_ttl.as_millis(),
             });
         }
+        // A release hands a freed slot to a waiter until its queue entry
+        // would expire: a lifetime longer than the TTL would let a slot
+        // stand reserved for a dead waiter longer than any lease lasts.
+        if self.waiter_lifetime > self.lease_ttl {
+            return Err(ConfigError::OutOfRange {
+                field: "waiter_lifetime",
+                reason: "longer than lease_ttl (a slot handed to a waiter that died would stay reserved longer than any lease lives)",
+            });
+        }
         if self.request_liveness < self.acquire_timeout {
             return Err(ConfigError::TooShort {
                 field: "request_liveness",
@@ -490,6 +499,17 @@ mod tests {
                 actual_ms: 250
             }
         );
+        // A waiter's reservation would outlive every lease.
+        assert!(matches!(
+            bad(|c| {
+                c.lease_ttl = Duration::from_secs(2);
+                c.waiter_lifetime = Duration::from_secs(30);
+            }),
+            ConfigError::OutOfRange {
+                field: "waiter_lifetime",
+                ..
+            }
+        ));
         assert!(matches!(
             bad(|c| c.key_prefix = "a{b".into()),
             ConfigError::KeyPrefix(_)

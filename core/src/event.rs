@@ -112,8 +112,12 @@ pub enum Reassertion {
     /// leases than its limit: others were granted while it was missing. An
     /// over-admission, detected; it lasts until enough holders let go.
     OverLimit,
-    /// It could not be written back (no answer in time): it may be missing.
+    /// It could not be written back (no answer in time, a refusal, or it
+    /// ran too late to act): it may be missing.
     Unconfirmed,
+    /// Its holder had given it back by the time the write-back ran (a
+    /// tombstone said so): nothing was written.
+    GivenBack,
 }
 
 /// How one acquire ended.

@@ -8,7 +8,9 @@ pub struct InjectedBugs {
     pub skip_late_grant_compensation: bool,
     /// Replies are not checked against the lease id they echo.
     pub skip_echo_check: bool,
-    /// Requests carry no valid-until (as if the scripts did not check it).
+    /// Requests are not bounded in time: a valid-until and an expiry a day
+    /// ahead (as if the scripts checked neither), so a request held back
+    /// past its caller's and its compensation's deadlines still takes a slot.
     pub skip_stale_check: bool,
     /// A cluster redirect (`MOVED`, `ASK`, `TRYAGAIN`) answering an acquire
     /// is read as a denial, as a client that takes any error for "no" would.

@@ -11,7 +11,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use crate::event::{Action, Event, RequestId};
 use crate::key::{hash_tag, Key, SubjectKeys};
 use crate::lease_id::LeaseId;
-use crate::script::{ScriptKind, Scripts};
+use crate::scripts::{ScriptKind, Scripts};
 use crate::testkit::Pair;
 use crate::{Client, Config, ServerAddress};
 

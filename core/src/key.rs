@@ -172,6 +172,16 @@ impl SubjectKeys {
         let _ = write!(key, ":gone:{lease}");
         Bytes::from(key)
     }
+
+    /// The tombstone of the lease rendered as `id` (see
+    /// [`SubjectKeys::tombstone`]).
+    pub fn tombstone_of(&self, id: &[u8]) -> Bytes {
+        let mut key = Vec::with_capacity(self.base_len + 6 + id.len());
+        key.extend_from_slice(&self.leases[..self.base_len]);
+        key.extend_from_slice(b":gone:");
+        key.extend_from_slice(id);
+        Bytes::from(key)
+    }
 }
 
 fn push_encoded(out: &mut String, component: &str) {

@@ -43,7 +43,7 @@ pub mod pipeline;
 #[doc(hidden)]
 pub mod resp;
 #[doc(hidden)]
-pub mod script;
+pub mod scripts;
 mod server_clock;
 mod server_error;
 pub mod slot;

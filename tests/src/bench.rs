@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::resp::{Frame, ReplyLimits, ReplyReader};
-use inflight_core::script::{ScriptKind, Scripts};
+use inflight_core::scripts::{LeaseCall, ScriptKind, Scripts};
 use inflight_tokio::{Error, Limiter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -293,32 +293,22 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
     read_replies(&mut stream, &mut reader, &mut buf, 2).await;
 
     let keys = SubjectKeys::new("bench", &key_of("raw"));
-    let (queue, waiters) = (keys.queue(), keys.waiters());
-    let limit = HIGH_LIMIT.to_string();
-    let ttl = TTL_MS.to_string();
+    // The same script and arguments the client sends (standalone, with the
+    // recovery hold key); this baseline is never late, so its valid-until
+    // is far ahead, and its leases end a TTL after the run starts at most.
+    let expiry_ms = server.client().server_ms() + TTL_MS;
     let mut next = 0u64;
     let mut encode_cycle = |out: &mut BytesMut| {
         next += 1;
-        let lease = LeaseId::from_parts(0xbe7c4, next);
-        let id = lease.to_string();
-        let tombstone = keys.tombstone(&lease);
-        scripts.encode_call(
-            out,
-            ScriptKind::Acquire,
-            false,
-            &[keys.leases(), &tombstone, &keys.fence(), &queue, &waiters],
-            // The same script and arguments the client sends (standalone,
-            // with the recovery hold key); this baseline is never late, so
-            // its valid-until is far ahead.
-            &[
-                ttl.as_bytes(),
-                limit.as_bytes(),
-                id.as_bytes(),
-                b"99999999999999",
-                b"bench:recovery",
-            ],
-        );
-        scripts.encode_release(out, &keys, false, 1, [id.as_bytes()]);
+        let id = LeaseId::from_parts(0xbe7c4, next).to_string();
+        let call = LeaseCall {
+            keys: &keys,
+            id: id.as_bytes(),
+            expiry_ms,
+            valid_until_ms: 99_999_999_999_999,
+        };
+        scripts.encode_acquire(out, false, call, HIGH_LIMIT, b"bench:recovery", None);
+        scripts.encode_release(out, &keys, false, 1, b"bench:recovery", [id.as_bytes()]);
     };
     let warm_until = Instant::now() + budget.warmup;
     let mut started = None;

@@ -11,7 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use inflight_core::model::{ModelConnection, RedisModel};
 use inflight_core::resp::{Frame, ReplyLimits, ReplyReader};
-use inflight_core::script::{ScriptKind, Scripts};
+use inflight_core::scripts::{ScriptKind, Scripts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -116,7 +116,7 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
     // A second reader sees whole commands, to find the acquire among them.
     let mut commands = ReplyReader::new(ReplyLimits {
         max_frame_bytes: 1 << 20,
-        max_array_len: 2 + inflight_core::script::MAX_RELEASE_BATCH,
+        max_array_len: 2 + inflight_core::scripts::MAX_RELEASE_BATCH,
         ..ReplyLimits::default()
     });
     let scripts = Scripts::default();

@@ -9,11 +9,13 @@ pub mod bench;
 pub mod cpu;
 pub mod hostile;
 pub mod http_client;
+pub mod mutations;
 pub mod pki;
 pub mod redis_cluster;
 pub mod redis_server;
 pub mod relay;
 pub mod resp_client;
+pub mod subject;
 
 pub use hostile::{HostilePeer, Lie};
 

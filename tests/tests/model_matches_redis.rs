@@ -10,7 +10,7 @@ use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::model::{ModelConnection, RedisModel};
 use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
-use inflight_core::script::{ScriptKind, Scripts};
+use inflight_core::scripts::{LeaseCall, ScriptKind, Scripts, WaitArgs};
 use inflight_tests::{RedisServer, Rng};
 
 #[test]
@@ -22,7 +22,9 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
     // behind (stale on both), so the seconds the test takes change nothing.
     let server_ms = redis.server_ms();
     let mut model = RedisModel::new(server_ms);
-    let (valid, stale) = ((server_ms + 3_600_000).to_string(), (server_ms - 60_000).to_string());
+    // An hour ahead (valid on both) or a minute behind (stale on both).
+    let (valid, stale) = (server_ms + 3_600_000, server_ms - 60_000);
+    let expiry = server_ms + 3_600_000;
     let mut model_connection = ModelConnection::new();
     let scripts = Scripts::default();
     let subjects: Vec<SubjectKeys> = ["a", "b", "c|d"]
@@ -38,7 +40,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
     for compared in 0..4_000 {
         if compared == 2_700 {
             let mut command = BytesMut::new();
-            scripts.encode_call(&mut command, ScriptKind::Hold, true, &[hold_key], &[b"3600000"]);
+            scripts.encode_hold(&mut command, hold_key, 3_600_000);
             let real = redis.call_raw(&command).expect("redis answers");
             let modelled = model.handle(&mut model_connection, &command).unwrap();
             assert!(matches!(real, Frame::Integer(n) if n > 3_590_000), "{real:?}");
@@ -48,29 +50,21 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
         let keys = &subjects[rng.below(subjects.len() as u64) as usize];
         let lease = test_lease(rng.below(40));
         let id = lease.to_string();
-        let tombstone = keys.tombstone(&lease);
         let mut command = BytesMut::new();
         // One request in eight arrives after its valid-until.
-        let valid_until = if rng.below(8) == 0 { &stale } else { &valid };
+        let valid_until_ms = if rng.below(8) == 0 { stale } else { valid };
+        let call = LeaseCall {
+            keys,
+            id: id.as_bytes(),
+            expiry_ms: expiry,
+            valid_until_ms,
+        };
+        // Limits differ per call, as during a rolling change of a limit:
+        // waiters of several limits share a queue.
+        let limit = 1 + rng.below(4) as u32;
         match rng.below(16) {
             // Acquire (sometimes by text), with a small limit so denials happen.
-            0..=4 => {
-                let limit = (1 + rng.below(4)).to_string();
-                let by_text = rng.below(4) == 0;
-                scripts.encode_call(
-                    &mut command,
-                    ScriptKind::Acquire,
-                    by_text,
-                    &[keys.leases(), &tombstone, &keys.fence(), &keys.queue(), &keys.waiters()],
-                    &[
-                        b"3600000",
-                        limit.as_bytes(),
-                        id.as_bytes(),
-                        valid_until.as_bytes(),
-                        hold,
-                    ],
-                );
-            }
+            0..=4 => scripts.encode_acquire(&mut command, rng.below(4) == 0, call, limit, hold, None),
             5..=6 => {
                 // The plain release (during a slot migration): every unit.
                 let units: Vec<Vec<u8>> = inflight_core::lease_id::units(id.as_bytes()).collect();
@@ -86,127 +80,52 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                     .collect();
                 let held = rng.below(300);
                 let ids = std::iter::once(id.as_bytes()).chain(more.iter().map(|m| m.as_bytes()));
-                scripts.encode_release(&mut command, keys, false, held, ids);
+                scripts.encode_release(&mut command, keys, false, held, hold, ids);
             }
             12 | 15 => {
                 // Acquire or wait in the queue, with a patience that sheds
                 // once hold times are known.
-                let limit = (1 + rng.below(3)).to_string();
-                let patience = rng.below(400).to_string();
-                scripts.encode_call(
-                    &mut command,
-                    ScriptKind::AcquireWaiting,
-                    rng.below(4) == 0,
-                    &[
-                        keys.leases(),
-                        &tombstone,
-                        &keys.fence(),
-                        &keys.queue(),
-                        &keys.waiters(),
-                        &keys.holds(),
-                    ],
-                    &[
-                        b"3600000",
-                        limit.as_bytes(),
-                        id.as_bytes(),
-                        valid_until.as_bytes(),
-                        hold,
-                        b"3600000",
-                        patience.as_bytes(),
-                    ],
-                );
+                let wait = WaitArgs {
+                    lifetime_ms: 3_600_000,
+                    patience_ms: rng.below(400),
+                };
+                scripts.encode_acquire(&mut command, rng.below(4) == 0, call, limit, hold, Some(wait));
             }
-            13 => scripts.encode_call(
-                &mut command,
-                ScriptKind::Leave,
-                false,
-                &[&keys.queue(), &keys.waiters(), &keys.wake_channel(), keys.leases()],
-                &[id.as_bytes()],
-            ),
+            13 => scripts.encode_leave(&mut command, keys, id.as_bytes()),
             8 => {
                 // A tombstone until the acquire's valid-until, or none (0).
-                let until = if rng.below(2) == 0 { "0" } else { valid_until.as_str() };
-                scripts.encode_call(
-                    &mut command,
-                    ScriptKind::Compensate,
-                    false,
-                    &[
-                        keys.leases(),
-                        &tombstone,
-                        &keys.queue(),
-                        &keys.waiters(),
-                        &keys.wake_channel(),
-                    ],
-                    &[until.as_bytes(), id.as_bytes()],
-                )
+                let until = if rng.below(2) == 0 { 0 } else { valid_until_ms };
+                scripts.encode_compensate(&mut command, false, keys, id.as_bytes(), until)
             }
             10 => {
-                // A batch of distinct ids (the client never repeats one).
-                let mut leases: Vec<LeaseId> = Vec::new();
-                while leases.len() < 2 + rng.below(4) as usize {
-                    let lease = test_lease(rng.below(40));
-                    if !leases.contains(&lease) {
-                        leases.push(lease);
+                // A batch of ids, one in five repeating an earlier one (one
+                // acquire, as the script counts it).
+                let mut ids: Vec<String> = Vec::new();
+                while ids.len() < 2 + rng.below(4) as usize {
+                    let next = test_lease(rng.below(40)).to_string();
+                    if !ids.contains(&next) || rng.below(5) == 0 {
+                        ids.push(next);
                     }
                 }
-                let tombstones: Vec<_> = leases.iter().map(|l| keys.tombstone(l)).collect();
-                let tombstones: Vec<&[u8]> = tombstones.iter().map(|t| &t[..]).collect();
-                let ids: Vec<String> = leases.iter().map(|l| l.to_string()).collect();
                 let ids: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes()).collect();
-                let limit = (1 + rng.below(4)).to_string();
-                scripts.encode_acquire_many(
-                    &mut command,
-                    [keys.leases(), &keys.fence(), &keys.queue(), &keys.waiters()],
-                    &tombstones,
-                    b"3600000",
-                    limit.as_bytes(),
-                    valid_until.as_bytes(),
-                    hold,
-                    &ids,
-                );
+                scripts.encode_acquire_many(&mut command, keys, &ids, expiry, limit, valid_until_ms, hold);
             }
             11 if rng.below(3) == 0 => {
                 // What a subject holds (read only): compared without the
                 // server's clock, its first item.
                 // All of them or none: which few of several are listed
                 // depends on their expiries, hence on each side's clock.
-                let most = (100 * rng.below(2)).to_string();
-                scripts.encode_call(
-                    &mut command,
-                    ScriptKind::Inspect,
-                    true,
-                    &[keys.leases(), &keys.holds()],
-                    &[most.as_bytes()],
-                )
+                scripts.encode_inspect(&mut command, keys, 100 * rng.below(2) as u32)
             }
             11 if rng.below(2) == 0 => {
                 // A lease written back after a loss, under a small limit.
-                let limit = (1 + rng.below(4)).to_string();
-                scripts.encode_call(
-                    &mut command,
-                    ScriptKind::Reassert,
-                    true,
-                    &[keys.leases()],
-                    &[id.as_bytes(), b"3600000", limit.as_bytes()],
-                )
+                scripts.encode_reassert(&mut command, call, limit)
             }
             11 => {
                 let marker = format!("value-{}", rng.below(3));
-                scripts.encode_call(
-                    &mut command,
-                    ScriptKind::Mark,
-                    true,
-                    &[b"diff:node"],
-                    &[marker.as_bytes()],
-                )
+                scripts.encode_mark(&mut command, b"diff:node", marker.as_bytes())
             }
-            9 => scripts.encode_call(
-                &mut command,
-                ScriptKind::Renew,
-                rng.below(4) == 0,
-                &[keys.leases()],
-                &[b"3600000", id.as_bytes(), valid_until.as_bytes()],
-            ),
+            9 => scripts.encode_renew(&mut command, rng.below(4) == 0, call),
             _ => {
                 let kind = ScriptKind::ALL[rng.below(ScriptKind::ALL.len() as u64) as usize];
                 scripts.encode_load(&mut command, kind);

@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use inflight_core::key::{hash_tag, Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::resp::Frame;
-use inflight_core::script::{ScriptKind, Scripts};
+use inflight_core::scripts::{LeaseCall, ScriptKind, Scripts, WaitArgs};
 use inflight_tests::{RedisServer, RespClient};
 
 struct Leases {
@@ -63,30 +63,17 @@ impl Leases {
     }
 
     fn acquire_until(&mut self, id: u64, limit: u32, ttl_ms: u64, valid_until: u64) -> (i64, Bytes) {
-        let lease = lease(id);
-        let tombstone = self.keys.tombstone(&lease);
+        let id = lease(id).to_string();
+        let expiry_ms = self.server_ms() + ttl_ms;
+        let call = LeaseCall {
+            keys: &self.keys,
+            id: id.as_bytes(),
+            expiry_ms,
+            valid_until_ms: valid_until,
+        };
         let mut out = BytesMut::new();
-        let (ttl, limit, id) = (ttl_ms.to_string(), limit.to_string(), lease.to_string());
-        let valid_until = valid_until.to_string();
-        self.scripts.encode_call(
-            &mut out,
-            ScriptKind::Acquire,
-            false,
-            &[
-                self.keys.leases(),
-                &tombstone,
-                &self.keys.fence(),
-                &self.keys.queue(),
-                &self.keys.waiters(),
-            ],
-            &[
-                ttl.as_bytes(),
-                limit.as_bytes(),
-                id.as_bytes(),
-                valid_until.as_bytes(),
-                &self.hold,
-            ],
-        );
+        self.scripts
+            .encode_acquire(&mut out, false, call, limit, &self.hold, None);
         match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
                 [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(reclaimed)] => {
@@ -133,28 +120,15 @@ impl Leases {
     /// Compensates `id`, whose acquire stays valid `valid_for_ms` more (0: it
     /// has run, no tombstone).
     fn compensate(&mut self, id: u64, valid_for_ms: u64) {
-        let lease = lease(id);
-        let tombstone = self.keys.tombstone(&lease);
+        let id_text = lease(id).to_string();
         let until = if valid_for_ms == 0 {
             0
         } else {
             self.server_ms() + valid_for_ms
         };
-        let (ttl, id_text) = (until.to_string(), lease.to_string());
         let mut out = BytesMut::new();
-        self.scripts.encode_call(
-            &mut out,
-            ScriptKind::Compensate,
-            false,
-            &[
-                self.keys.leases(),
-                &tombstone,
-                &self.keys.queue(),
-                &self.keys.waiters(),
-                &self.keys.wake_channel(),
-            ],
-            &[ttl.as_bytes(), id_text.as_bytes()],
-        );
+        self.scripts
+            .encode_compensate(&mut out, false, &self.keys, id_text.as_bytes(), until);
         let reply = self.client.call_raw(&out).unwrap();
         assert_eq!(
             reply,
@@ -169,16 +143,16 @@ impl Leases {
     }
 
     fn renew_until(&mut self, id: u64, ttl_ms: u64, valid_until: u64) -> i64 {
-        let (ttl, id_text) = (ttl_ms.to_string(), lease(id).to_string());
-        let valid_until = valid_until.to_string();
+        let id_text = lease(id).to_string();
+        let expiry_ms = self.server_ms() + ttl_ms;
+        let call = LeaseCall {
+            keys: &self.keys,
+            id: id_text.as_bytes(),
+            expiry_ms,
+            valid_until_ms: valid_until,
+        };
         let mut out = BytesMut::new();
-        self.scripts.encode_call(
-            &mut out,
-            ScriptKind::Renew,
-            false,
-            &[self.keys.leases()],
-            &[ttl.as_bytes(), id_text.as_bytes(), valid_until.as_bytes()],
-        );
+        self.scripts.encode_renew(&mut out, false, call);
         match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
                 [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(reclaimed)]
@@ -225,34 +199,21 @@ impl Leases {
 impl Leases {
     /// `ACQUIRE_WAITING` for `id`: `(status, ahead, expected)`.
     fn wait(&mut self, id: u64, limit: u32, lifetime_ms: u64, patience_ms: u64) -> (i64, i64, i64) {
-        let lease = lease(id);
-        let tombstone = self.keys.tombstone(&lease);
-        let valid_until = self.fresh().to_string();
-        let (limit, id_text) = (limit.to_string(), lease.to_string());
-        let (lifetime, patience) = (lifetime_ms.to_string(), patience_ms.to_string());
+        let id_text = lease(id).to_string();
+        let now = self.server_ms();
+        let call = LeaseCall {
+            keys: &self.keys,
+            id: id_text.as_bytes(),
+            expiry_ms: now + LONG,
+            valid_until_ms: now + 3_600_000,
+        };
+        let wait = WaitArgs {
+            lifetime_ms,
+            patience_ms,
+        };
         let mut out = BytesMut::new();
-        self.scripts.encode_call(
-            &mut out,
-            ScriptKind::AcquireWaiting,
-            false,
-            &[
-                self.keys.leases(),
-                &tombstone,
-                &self.keys.fence(),
-                &self.keys.queue(),
-                &self.keys.waiters(),
-                &self.keys.holds(),
-            ],
-            &[
-                b"60000",
-                limit.as_bytes(),
-                id_text.as_bytes(),
-                valid_until.as_bytes(),
-                &self.hold,
-                lifetime.as_bytes(),
-                patience.as_bytes(),
-            ],
-        );
+        self.scripts
+            .encode_acquire(&mut out, false, call, limit, &self.hold, Some(wait));
         match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
                 [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(ahead), Frame::Integer(expected), Frame::Integer(reclaimed)]
@@ -273,7 +234,8 @@ impl Leases {
         let ids: Vec<String> = ids.iter().map(|id| lease(*id).to_string()).collect();
         let mut out = BytesMut::new();
         let ids = ids.iter().map(|id| id.as_bytes());
-        self.scripts.encode_release(&mut out, &self.keys, false, held_ms, ids);
+        self.scripts
+            .encode_release(&mut out, &self.keys, false, held_ms, &self.hold, ids);
         match self.client.call_raw(&out).unwrap() {
             Frame::Integer(n) => n,
             other => panic!("unexpected RELEASE reply {other:?}"),
@@ -429,13 +391,13 @@ fn injective_keys_keep_subjects_apart_and_share_one_hash_tag() {
         assert_eq!(hash_tag(keys.leases()), hash_tag(&tombstone));
         let mut out = BytesMut::new();
         let id = lease.to_string();
-        scripts.encode_call(
-            &mut out,
-            ScriptKind::Acquire,
-            true,
-            &[keys.leases(), &tombstone, &keys.fence(), &keys.queue(), &keys.waiters()],
-            &[b"60000", b"1", id.as_bytes(), b"99999999999999", b""],
-        );
+        let call = LeaseCall {
+            keys: &keys,
+            id: id.as_bytes(),
+            expiry_ms: client.server_ms() + LONG,
+            valid_until_ms: 99_999_999_999_999,
+        };
+        scripts.encode_acquire(&mut out, true, call, 1, b"", None);
         let reply = client.call_raw(&out).unwrap();
         assert!(
             matches!(&reply, Frame::Array(items) if items.first() == Some(&Frame::Integer(1))),
@@ -451,13 +413,13 @@ fn evalsha_of_an_unloaded_script_answers_noscript() {
     client.call(&[b"SCRIPT", b"FLUSH"]).unwrap();
     let keys = SubjectKeys::new("test", &Key::new("n", "s").unwrap());
     let mut out = BytesMut::new();
-    Scripts::default().encode_call(
-        &mut out,
-        ScriptKind::Acquire,
-        false,
-        &[keys.leases(), b"t", &keys.fence(), b"q", b"w"],
-        &[b"1", b"1", b"x", b"1", b""],
-    );
+    let call = LeaseCall {
+        keys: &keys,
+        id: b"x",
+        expiry_ms: 1,
+        valid_until_ms: 1,
+    };
+    Scripts::default().encode_acquire(&mut out, false, call, 1, b"", None);
     match client.call_raw(&out).unwrap() {
         Frame::Error(message) => assert!(message.starts_with("NOSCRIPT"), "{message}"),
         other => panic!("expected NOSCRIPT, got {other:?}"),
@@ -479,25 +441,12 @@ fn a_request_that_runs_after_its_valid_until_is_refused_and_changes_nothing() {
     assert_eq!(leases.expiry(2), before);
     // A batch refuses every member at once.
     let ids: Vec<String> = [3, 4].iter().map(|n| lease(*n).to_string()).collect();
-    let tombstones: Vec<Vec<u8>> = [3, 4]
-        .iter()
-        .map(|n| leases.keys.tombstone(&lease(*n)).to_vec())
-        .collect();
-    let tombstones: Vec<&[u8]> = tombstones.iter().map(|t| &t[..]).collect();
     let ids_bytes: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes()).collect();
     let mut out = BytesMut::new();
-    let (ttl, past_text) = (LONG.to_string(), past.to_string());
-    let (fence, queue, waiters) = (leases.keys.fence(), leases.keys.queue(), leases.keys.waiters());
-    leases.scripts.encode_acquire_many(
-        &mut out,
-        [leases.keys.leases(), &fence, &queue, &waiters],
-        &tombstones,
-        ttl.as_bytes(),
-        b"5",
-        past_text.as_bytes(),
-        b"",
-        &ids_bytes,
-    );
+    let expiry = leases.server_ms() + LONG;
+    leases
+        .scripts
+        .encode_acquire_many(&mut out, &leases.keys, &ids_bytes, expiry, 5, past, b"");
     let reply = leases.client.call_raw(&out).unwrap();
     let expected = Frame::Array(vec![
         Frame::Integer(-2),
@@ -543,13 +492,22 @@ impl Leases {
     }
 
     fn reassert(&mut self, id: u64, remaining_ms: u64, limit: u32) -> i64 {
-        let (id_text, remaining, limit) = (lease(id).to_string(), remaining_ms.to_string(), limit.to_string());
-        let leases = self.keys.leases().clone();
-        match self.by_text(
-            ScriptKind::Reassert,
-            &[&leases],
-            &[id_text.as_bytes(), remaining.as_bytes(), limit.as_bytes()],
-        ) {
+        let valid_until_ms = self.fresh();
+        self.reassert_until(id, remaining_ms, limit, valid_until_ms)
+    }
+
+    fn reassert_until(&mut self, id: u64, remaining_ms: u64, limit: u32, valid_until_ms: u64) -> i64 {
+        let id_text = lease(id).to_string();
+        let expiry_ms = self.server_ms() + remaining_ms;
+        let call = LeaseCall {
+            keys: &self.keys,
+            id: id_text.as_bytes(),
+            expiry_ms,
+            valid_until_ms,
+        };
+        let mut out = BytesMut::new();
+        self.scripts.encode_reassert(&mut out, call, limit);
+        match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
                 [Frame::Integer(status), Frame::BulkString(echo)] if echo[..] == *id_text.as_bytes() => *status,
                 other => panic!("unexpected reassert reply {other:?}"),
@@ -620,21 +578,25 @@ fn the_recovery_hold_refuses_new_leases_but_not_held_ones_nor_their_write_back()
 fn the_marker_is_written_once_and_read_back() {
     let server = RedisServer::start();
     let mut leases = Leases::new(&server, "marker");
-    let created = leases.by_text(ScriptKind::Mark, &[b"test:node"], &[b"first"]);
+    let mut mark = |value: &[u8]| {
+        let mut out = BytesMut::new();
+        leases.scripts.encode_mark(&mut out, b"test:node", value);
+        leases.client.call_raw(&out).unwrap()
+    };
     assert_eq!(
-        created,
+        mark(b"first"),
         Frame::Array(vec![Frame::Integer(1), Frame::BulkString(Bytes::from_static(b"first"))])
     );
-    let read = leases.by_text(ScriptKind::Mark, &[b"test:node"], &[b"second"]);
     assert_eq!(
-        read,
+        mark(b"second"),
         Frame::Array(vec![Frame::Integer(0), Frame::BulkString(Bytes::from_static(b"first"))])
     );
-    assert_eq!(
-        leases.client.call(&[b"TTL", b"test:node"]).unwrap(),
-        Frame::Integer(-1),
-        "no expiry"
-    );
+    // Like every key the library writes, it expires (30 days after the
+    // last handshake that read it).
+    match leases.client.call(&[b"PTTL", b"test:node"]).unwrap() {
+        Frame::Integer(ms) => assert!(ms > 29 * 24 * 3600 * 1000 && ms <= 30 * 24 * 3600 * 1000, "{ms}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

@@ -9,7 +9,7 @@ use super::request::{AcquireOp, Op, Request};
 use crate::event::{ConnectionError, ConnectionId, RequestId};
 use crate::pipeline::Pipeline;
 use crate::resp::ReplyLimits;
-use crate::script::ScriptKind;
+use crate::scripts::ScriptKind;
 use crate::server_clock::ServerClock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,8 +43,9 @@ pub(super) struct Connection {
     /// The server's clock, read at the handshake (and refreshed while
     /// requests flow): requests' valid-until are written in it.
     pub(super) clock: Option<ServerClock>,
-    /// A `TIME` to refresh `clock` is on its way.
-    pub(super) resyncing: bool,
+    /// When the `TIME` on its way (the handshake's, or one to refresh
+    /// `clock`) was written: its reply was made no earlier.
+    pub(super) time_asked: Option<Instant>,
     /// Who the server is, as this handshake learns it.
     pub(super) identity: Identity,
     /// The handshake's replies are all in and were compared with the
@@ -69,7 +70,7 @@ impl Connection {
             in_flight: 0,
             reloading: [false; ScriptKind::ALL.len()],
             clock: None,
-            resyncing: false,
+            time_asked: None,
             identity: Identity::default(),
             recovery_checked: false,
             unreplicated: Vec::new(),

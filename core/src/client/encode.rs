@@ -5,21 +5,19 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 
-use super::request::{AcquireOp, ReleaseJob, ReleaseKind, Request, Step};
+use super::request::{AcquireOp, Call, ReleaseJob, ReleaseKind, Request, Step};
 use super::Client;
 use crate::config::Config;
 use crate::event::ConnectionId;
 use crate::key::SubjectKeys;
 use crate::lease_id::units;
 use crate::resp::encode_command;
-use crate::script::{ScriptKind, Scripts};
+use crate::scripts::{LeaseCall, Scripts, WaitArgs};
 
 /// What commands are written with, besides the request itself.
 struct Wire<'a> {
     config: &'a Config,
     scripts: &'a Scripts,
-    /// The lease TTL in milliseconds, as the scripts take it.
-    ttl_ms: &'a [u8],
     /// The recovery hold key the acquire scripts check (empty: none).
     hold: &'a [u8],
     /// The lease-data marker's key.
@@ -33,65 +31,55 @@ struct Wire<'a> {
 impl Request {
     /// Appends this request's command to `out`.
     fn encode(&self, wire: &Wire, out: &mut BytesMut) {
-        let (scripts, ttl_ms) = (wire.scripts, wire.ttl_ms);
+        let scripts = wire.scripts;
         match self {
             Request::Handshake(step) => encode_step(*step, wire, out),
             Request::Reload(kind) => scripts.encode_load(out, *kind),
             Request::Acquire(op) => encode_acquire(op, wire, out),
             Request::AcquireMany(ops) => encode_acquire_many(ops, wire, out),
             Request::Reassert(job) => {
-                let (remaining, limit) = (job.remaining_ms.to_string(), job.limit.to_string());
-                scripts.encode_call(
-                    out,
-                    ScriptKind::Reassert,
-                    true,
-                    &[job.keys.leases()],
-                    &[&job.lease_bytes, remaining.as_bytes(), limit.as_bytes()],
-                )
+                let call = LeaseCall {
+                    keys: &job.keys,
+                    id: &job.lease_bytes,
+                    expiry_ms: job.expiry_ms,
+                    valid_until_ms: job.valid_until_ms,
+                };
+                scripts.encode_reassert(out, call, job.limit.get())
             }
+            // The same script as any release: the ids leave the queue too,
+            // and while the hold lasts it hands over no more than it frees.
             Request::ReleaseAgain(keys, leases) => {
                 let ids: Vec<Vec<u8>> = leases.iter().map(|lease| lease.to_bytes()).collect();
-                encode_plain_release(keys, ids.iter().map(|id| &id[..]), out);
+                scripts.encode_release(out, keys, true, 0, wire.hold, ids.iter().map(|id| &id[..]));
             }
-            Request::Renew(op) => {
-                let call = &op.call;
-                let valid_until = call.valid_until_ms.to_string();
-                scripts.encode_call(
-                    out,
-                    ScriptKind::Renew,
-                    call.by_text,
-                    &[call.keys.leases()],
-                    &[ttl_ms, &call.lease_bytes, valid_until.as_bytes()],
-                )
+            Request::Renew(op) => scripts.encode_renew(out, op.call.by_text, lease_call(&op.call)),
+            Request::Inspect(op) => scripts.encode_inspect(out, &op.call.keys, op.holders),
+            Request::Release(job) => encode_release(std::slice::from_ref(job), wire, out),
+            Request::ReleaseMany(jobs) => encode_release(jobs, wire, out),
+            Request::Compensate(job) => {
+                let until = match job.kind {
+                    ReleaseKind::Compensation { tombstone_until_ms } => tombstone_until_ms,
+                    ReleaseKind::Release => 0,
+                };
+                scripts.encode_compensate(out, job.by_text, &job.keys, &job.lease_bytes, until)
             }
-            Request::Inspect(op) => {
-                let holders = op.holders.to_string();
-                let keys = &op.call.keys;
-                scripts.encode_call(
-                    out,
-                    ScriptKind::Inspect,
-                    true,
-                    &[keys.leases(), &keys.holds()],
-                    &[holders.as_bytes()],
-                )
-            }
-            Request::Release(job) => encode_release(std::slice::from_ref(job), scripts, out),
-            Request::ReleaseMany(jobs) => encode_release(jobs, scripts, out),
-            Request::Compensate(job) => encode_compensate(job, scripts, out),
             Request::Asking => encode_command(out, &[b"ASKING"]),
-            Request::Leave(keys, lease, _) => scripts.encode_call(
-                out,
-                ScriptKind::Leave,
-                false,
-                &[&keys.queue(), &keys.waiters(), &keys.wake_channel(), keys.leases()],
-                &[lease],
-            ),
+            Request::Leave(keys, lease, _) => scripts.encode_leave(out, keys, lease),
             Request::Wait => {
                 let acks = wire.config.replica_acks.expect("WAIT is sent only with replica_acks");
                 let (replicas, timeout) = (acks.replicas.to_string(), acks.timeout.as_millis().to_string());
                 encode_command(out, &[b"WAIT", replicas.as_bytes(), timeout.as_bytes()])
             }
         }
+    }
+}
+
+fn lease_call(call: &Call) -> LeaseCall<'_> {
+    LeaseCall {
+        keys: &call.keys,
+        id: &call.lease_bytes,
+        expiry_ms: call.expiry_ms,
+        valid_until_ms: call.valid_until_ms,
     }
 }
 
@@ -109,20 +97,16 @@ fn encode_step(step: Step, wire: &Wire, out: &mut BytesMut) {
         Step::Select => encode_command(out, &[b"SELECT", config.database.to_string().as_bytes()]),
         Step::Ping => encode_command(out, &[b"PING"]),
         Step::Role => encode_command(out, &[b"ROLE"]),
-        // The default sections: server (run id), replication, cluster.
+        // The default sections: server (run id), memory (eviction),
+        // replication, cluster.
         Step::Info => encode_command(out, &[b"INFO"]),
         Step::Marker => {
             let value = marker_value(wire.entropy, wire.connection);
-            scripts.encode_call(out, ScriptKind::Mark, true, &[wire.marker], &[value.as_bytes()])
+            scripts.encode_mark(out, wire.marker, value.as_bytes())
         }
         Step::Hold => {
-            let window = config
-                .recovery_window()
-                .unwrap_or_default()
-                .as_millis()
-                .max(1)
-                .to_string();
-            scripts.encode_call(out, ScriptKind::Hold, true, &[wire.hold], &[window.as_bytes()])
+            let window = config.recovery_window().unwrap_or_default().as_millis();
+            scripts.encode_hold(out, wire.hold, u64::try_from(window).unwrap_or(u64::MAX))
         }
         Step::Shards => encode_command(out, &[b"CLUSTER", b"SHARDS"]),
         Step::Slots => encode_command(out, &[b"CLUSTER", b"SLOTS"]),
@@ -132,101 +116,47 @@ fn encode_step(step: Step, wire: &Wire, out: &mut BytesMut) {
 }
 
 fn encode_acquire(op: &AcquireOp, wire: &Wire, out: &mut BytesMut) {
+    // A waiting acquire adds its lifetime and patience.
+    let wait = op.wait.map(|wait| WaitArgs {
+        lifetime_ms: u64::try_from(wire.config.waiter_lifetime.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1),
+        patience_ms: wait.patience_ms,
+    });
     let call = &op.call;
-    let tombstone = call.keys.tombstone(&call.lease);
-    let limit = op.limit.to_string();
-    let valid_until = call.valid_until_ms.to_string();
-    let keys = &call.keys;
-    let (fence, queue, waiters) = (keys.fence(), keys.queue(), keys.waiters());
-    // A waiting acquire adds the hold statistics key and two arguments
-    // (its lifetime and patience) to those of a fail-fast one.
-    // (Nothing is rendered for them on the fail-fast path.)
-    let (holds, lifetime, patience) = match op.wait {
-        Some(wait) => (
-            keys.holds(),
-            wire.config.waiter_lifetime.as_millis().max(1).to_string(),
-            wait.patience_ms.to_string(),
-        ),
-        None => Default::default(),
-    };
-    let all_keys: [&[u8]; 6] = [keys.leases(), &tombstone, &fence, &queue, &waiters, &holds];
-    let all_args: [&[u8]; 7] = [
-        wire.ttl_ms,
-        limit.as_bytes(),
-        &call.lease_bytes,
-        valid_until.as_bytes(),
-        wire.hold,
-        lifetime.as_bytes(),
-        patience.as_bytes(),
-    ];
-    let (kind, used_keys, used_args) = match op.wait {
-        Some(_) => (ScriptKind::AcquireWaiting, 6, 7),
-        None => (ScriptKind::Acquire, 5, 5),
-    };
     wire.scripts
-        .encode_call(out, kind, call.by_text, &all_keys[..used_keys], &all_args[..used_args]);
+        .encode_acquire(out, call.by_text, lease_call(call), op.limit.get(), wire.hold, wait)
 }
 
 fn encode_acquire_many(ops: &[AcquireOp], wire: &Wire, out: &mut BytesMut) {
-    let keys = &ops[0].call.keys;
-    let (fence, queue, waiters) = (keys.fence(), keys.queue(), keys.waiters());
-    let tombstones: Vec<_> = ops.iter().map(|op| op.call.keys.tombstone(&op.call.lease)).collect();
-    let tombstones: Vec<&[u8]> = tombstones.iter().map(|t| &t[..]).collect();
     let ids: Vec<&[u8]> = ops.iter().map(|op| &op.call.lease_bytes[..]).collect();
-    let limit = ops[0].limit.to_string();
-    // One deadline for the batch: the earliest of its members'.
-    let valid_until = ops
-        .iter()
-        .map(|op| op.call.valid_until_ms)
-        .min()
-        .unwrap_or(0)
-        .to_string();
+    // One deadline and one expiry for the batch: the earliest of its
+    // members'.
+    let valid_until = ops.iter().map(|op| op.call.valid_until_ms).min().unwrap_or(0);
+    let expiry = ops.iter().map(|op| op.call.expiry_ms).min().unwrap_or(1);
     wire.scripts.encode_acquire_many(
         out,
-        [keys.leases(), &fence, &queue, &waiters],
-        &tombstones,
-        wire.ttl_ms,
-        limit.as_bytes(),
-        valid_until.as_bytes(),
-        wire.hold,
+        &ops[0].call.keys,
         &ids,
-    );
-}
-
-fn encode_compensate(job: &ReleaseJob, scripts: &Scripts, out: &mut BytesMut) {
-    let tombstone = job.keys.tombstone(&job.lease);
-    let until = match job.kind {
-        ReleaseKind::Compensation { tombstone_until_ms } => tombstone_until_ms,
-        ReleaseKind::Release => 0,
-    };
-    let until = until.to_string();
-    let keys = &job.keys;
-    scripts.encode_call(
-        out,
-        ScriptKind::Compensate,
-        job.by_text,
-        &[
-            keys.leases(),
-            &tombstone,
-            &keys.queue(),
-            &keys.waiters(),
-            &keys.wake_channel(),
-        ],
-        &[until.as_bytes(), &job.lease_bytes],
+        expiry,
+        ops[0].limit.get(),
+        valid_until,
+        wire.hold,
     );
 }
 
 /// `RELEASE` of leases of one subject: the subject's six keys, the
-/// batch's average hold, the ids. Always by `EVALSHA`: a `NOSCRIPT` reply fails the
-/// attempt, which is retried once the script is loaded again.
-fn encode_release(jobs: &[ReleaseJob], scripts: &Scripts, out: &mut BytesMut) {
+/// batch's average hold, the recovery hold key, the ids; or, during a slot
+/// migration, a plain `ZREM`.
+fn encode_release(jobs: &[ReleaseJob], wire: &Wire, out: &mut BytesMut) {
     let keys = &jobs[0].keys;
     if jobs[0].plain {
         return encode_plain_release(keys, jobs.iter().map(|job| &job.lease_bytes[..]), out);
     }
     let held = jobs.iter().map(|job| job.held_ms).sum::<u64>() / jobs.len() as u64;
     let ids = jobs.iter().map(|job| &job.lease_bytes[..]);
-    scripts.encode_release(out, keys, jobs[0].by_text, held, ids);
+    wire.scripts
+        .encode_release(out, keys, jobs[0].by_text, held, wire.hold, ids);
 }
 
 /// A plain `ZREM` of leases of one subject: every unit of each (see
@@ -258,7 +188,6 @@ impl Client {
         let wire = Wire {
             config: &self.config,
             scripts: &self.scripts,
-            ttl_ms: &self.ttl_ms,
             hold: &self.recovery_keys.hold,
             marker: &self.recovery_keys.marker,
             entropy: &self.entropy,

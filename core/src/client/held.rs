@@ -27,6 +27,11 @@ pub(super) struct HeldLeases {
     swept_at: usize,
     /// Releases confirmed lately, oldest first: when, and what.
     released: VecDeque<(Instant, LeaseId, SubjectKeys)>,
+    /// Held leases whose write-back (`REASSERT`) may still run: the
+    /// server's valid-until it carries, and our instant by which the server
+    /// has surely passed it. Kept until its reply is read (or that instant
+    /// passes), so a release meanwhile leaves a tombstone against it.
+    reasserting: HashMap<u64, (u64, Instant)>,
 }
 
 /// The most confirmed releases remembered for a recovery: the newest ones.
@@ -83,6 +88,27 @@ impl HeldLeases {
         }
     }
 
+    /// A write-back of `lease` is on its way, valid until `valid_until_ms`
+    /// (the server's), which the server has surely passed at our `runnable_until`.
+    pub(super) fn reasserting(&mut self, lease: &LeaseId, valid_until_ms: u64, runnable_until: Instant) {
+        self.reasserting
+            .insert(lease.parts().1, (valid_until_ms, runnable_until));
+    }
+
+    /// The write-back of `lease` was answered: it will not run again.
+    pub(super) fn reasserted(&mut self, lease: &LeaseId) {
+        self.reasserting.remove(&lease.parts().1);
+    }
+
+    /// Takes `lease` out of the table for good (its holder gave it back):
+    /// the valid-until of a write-back of it that may still run at `now`,
+    /// which its release must then outlast with a tombstone.
+    pub(super) fn give_back(&mut self, now: Instant, lease: &LeaseId) -> Option<u64> {
+        self.remove(lease);
+        let (valid_until_ms, runnable_until) = self.reasserting.remove(&lease.parts().1)?;
+        (runnable_until > now).then_some(valid_until_ms)
+    }
+
     /// Redis confirmed the release of `lease` at `now`. Those older than
     /// `horizon` are forgotten (a replica that lags more than that is not
     /// covered).
@@ -112,7 +138,7 @@ impl HeldLeases {
         for (_, lease, keys) in recent {
             match groups
                 .iter_mut()
-                .find(|(k, ids)| k.leases() == keys.leases() && ids.len() < crate::script::MAX_RELEASE_BATCH)
+                .find(|(k, ids)| k.leases() == keys.leases() && ids.len() < crate::scripts::MAX_RELEASE_BATCH)
             {
                 Some((_, ids)) => ids.push(lease.clone()),
                 None => groups.push((keys.clone(), vec![lease.clone()])),

@@ -6,7 +6,7 @@ use super::request::{AcquireOp, Op, ReleaseJob, Request, Step};
 use super::topology::{Route, Topology};
 use super::{Client, Connection, RequestId};
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Unavailable};
-use crate::script::{ScriptKind, MAX_BATCH, MAX_RELEASE_BATCH};
+use crate::scripts::{ScriptKind, MAX_BATCH, MAX_RELEASE_BATCH};
 
 impl Client {
     /// Opens a connection to `node`.
@@ -188,20 +188,34 @@ impl Client {
         // Without a reading (never, on a ready connection) the request is
         // written as already stale: refused, never over-admitted. Each node
         // has its own clock: a redirected request is dated again.
-        let (valid_until_ms, margin) = conn.clock.map_or((0, Duration::ZERO), |clock| {
-            (clock.server_ms(valid_until), clock.margin(valid_until))
+        let (valid_until_ms, margin, expiry_ms) = conn.clock.map_or((0, Duration::ZERO, 1), |clock| {
+            let ttl = u64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(u64::MAX);
+            (
+                clock.server_ms(valid_until),
+                clock.margin(valid_until),
+                clock.upper_ms(now).saturating_add(ttl),
+            )
         });
         if let Op::Acquire(AcquireOp { wait: Some(wait), .. }) = &mut op {
             wait.patience_ms = wait.until.saturating_duration_since(now).as_millis() as u64;
         }
         let call = op.call_mut();
-        call.valid_until_ms = if no_deadline { u64::MAX } else { valid_until_ms };
+        call.valid_until_ms = valid_until_ms;
+        call.expiry_ms = expiry_ms;
+        if no_deadline {
+            // The injected bug: requests that may act a day late, on leases
+            // that live a day.
+            call.valid_until_ms = valid_until_ms.saturating_add(86_400_000);
+            call.expiry_ms = call.valid_until_ms;
+        }
         call.runnable_until = Some(valid_until + margin);
         // Read the server's clock again once the last reading has aged, so
         // that drift never builds up: only while requests flow (an idle
         // client needs no clock), one `TIME` at a time, ahead of this request.
-        let resync = !conn.resyncing && conn.clock.is_some_and(|clock| clock.stale(now));
-        conn.resyncing |= resync;
+        let resync = conn.time_asked.is_none() && conn.clock.is_some_and(|clock| clock.stale(now));
+        if resync {
+            conn.time_asked = Some(now);
+        }
         conn.stage(op, now);
         if resync {
             self.send(node, Request::Handshake(Step::Time), valid_until);

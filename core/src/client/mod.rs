@@ -7,8 +7,6 @@ use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use crate::address::Endpoint;
 use crate::config::{Config, ConfigError, Servers};
 use crate::event::{
@@ -18,7 +16,7 @@ use crate::event::{
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{Claim, ClaimError, LeaseId, LeaseIds};
 use crate::resp::ReplyLimits;
-use crate::script::{ScriptKind, Scripts};
+use crate::scripts::{ScriptKind, Scripts};
 use callers::{Awaits, Callers};
 use connection::{Connection, Phase};
 use deferred::Deferred;
@@ -172,8 +170,6 @@ mod waiters;
 pub struct Client {
     config: Config,
     scripts: Scripts,
-    /// `lease_ttl` in milliseconds, as the scripts take it.
-    ttl_ms: Bytes,
     lease_ids: LeaseIds,
     entropy: [u8; 16],
     next_request: u64,
@@ -215,7 +211,6 @@ impl Client {
     /// be 16 random bytes, fresh for every client: lease ids are built from it.
     pub fn new(mut config: Config, entropy: [u8; 16], now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
-        let ttl_ms = Bytes::from(config.lease_ttl.as_millis().to_string());
         let releases = ReleaseQueue::new(config.release.max_retrying);
         let (endpoints, topology) = match &config.servers {
             Servers::Standalone(endpoint) => (vec![endpoint.clone()], Topology::standalone()),
@@ -228,7 +223,6 @@ impl Client {
         let mut client = Self {
             config,
             scripts: Scripts::default(),
-            ttl_ms,
             lease_ids: LeaseIds::new(entropy),
             entropy,
             next_request: 1,
@@ -520,14 +514,20 @@ impl Client {
 
     /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
     pub fn release(&mut self, now: Instant, mut lease: Lease) {
-        self.held.remove(&lease.id);
+        // A write-back of this lease (after a data loss) that may still run
+        // would bring it back: the release then leaves a tombstone until
+        // that write-back's valid-until, as a compensation does.
+        let kind = match self.held.give_back(now, &lease.id) {
+            Some(tombstone_until_ms) => ReleaseKind::Compensation { tombstone_until_ms },
+            None => ReleaseKind::Release,
+        };
         // Kept alive, Redis may hold it longer than the holder's copy says:
         // the release keeps trying until then.
         if let Some(expires_at) = self.keep_alive.remove(&lease.id) {
             lease.release_until = lease.release_until.max(expires_at);
         }
         let channel = (self.waiters.len() > 0).then(|| lease.keys.wake_channel());
-        self.submit_release(now, ReleaseJob::of(lease, ReleaseKind::Release, now));
+        self.submit_release(now, ReleaseJob::of(lease, kind, now));
         // A waiter here for the slot just freed checks right behind the
         // release (releases are written first): no wake-up round trip.
         if let Some(channel) = channel {
@@ -575,6 +575,7 @@ impl Client {
             deadline,
             steps: steps.len(),
         };
+        conn.time_asked = Some(now);
         for step in steps {
             self.send(node, Request::Handshake(step), deadline);
         }

@@ -6,7 +6,7 @@
 //! later, or that never knew the server, grant nothing either) and in this
 //! client, for that node.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -18,6 +18,7 @@ use crate::event::{ConnectionError, DataLoss, Event, Reassertion};
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
 use crate::resp::Frame;
+use crate::scripts::STALE;
 use crate::server_error::ServerErrorKind;
 
 /// The keys recovery uses on a standalone server, outside every subject's
@@ -58,6 +59,15 @@ impl Client {
         };
         self.stats.data_losses += 1;
         let window = self.config.recovery_window().filter(|_| !self.bug_no_recovery());
+        let conn = self.nodes[node].connection.as_ref().expect("a handshake just ended");
+        // Each write-back carries its holder's expiry and a valid-until, in
+        // this server's clock (read by the handshake just done). Without a
+        // reading (never, after a full handshake) they are written stale:
+        // refused, and their holders told (`Unconfirmed`).
+        let valid_until = now + self.config.request_liveness;
+        let clock = conn.clock;
+        let runnable_until = valid_until + clock.map_or(Duration::ZERO, |clock| clock.margin(valid_until));
+        let valid_until_ms = clock.map_or(0, |clock| clock.server_ms(valid_until));
         let jobs: Vec<Reassert> = match window {
             Some(_) => self
                 .held
@@ -68,12 +78,15 @@ impl Client {
                     lease,
                     keys: held.keys.clone(),
                     limit: held.limit,
-                    remaining_ms: (held.expires_at - now).as_millis().max(1) as u64,
+                    expiry_ms: clock.map_or(1, |clock| clock.upper_ms(held.expires_at)),
+                    valid_until_ms,
                 })
                 .collect(),
             None => Vec::new(),
         };
-        let conn = self.nodes[node].connection.as_ref().expect("a handshake just ended");
+        for job in &jobs {
+            self.held.reasserting(&job.lease, valid_until_ms, runnable_until);
+        }
         self.events.push_back(Event::DataLoss {
             connection: conn.id(),
             loss,
@@ -151,9 +164,9 @@ impl Client {
         self.nodes[node].holding_until.is_some_and(|until| now < until)
     }
 
-    /// The reply to releasing lately released leases again: how many were
-    /// back (a failover had lost their release), or an error (the leases
-    /// then expire at their TTL, as they would have without this).
+    /// The reply to releasing lately released leases again (`RELEASE`): how
+    /// many units were back (a failover had lost their release), or an error
+    /// (the leases then expire at their TTL, as they would have without this).
     pub(super) fn on_release_again_reply(
         &mut self,
         now: Instant,
@@ -163,7 +176,7 @@ impl Client {
         frame: Frame,
     ) -> Result<(), ConnectionError> {
         match frame {
-            Frame::Integer(back) if (0..=leases.len() as i64).contains(&back) => {
+            Frame::Integer(back) if (0..=leases.iter().map(|l| i64::from(l.weight())).sum()).contains(&back) => {
                 self.stats.releases_repeated += back as u64;
                 // Confirmed again, by a server that may fail over in turn.
                 for lease in leases {
@@ -191,6 +204,8 @@ impl Client {
                     1 => Reassertion::Survived,
                     2 => Reassertion::Restored,
                     3 => Reassertion::OverLimit,
+                    -1 => Reassertion::GivenBack,
+                    &STALE => Reassertion::Unconfirmed,
                     _ => return Err(super::replies::unexpected("reassert", &frame)),
                 },
                 [Frame::Integer(_), Frame::BulkString(_)] => return Err(ConnectionError::EchoMismatch),
@@ -202,6 +217,7 @@ impl Client {
             }
             _ => return Err(super::replies::unexpected("reassert", &frame)),
         };
+        self.held.reasserted(&job.lease);
         match outcome {
             Reassertion::Survived => self.stats.leases_survived += 1,
             Reassertion::Restored => self.stats.leases_restored += 1,
@@ -209,7 +225,7 @@ impl Client {
                 self.stats.leases_restored += 1;
                 self.stats.over_admissions += 1;
             }
-            Reassertion::Unconfirmed => {}
+            Reassertion::Unconfirmed | Reassertion::GivenBack => {}
         }
         self.events.push_back(Event::Reasserted {
             lease: job.lease,

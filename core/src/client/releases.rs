@@ -12,7 +12,7 @@ use crate::event::{Event, ReleaseFailure};
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
 use crate::resp::Frame;
-use crate::script::ScriptKind;
+use crate::scripts::ScriptKind;
 use crate::server_error::ServerError;
 
 /// The releases not on the wire: staged for the next write (ordinary

@@ -7,7 +7,7 @@ use super::request::{AcquireOp, InspectOp, Op, RenewOp, Request, Step};
 use super::{Client, Phase};
 use crate::event::{ConnectionError, Event, Holder, Inspection, Lease, Outcome, Renewal, Unavailable};
 use crate::resp::Frame;
-use crate::script::{ScriptKind, RECOVERING, STALE};
+use crate::scripts::{ScriptKind, RECOVERING, STALE};
 use crate::server_clock::{lease_expiry, ServerClock};
 use crate::server_error::{ServerError, ServerErrorKind};
 
@@ -126,15 +126,15 @@ impl Client {
             }
             (Step::Time, Frame::Array(items)) => match read_time(items) {
                 Some((seconds, micros)) => {
-                    conn.clock = Some(ServerClock::new(now, seconds, micros));
-                    conn.resyncing = false;
+                    let asked = conn.time_asked.take().unwrap_or(now);
+                    conn.clock = Some(ServerClock::new(asked, now, seconds, micros));
                     true
                 }
                 None => false,
             },
             (Step::Time, Frame::Error(_)) if !handshaking => {
                 // A refresh failed: the last reading stays, with its margin.
-                conn.resyncing = false;
+                conn.time_asked = None;
                 return Ok(());
             }
             _ => false,

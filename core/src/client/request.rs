@@ -10,7 +10,7 @@ use bytes::Bytes;
 use crate::event::{Lease, RequestId};
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
-use crate::script::ScriptKind;
+use crate::scripts::ScriptKind;
 
 /// One request in a connection's FIFO, with what its reply means.
 #[derive(Debug)]
@@ -104,6 +104,11 @@ pub(super) struct Call {
     /// The last write's valid-until in the server's milliseconds: a script
     /// run after it refuses (stale). 0 before any write.
     pub(super) valid_until_ms: u64,
+    /// The expiry the last write asks for, in the server's milliseconds: a
+    /// lease TTL after the write, counted with the upper bound of the
+    /// server's clock (so at least until our `write + ttl`). Absolute, so a
+    /// request that reaches Redis late does not make a longer lease.
+    pub(super) expiry_ms: u64,
     /// Our instant by which the server has surely passed `valid_until_ms`:
     /// from then on the request cannot act any more.
     pub(super) runnable_until: Option<Instant>,
@@ -124,6 +129,7 @@ impl Call {
             keys,
             sent_at: None,
             valid_until_ms: 0,
+            expiry_ms: 1,
             runnable_until: None,
             by_text: false,
             ask: None,
@@ -225,8 +231,12 @@ pub(super) struct Reassert {
     pub(super) lease_bytes: Bytes,
     pub(super) keys: SubjectKeys,
     pub(super) limit: NonZeroU32,
-    /// Its remaining lifetime when written, in milliseconds (at least 1).
-    pub(super) remaining_ms: u64,
+    /// Its expiry as its holder counts it, in the server's milliseconds
+    /// (the upper bound of that instant: the server keeps it at least as
+    /// long as its holder believes).
+    pub(super) expiry_ms: u64,
+    /// The server's milliseconds after which it does nothing.
+    pub(super) valid_until_ms: u64,
 }
 
 /// Which release a job makes.

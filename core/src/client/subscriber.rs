@@ -111,7 +111,7 @@ fn read_message(channel: Bytes, text: &Bytes) -> Push {
         .split(|byte| *byte == b' ')
         .filter(|word| !word.is_empty())
         .map(|word| text.slice_ref(word));
-    let most = crate::script::MAX_RELEASE_BATCH;
+    let most = crate::scripts::MAX_RELEASE_BATCH;
     match words.next().as_deref() {
         Some(b"N") => Push::WakeThese(channel, words.take(most).collect()),
         Some(b"H") => {

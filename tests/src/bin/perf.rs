@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
-use inflight_core::script::Scripts;
+use inflight_core::scripts::Scripts;
 use inflight_tests::{bench, cpu, RedisServer};
 use inflight_tokio::Limiter;
 

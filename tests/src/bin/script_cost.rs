@@ -13,7 +13,7 @@ use bytes::BytesMut;
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
-use inflight_core::script::ACQUIRE;
+use inflight_core::scripts::ACQUIRE;
 use inflight_tests::resp_client::read_replies;
 use inflight_tests::RedisServer;
 

@@ -19,7 +19,7 @@ use bytes::BytesMut;
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
-use inflight_core::script::{ScriptKind, Scripts};
+use inflight_core::scripts::{LeaseCall, ScriptKind, Scripts};
 use inflight_tests::alloc_counter::CountingAlloc;
 use inflight_tests::resp_client::read_replies;
 use inflight_tests::{bench, cpu, RedisServer};
@@ -119,7 +119,7 @@ fn preload(server: &RedisServer, keys: &SubjectKeys, live: usize) {
 fn cycles(server: &RedisServer, scripts: &Scripts, keys: &SubjectKeys, weight: u32, next: &mut u64) -> (f64, f64) {
     let mut stream = std::net::TcpStream::connect(server.addr()).unwrap();
     stream.set_nodelay(true).unwrap();
-    let (fence, queue, waiters) = (keys.fence(), keys.queue(), keys.waiters());
+    let expiry_ms = server.client().server_ms() + 60_000;
     let mut reader = ReplyReader::new(ReplyLimits::default());
     let mut buf = vec![0u8; 64 * 1024];
     let cpu_before = cpu::redis_seconds(server);
@@ -129,23 +129,15 @@ fn cycles(server: &RedisServer, scripts: &Scripts, keys: &SubjectKeys, weight: u
         let mut out = BytesMut::new();
         for _ in 0..WINDOW {
             *next += 1;
-            let lease = LeaseId::from_parts(0xc057, *next).with_claim(weight, None);
-            let id = lease.to_string();
-            let tombstone = keys.tombstone(&lease);
-            scripts.encode_call(
-                &mut out,
-                ScriptKind::Acquire,
-                false,
-                &[keys.leases(), &tombstone, &fence, &queue, &waiters],
-                &[
-                    b"60000",
-                    b"1000000000",
-                    id.as_bytes(),
-                    b"99999999999999",
-                    b"weights:recovery",
-                ],
-            );
-            scripts.encode_release(&mut out, keys, false, 1, [id.as_bytes()]);
+            let id = LeaseId::from_parts(0xc057, *next).with_claim(weight, None).to_string();
+            let call = LeaseCall {
+                keys,
+                id: id.as_bytes(),
+                expiry_ms,
+                valid_until_ms: 99_999_999_999_999,
+            };
+            scripts.encode_acquire(&mut out, false, call, 1_000_000_000, b"weights:recovery", None);
+            scripts.encode_release(&mut out, keys, false, 1, b"weights:recovery", [id.as_bytes()]);
         }
         stream.write_all(&out).unwrap();
         read_replies(&mut stream, &mut reader, &mut buf, 2 * WINDOW, |frame| match frame {

@@ -174,9 +174,9 @@ fn batches_never_outgrow_the_reply_limits() {
 #[test]
 fn the_largest_release_batch_reaches_the_model_whole() {
     let mut pair = Pair::connected(config(), start());
-    let count = crate::script::MAX_RELEASE_BATCH + 3;
-    for _ in 0..count.div_ceil(crate::script::MAX_BATCH) {
-        pair.acquire_burst("t", "s", 1000, crate::script::MAX_BATCH);
+    let count = crate::scripts::MAX_RELEASE_BATCH + 3;
+    for _ in 0..count.div_ceil(crate::scripts::MAX_BATCH) {
+        pair.acquire_burst("t", "s", 1000, crate::scripts::MAX_BATCH);
         pair.exchange();
     }
     assert!(pair.held.len() >= count);

@@ -102,5 +102,5 @@ fn a_renewal_that_runs_too_late_changes_nothing_and_says_so() {
         Some(Renewal::Unavailable(Unavailable::Timeout))
     ));
     pair.land_ghosts();
-    assert_eq!(pair.server.renewals.last(), Some(&crate::script::STALE));
+    assert_eq!(pair.server.renewals.last(), Some(&crate::scripts::STALE));
 }

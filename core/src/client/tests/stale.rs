@@ -25,7 +25,7 @@ fn an_acquire_held_back_past_its_liveness_takes_no_slot_even_after_its_compensat
     pair.land_ghosts();
     assert_eq!(
         pair.server.acquires.last().map(|a| a.status),
-        Some(crate::script::STALE)
+        Some(crate::scripts::STALE)
     );
     assert!(pair.server.all_live_leases().is_empty(), "a ghost lease nobody holds");
 }
@@ -36,9 +36,15 @@ fn a_compensation_keeps_trying_while_its_acquire_may_still_run() {
     let a = pair.acquire("t", "s", 1);
     pair.cut();
     assert!(matches!(pair.outcome(a), Some(Outcome::Unavailable(_))));
+    for _ in 0..5 {
+        pair.advance(ms(100));
+        pair.refuse();
+    }
+    pair.land_ghosts(); // the held acquire runs (still valid): a lease exists
+    assert_eq!(pair.server.acquires.last().map(|a| a.status), Some(1));
     // Out of reach for longer than the TTL, but not past the acquire's
     // valid-until: the compensation must still be there when Redis returns.
-    for _ in 0..15 {
+    for _ in 0..10 {
         pair.advance(ms(100));
         pair.refuse();
     }
@@ -46,11 +52,29 @@ fn a_compensation_keeps_trying_while_its_acquire_may_still_run() {
         pair.client.outstanding_releases() > 0,
         "the compensation gave up too early"
     );
-    pair.land_ghosts(); // the held acquire runs (still valid): a lease exists
-    assert_eq!(pair.server.acquires.last().map(|a| a.status), Some(1));
-    pair.settle(); // Redis is back: the compensation removes it
+    pair.settle(); // Redis is back: the compensation removes what is left
     assert!(pair.server.all_live_leases().is_empty());
     assert_eq!(pair.client.stats().releases_abandoned, 0);
+}
+
+#[test]
+fn an_acquire_held_back_past_its_leases_expiry_takes_nothing() {
+    // Valid for its liveness (2 s), but its expiry is absolute (a TTL of
+    // 1 s after it was written): run later than that, it would make a lease
+    // already over, so it makes none; it cannot outlive its TTL by its delay.
+    let mut pair = Pair::connected(short_ttl(), start());
+    pair.acquire("t", "s", 1);
+    pair.cut();
+    for _ in 0..12 {
+        pair.advance(ms(100));
+        pair.refuse();
+    }
+    pair.land_ghosts();
+    assert_eq!(
+        pair.server.acquires.last().map(|a| a.status),
+        Some(crate::scripts::STALE)
+    );
+    assert!(pair.server.all_live_leases().is_empty());
 }
 
 #[test]

@@ -1,0 +1,275 @@
+//! The acquire scripts, as the model runs them (see `scripts.rs`).
+
+use bytes::Bytes;
+
+use super::scripts::{bulk, int, integer, lua_number, text, weight, Stop};
+use super::store::ZaddFlags;
+use super::RedisModel;
+use crate::resp::Frame;
+use crate::scripts::{RECOVERING, STALE};
+
+impl RedisModel {
+    pub(super) fn acquire(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {
+        let (leases, tombstone, fence, queue, waiters, holds) =
+            (&keys[0], &keys[1], &keys[2], &keys[3], &keys[4], &keys[5]);
+        let expiry = integer(&argv[0], "expiry", 1)?;
+        let limit = integer(&argv[1], "limit", 1)?;
+        let id = &argv[2];
+        let valid_until = integer(&argv[3], "valid-until", 0)?;
+        let hold = &argv[4];
+        let w = weight(id)?;
+        let now = self.time();
+        let reply = |status: i64, token: u64, reclaimed: usize| {
+            Ok(Frame::Array(vec![
+                int(status),
+                bulk(id),
+                int(token as i64),
+                int(reclaimed as i64),
+            ]))
+        };
+        if now > valid_until || expiry <= now {
+            self.record(leases, id, STALE, 0, (0, 0));
+            return reply(STALE, 0, 0);
+        }
+        if self.store.exists(tombstone) {
+            self.record(leases, id, -1, 0, (0, 0));
+            return reply(-1, 0, 0);
+        }
+        let reclaimed = self.store.zremrangebyscore(leases, now);
+        let (mut ahead, mut free) = (0, 0);
+        if self.store.zscore(leases, id).is_none() {
+            if !hold.is_empty() && self.store.exists(hold) {
+                self.record(leases, id, RECOVERING, 0, (0, 0));
+                return reply(RECOVERING, 0, reclaimed);
+            }
+            let live = self.store.zcard(leases) as u64;
+            if live + w > limit {
+                self.record(leases, id, 0, 0, (0, 0));
+                return reply(0, 0, reclaimed);
+            }
+            free = limit - live;
+            if self.store.exists(queue) {
+                let queued = self.prune_waiters(queue, waiters, holds);
+                let (fits, used, _) = self.claim(queue, holds, live, queued, w, limit);
+                ahead = used - live;
+                // The injected bug grants over the waiters (and is seen
+                // doing so: the record keeps what they were owed).
+                if !fits && !self.ignore_queue {
+                    self.record(leases, id, 0, 0, (0, 0));
+                    return reply(0, 0, reclaimed);
+                }
+                if !fits {
+                    ahead = ahead.max(free);
+                }
+            }
+            self.add_units(leases, expiry, id, ZaddFlags::default());
+            self.cover(leases, (expiry - now) as i64);
+        }
+        let token = self.next_tokens(fence, expiry - now, 1);
+        self.record(leases, id, 1, token, (ahead, free));
+        reply(1, token, reclaimed)
+    }
+
+    #[allow(clippy::too_many_lines)] // the script, line by line
+    pub(super) fn acquire_waiting(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {
+        let (leases, tombstone, fence, queue, waiters, holds) =
+            (&keys[0], &keys[1], &keys[2], &keys[3], &keys[4], &keys[5]);
+        let expiry = integer(&argv[0], "expiry", 1)?;
+        let limit = integer(&argv[1], "limit", 1)?;
+        let id = &argv[2];
+        let valid_until = integer(&argv[3], "valid-until", 0)?;
+        let hold = &argv[4];
+        let lifetime = integer(&argv[5], "lifetime", 1)?;
+        let patience = integer(&argv[6], "patience", 0)?;
+        let w = weight(id)?;
+        let now = self.time();
+        let reply = |status: i64, token: u64, ahead: u64, expected: u64, reclaimed: usize| {
+            Ok(Frame::Array(vec![
+                int(status),
+                bulk(id),
+                int(token as i64),
+                int(ahead as i64),
+                int(expected as i64),
+                int(reclaimed as i64),
+            ]))
+        };
+        if now > valid_until || expiry <= now {
+            return reply(STALE, 0, 0, 0, 0);
+        }
+        if self.store.exists(tombstone) {
+            return reply(-1, 0, 0, 0, 0);
+        }
+        let reclaimed = self.store.zremrangebyscore(leases, now);
+        let one = std::slice::from_ref(id);
+        if self.store.zscore(leases, id).is_some() {
+            let flags = ZaddFlags { xx: true, gt: true };
+            self.add_units(leases, expiry, id, flags);
+            self.cover(leases, (expiry - now) as i64);
+            self.leave_queue(queue, waiters, holds, one);
+            let token = self.next_tokens(fence, expiry - now, 1);
+            self.record(leases, id, 1, token, (0, 0));
+            return reply(1, token, 0, 0, reclaimed);
+        }
+        if !hold.is_empty() && self.store.exists(hold) {
+            self.leave_queue(queue, waiters, holds, one);
+            self.record(leases, id, RECOVERING, 0, (0, 0));
+            return reply(RECOVERING, 0, 0, 0, reclaimed);
+        }
+        if w > limit {
+            self.leave_queue(queue, waiters, holds, one);
+            self.record(leases, id, 0, 0, (0, 0));
+            return reply(0, 0, w - limit, 0, reclaimed);
+        }
+        let live = self.store.zcard(leases) as u64;
+        let mut rank = None;
+        if self.store.exists(queue) {
+            self.prune_waiters(queue, waiters, holds);
+            rank = self.store.zrank(queue, id);
+        }
+        let queued = rank.is_some();
+        let rank = rank.unwrap_or_else(|| self.store.zcard(queue));
+        let (fits, used, owed) = self.claim(queue, holds, live, rank, w, limit);
+        if fits {
+            if queued {
+                self.leave_queue(queue, waiters, holds, one);
+            }
+            self.add_units(leases, expiry, id, ZaddFlags::default());
+            self.cover(leases, (expiry - now) as i64);
+            let token = self.next_tokens(fence, expiry - now, 1);
+            self.record(leases, id, 1, token, (used - live, limit - live));
+            return reply(1, token, 0, 0, reclaimed);
+        }
+        let ahead = (live + owed + w).saturating_sub(limit).max(1);
+        let average = self
+            .store
+            .hget(holds, b"avg")
+            .and_then(|a| lua_number(&a))
+            .unwrap_or(0.0);
+        let expected = (ahead as f64 * average / limit as f64).ceil() as u64;
+        if average > 0.0 && expected > patience {
+            if queued {
+                self.leave_queue(queue, waiters, holds, one);
+            }
+            self.record(leases, id, 0, 0, (0, 0));
+            return reply(0, 0, ahead, expected, reclaimed);
+        }
+        if !queued {
+            let ticket = match self.store.zlast(queue) {
+                Some((last, _)) if last >= now => last + 1,
+                _ => now,
+            };
+            self.store.zadd(queue, ZaddFlags::default(), &[(ticket, id.clone())]);
+        }
+        self.store
+            .zadd(waiters, ZaddFlags::default(), &[(now + lifetime, id.clone())]);
+        self.store.hset(
+            holds,
+            &[(Bytes::from_static(b"limit"), text(limit)), (id.clone(), text(limit))],
+        );
+        for key in [queue, waiters, holds] {
+            self.cover(key, 2 * lifetime as i64);
+        }
+        self.record(leases, id, 2, 0, (0, 0));
+        reply(2, 0, ahead, expected, reclaimed)
+    }
+
+    pub(super) fn acquire_many(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {
+        let (leases, fence, queue, waiters, holds) = (&keys[0], &keys[1], &keys[2], &keys[3], &keys[4]);
+        let expiry = integer(&argv[0], "expiry", 1)?;
+        let limit = integer(&argv[1], "limit", 1)?;
+        let valid_until = integer(&argv[2], "valid-until", 0)?;
+        let hold = &argv[3];
+        if keys.len() != argv.len() + 1 {
+            return Err(Frame::Error(
+                "ERR inflight: ACQUIRE_MANY takes one tombstone per id".into(),
+            ));
+        }
+        let ids = &argv[4..];
+        for id in ids {
+            weight(id)?;
+        }
+        self.batches += 1;
+        let now = self.time();
+        if now > valid_until || expiry <= now {
+            for id in ids {
+                self.record(leases, id, STALE, 0, (0, 0));
+            }
+            let mut reply: Vec<Frame> = ids.iter().flat_map(|id| [int(STALE), bulk(id), int(0)]).collect();
+            reply.push(int(0));
+            return Ok(Frame::Array(reply));
+        }
+        let reclaimed = self.store.zremrangebyscore(leases, now);
+        let live0 = self.store.zcard(leases) as u64;
+        let (mut open, mut live) = (true, live0);
+        if self.store.exists(queue) {
+            let queued = self.prune_waiters(queue, waiters, holds);
+            (open, live, _) = self.claim(queue, holds, live0, queued, 1, limit);
+        }
+        let held = !hold.is_empty() && self.store.exists(hold);
+        let mut statuses: Vec<i64> = Vec::with_capacity(ids.len());
+        let mut fairness = Vec::with_capacity(ids.len());
+        let (mut granted, mut plain, mut grew) = (0u64, Vec::new(), false);
+        for (i, id) in ids.iter().enumerate() {
+            let first = ids[..i].iter().position(|earlier| earlier == id);
+            let status = if let Some(first) = first {
+                statuses[first]
+            } else if self.store.exists(&keys[5 + i]) {
+                -1
+            } else if self.store.zscore(leases, id).is_some() {
+                1
+            } else if held {
+                RECOVERING
+            } else {
+                let w = weight(id).unwrap_or(1);
+                if !open || live + w > limit {
+                    0
+                } else {
+                    fairness.push((i, (live - live0, limit - live0)));
+                    live += w;
+                    grew = true;
+                    if w == 1 {
+                        plain.push((expiry, id.clone()));
+                    } else {
+                        self.add_units(leases, expiry, id, ZaddFlags::default());
+                    }
+                    1
+                }
+            };
+            if first.is_none() && status == 1 {
+                granted += 1;
+            }
+            statuses.push(status);
+        }
+        if !plain.is_empty() {
+            self.store.zadd(leases, ZaddFlags::default(), &plain);
+        }
+        if grew {
+            self.cover(leases, (expiry - now) as i64);
+        }
+        let mut token = if granted > 0 {
+            self.next_tokens(fence, expiry - now, granted)
+        } else {
+            0
+        };
+        let mut given: Vec<(&Bytes, u64)> = Vec::new();
+        let mut reply = Vec::with_capacity(3 * ids.len() + 1);
+        for (i, (id, status)) in ids.iter().zip(&statuses).enumerate() {
+            let this = match (status, given.iter().find(|(g, _)| *g == id)) {
+                (1, Some((_, t))) => *t,
+                (1, None) => {
+                    given.push((id, token));
+                    token += 1;
+                    token - 1
+                }
+                _ => 0,
+            };
+            if ids[..i].iter().all(|earlier| earlier != id) {
+                let fair = fairness.iter().find(|(at, _)| *at == i).map_or((0, 0), |(_, f)| *f);
+                self.record(leases, id, *status, this, fair);
+            }
+            reply.extend([int(*status), bulk(id), int(this as i64)]);
+        }
+        reply.push(int(reclaimed as i64));
+        Ok(Frame::Array(reply))
+    }
+}

@@ -1,0 +1,100 @@
+-- ACQUIRE_WAITING: take a lease, or wait for one in the subject's queue:
+-- first come, first served across the fleet, each waiter under its own
+-- limit (see `lib/queue.lua`).
+--
+-- KEYS[1] lease set       KEYS[4] wait queue
+-- KEYS[2] this tombstone  KEYS[5] waiters' expiries
+-- KEYS[3] fencing counter KEYS[6] held hash: `avg` hold (ms, kept by
+--                         RELEASE), `limit` (the last waiter's, for
+--                         INSPECT), and each waiter's limit under its id
+-- ARGV[1] expiry, server ms   ARGV[5] recovery hold key ('' for none)
+-- ARGV[2] limit               ARGV[6] how long the waiter lives without
+-- ARGV[3] lease id                    another call (ms)
+-- ARGV[4] valid-until         ARGV[7] how long its caller may still wait (ms)
+--
+-- The queue holds ids scored by arrival (a ticket: the server's clock in
+-- ms, or one past the last ticket); a waiter keeps its place by calling
+-- again with the same id. Returns {status, id, token, ahead, expected,
+-- reclaimed}: statuses as ACQUIRE (1 granted, -1, -2, -3 refused, and the
+-- waiter leaves the queue on -3), 2 queued (`ahead` units must free before
+-- it is served, `expected` ms is the estimate of that, 0 when no hold time
+-- is known yet), 0 shed (the estimate is longer than the caller may still
+-- wait: it left the queue at once instead of waiting for a certain
+-- failure). Every key it writes expires.
+local leases, tombstone, fence, queue, waiters, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local expiry = integer(ARGV[1], 'expiry', 1)
+local limit = integer(ARGV[2], 'limit', 1)
+local id = ARGV[3]
+local valid_until = integer(ARGV[4], 'valid-until', 0)
+local hold = ARGV[5]
+local lifetime = integer(ARGV[6], 'lifetime', 1)
+local patience = integer(ARGV[7], 'patience', 0)
+local w = weight(id)
+local now, time = server_time()
+if now > valid_until or expiry <= now then
+  return {-2, id, 0, 0, 0, 0}
+end
+if redis.call('EXISTS', tombstone) == 1 then
+  return {-1, id, 0, 0, 0, 0}
+end
+local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+if redis.call('ZSCORE', leases, id) then
+  -- Held already: a slot a release handed over (reserved for the waiter's
+  -- lifetime), confirmed here until the expiry; or a repeated call. Its
+  -- queue entry, if a failover brought one back, waits for nothing.
+  add_units(leases, expiry, id, 'XX', 'GT')
+  cover(leases, expiry - now)
+  leave_queue(queue, waiters, holds, id)
+  return {1, id, next_tokens(fence, time, expiry - now, 1), 0, 0, reclaimed}
+end
+if hold ~= '' and redis.call('EXISTS', hold) == 1 then
+  leave_queue(queue, waiters, holds, id)
+  return {-3, id, 0, 0, 0, reclaimed}
+end
+if w > limit then
+  -- It could never be served, and would block the queue behind it.
+  leave_queue(queue, waiters, holds, id)
+  return {0, id, 0, w - limit, 0, reclaimed}
+end
+local rank = false
+local live = redis.call('ZCARD', leases)
+if redis.call('EXISTS', queue) == 1 then
+  prune_waiters(queue, waiters, holds, now)
+  rank = redis.call('ZRANK', queue, id)
+end
+local queued = rank ~= false
+if not queued then
+  rank = redis.call('ZCARD', queue)
+end
+local fits, _, owed = claim(queue, holds, live, rank, w, limit)
+if fits then
+  if queued then
+    leave_queue(queue, waiters, holds, id)
+  end
+  add_units(leases, expiry, id)
+  cover(leases, expiry - now)
+  return {1, id, next_tokens(fence, time, expiry - now, 1), 0, 0, reclaimed}
+end
+local ahead = math.max(1, live + owed + w - limit)
+local average = tonumber(redis.call('HGET', holds, 'avg') or '0')
+local expected = math.ceil(ahead * average / limit)
+if average > 0 and expected > patience then
+  if queued then
+    leave_queue(queue, waiters, holds, id)
+  end
+  return {0, id, 0, ahead, expected, reclaimed}
+end
+if not queued then
+  local ticket = now
+  local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+  if last[2] and tonumber(last[2]) >= ticket then
+    ticket = tonumber(last[2]) + 1
+  end
+  redis.call('ZADD', queue, ticket, id)
+end
+redis.call('ZADD', waiters, now + lifetime, id)
+redis.call('HSET', holds, 'limit', limit, id, limit)
+cover(queue, 2 * lifetime)
+cover(waiters, 2 * lifetime)
+cover(holds, 2 * lifetime)
+return {2, id, 0, ahead, expected, reclaimed}

@@ -1,0 +1,261 @@
+//! Every script call, encoded in one place: the Rust side of each script's
+//! KEYS/ARGV contract (the Lua side is at the top of its file). The client,
+//! the tests and the benches all write their calls through these.
+
+use bytes::BytesMut;
+
+use super::{ScriptKind, Scripts};
+use crate::key::SubjectKeys;
+use crate::resp::encode_command;
+
+/// What every call that writes a lease names: whose lease, which one, when
+/// it ends and until when the call may act (both in the server's
+/// milliseconds).
+#[derive(Clone, Copy, Debug)]
+pub struct LeaseCall<'a> {
+    /// The subject's keys.
+    pub keys: &'a SubjectKeys,
+    /// The lease id, as written in the lease set.
+    pub id: &'a [u8],
+    /// The lease's end (absolute).
+    pub expiry_ms: u64,
+    /// After it, the script does nothing.
+    pub valid_until_ms: u64,
+}
+
+/// What a waiting acquire adds to a fail-fast one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitArgs {
+    /// How long the waiter keeps its place without calling again (ms).
+    pub lifetime_ms: u64,
+    /// How long its caller may still wait (ms): a longer expected wait is
+    /// shed at once.
+    pub patience_ms: u64,
+}
+
+impl Scripts {
+    /// `ACQUIRE` (or, with `wait`, `ACQUIRE_WAITING`) of one lease under
+    /// `limit`; `hold` is the recovery hold key (empty for none).
+    pub fn encode_acquire(
+        &self,
+        out: &mut BytesMut,
+        by_text: bool,
+        call: LeaseCall,
+        limit: u32,
+        hold: &[u8],
+        wait: Option<WaitArgs>,
+    ) {
+        let keys = call.keys;
+        let (tombstone, fence, queue, waiters, holds) = (
+            keys.tombstone_of(call.id),
+            keys.fence(),
+            keys.queue(),
+            keys.waiters(),
+            keys.holds(),
+        );
+        let (expiry, limit, valid_until) = (
+            call.expiry_ms.to_string(),
+            limit.to_string(),
+            call.valid_until_ms.to_string(),
+        );
+        let all_keys: [&[u8]; 6] = [keys.leases(), &tombstone, &fence, &queue, &waiters, &holds];
+        let fixed: [&[u8]; 5] = [
+            expiry.as_bytes(),
+            limit.as_bytes(),
+            call.id,
+            valid_until.as_bytes(),
+            hold,
+        ];
+        match wait {
+            None => self.encode_call(out, ScriptKind::Acquire, by_text, &all_keys, &fixed),
+            Some(wait) => {
+                let (lifetime, patience) = (wait.lifetime_ms.to_string(), wait.patience_ms.to_string());
+                let mut args = fixed.to_vec();
+                args.extend([lifetime.as_bytes(), patience.as_bytes()]);
+                self.encode_call(out, ScriptKind::AcquireWaiting, by_text, &all_keys, &args)
+            }
+        }
+    }
+
+    /// `ACQUIRE_MANY` of several leases of one subject and limit, with one
+    /// expiry and one valid-until (`EVALSHA`): the subject's five keys, one
+    /// tombstone per id, the arguments, then the ids (in the tombstones'
+    /// order).
+    #[allow(clippy::too_many_arguments)] // the script's arguments, named
+    pub fn encode_acquire_many(
+        &self,
+        out: &mut BytesMut,
+        keys: &SubjectKeys,
+        ids: &[&[u8]],
+        expiry_ms: u64,
+        limit: u32,
+        valid_until_ms: u64,
+        hold: &[u8],
+    ) {
+        let tombstones: Vec<_> = ids.iter().map(|id| keys.tombstone_of(id)).collect();
+        let (fence, queue, waiters, holds) = (keys.fence(), keys.queue(), keys.waiters(), keys.holds());
+        let numkeys = (5 + ids.len()).to_string();
+        let (expiry, limit, valid_until) = (expiry_ms.to_string(), limit.to_string(), valid_until_ms.to_string());
+        let mut command: Vec<&[u8]> = Vec::with_capacity(12 + 2 * ids.len());
+        command.extend([
+            b"EVALSHA".as_slice(),
+            self.acquire_many.sha.as_bytes(),
+            numkeys.as_bytes(),
+            keys.leases(),
+            &fence,
+            &queue,
+            &waiters,
+            &holds,
+        ]);
+        command.extend(tombstones.iter().map(|t| &t[..]));
+        command.extend([expiry.as_bytes(), limit.as_bytes(), valid_until.as_bytes(), hold]);
+        command.extend_from_slice(ids);
+        encode_command(out, &command);
+    }
+
+    /// `RENEW` of a lease to a new expiry.
+    pub fn encode_renew(&self, out: &mut BytesMut, by_text: bool, call: LeaseCall) {
+        let (expiry, valid_until) = (call.expiry_ms.to_string(), call.valid_until_ms.to_string());
+        self.encode_call(
+            out,
+            ScriptKind::Renew,
+            by_text,
+            &[call.keys.leases()],
+            &[expiry.as_bytes(), call.id, valid_until.as_bytes()],
+        )
+    }
+
+    /// `REASSERT` of a held lease granted under `limit` (by text: rare).
+    pub fn encode_reassert(&self, out: &mut BytesMut, call: LeaseCall, limit: u32) {
+        let keys = call.keys;
+        let (expiry, limit, valid_until) = (
+            call.expiry_ms.to_string(),
+            limit.to_string(),
+            call.valid_until_ms.to_string(),
+        );
+        self.encode_call(
+            out,
+            ScriptKind::Reassert,
+            true,
+            &[
+                keys.leases(),
+                &keys.tombstone_of(call.id),
+                &keys.queue(),
+                &keys.waiters(),
+                &keys.holds(),
+            ],
+            &[call.id, expiry.as_bytes(), limit.as_bytes(), valid_until.as_bytes()],
+        )
+    }
+
+    /// `RELEASE` of leases of one subject (`EVALSHA`, or `EVAL` with the
+    /// text when `by_text`): the subject's six keys, how long the leases were
+    /// held on average (ms), the recovery hold key (empty for none), the ids.
+    pub fn encode_release<'a>(
+        &self,
+        out: &mut BytesMut,
+        keys: &SubjectKeys,
+        by_text: bool,
+        held_ms: u64,
+        hold: &[u8],
+        ids: impl IntoIterator<Item = &'a [u8]>,
+    ) {
+        let ids: Vec<&[u8]> = ids.into_iter().collect();
+        let (queue, waiters, holds, wake, fence) = (
+            keys.queue(),
+            keys.waiters(),
+            keys.holds(),
+            keys.wake_channel(),
+            keys.fence(),
+        );
+        let held = held_ms.to_string();
+        let (verb, body): (&[u8], &[u8]) = if by_text {
+            (b"EVAL", self.release.text.as_bytes())
+        } else {
+            (b"EVALSHA", self.release.sha.as_bytes())
+        };
+        let mut command: Vec<&[u8]> = vec![
+            verb,
+            body,
+            b"6",
+            keys.leases(),
+            &queue,
+            &waiters,
+            &holds,
+            &wake,
+            &fence,
+            held.as_bytes(),
+            hold,
+        ];
+        command.extend_from_slice(&ids);
+        encode_command(out, &command);
+    }
+
+    /// `COMPENSATE` of a lease no caller got: a tombstone until
+    /// `tombstone_until_ms` (0: none, the request has run).
+    pub fn encode_compensate(
+        &self,
+        out: &mut BytesMut,
+        by_text: bool,
+        keys: &SubjectKeys,
+        id: &[u8],
+        tombstone_until_ms: u64,
+    ) {
+        let until = tombstone_until_ms.to_string();
+        self.encode_call(
+            out,
+            ScriptKind::Compensate,
+            by_text,
+            &[
+                keys.leases(),
+                &keys.tombstone_of(id),
+                &keys.queue(),
+                &keys.waiters(),
+                &keys.wake_channel(),
+                &keys.holds(),
+            ],
+            &[until.as_bytes(), id],
+        )
+    }
+
+    /// `LEAVE` of a waiter.
+    pub fn encode_leave(&self, out: &mut BytesMut, keys: &SubjectKeys, id: &[u8]) {
+        self.encode_call(
+            out,
+            ScriptKind::Leave,
+            false,
+            &[
+                &keys.queue(),
+                &keys.waiters(),
+                &keys.wake_channel(),
+                keys.leases(),
+                &keys.holds(),
+            ],
+            &[id],
+        )
+    }
+
+    /// `INSPECT` of a subject, listing up to `holders` leases (by text).
+    pub fn encode_inspect(&self, out: &mut BytesMut, keys: &SubjectKeys, holders: u32) {
+        let holders = holders.to_string();
+        self.encode_call(
+            out,
+            ScriptKind::Inspect,
+            true,
+            &[keys.leases(), &keys.holds()],
+            &[holders.as_bytes()],
+        )
+    }
+
+    /// `MARK`: read the lease-data marker, or write `value` (by text).
+    pub fn encode_mark(&self, out: &mut BytesMut, marker: &[u8], value: &[u8]) {
+        let ttl = super::MARKER_TTL_MS.to_string();
+        self.encode_call(out, ScriptKind::Mark, true, &[marker], &[value, ttl.as_bytes()])
+    }
+
+    /// `HOLD`: the recovery hold for at least `window_ms` (by text).
+    pub fn encode_hold(&self, out: &mut BytesMut, hold: &[u8], window_ms: u64) {
+        let window = window_ms.max(1).to_string();
+        self.encode_call(out, ScriptKind::Hold, true, &[hold], &[window.as_bytes()])
+    }
+}

@@ -1,0 +1,29 @@
+-- COMPENSATE: release a lease no caller got and, while the request that may
+-- have made it can still run, leave a tombstone so that it takes nothing
+-- when it does.
+--
+-- KEYS[1] lease set   KEYS[4] waiters' expiries
+-- KEYS[2] tombstone   KEYS[5] wake channel
+-- KEYS[3] wait queue  KEYS[6] held hash (waiters' limits)
+-- ARGV[1] until when that request may run, server ms (0: it has run, its
+--         reply was read, so no tombstone)
+-- ARGV[2] lease id
+--
+-- Returns the id. The tombstone lives exactly until that request turns
+-- stale: after that its script refuses it anyway, so no tombstone outlives
+-- its use. The id also leaves the wait queue (a waiter whose caller left may
+-- be queued rather than granted), and when the subject has a queue its
+-- waiters are woken: a slot may be free.
+local leases, tombstone, queue, waiters, wake, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local valid_until = integer(ARGV[1], 'valid-until', 0)
+local id = ARGV[2]
+redis.call('ZREM', leases, unpack((units(id))))
+local now = server_time()
+if now <= valid_until then
+  redis.call('SET', tombstone, '1', 'PX', valid_until - now + 1)
+end
+if redis.call('EXISTS', queue) == 1 then
+  leave_queue(queue, waiters, holds, id)
+  redis.call('SPUBLISH', wake, 0)
+end
+return id

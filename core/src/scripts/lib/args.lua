@@ -1,0 +1,10 @@
+-- Checks a numeric argument before anything is written: a script that
+-- stopped halfway on a bad argument would leave a half-done write behind
+-- (a lease without its key's expiry, say). Whole numbers only.
+local function integer(value, name, least)
+  local n = tonumber(value)
+  if not n or n ~= math.floor(n) or n < least or n >= 9007199254740992 then
+    error({err = 'ERR inflight: ' .. name .. ' must be a whole number of at least ' .. least .. ', not ' .. tostring(value)})
+  end
+  return n
+end

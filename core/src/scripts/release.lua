@@ -1,0 +1,98 @@
+-- RELEASE: give leases back (all of one subject), and hand the freed units
+-- to the subject's waiters.
+--
+-- KEYS[1] lease set         KEYS[4] held hash (`avg` hold, waiters' limits)
+-- KEYS[2] wait queue        KEYS[5] wake channel
+-- KEYS[3] waiters' expiries KEYS[6] fencing counter
+-- ARGV[1] how long the leases were held on average (ms)
+-- ARGV[2] the recovery hold key ('' for none; standalone only)
+-- ARGV[3...] the lease ids
+--
+-- Returns how many members (units) were removed. Only when the subject has a
+-- queue does it do more than `ZREM`. Then the ids given back leave the queue
+-- (a failover to a lagging replica can bring back the entry of a waiter
+-- served since), the hold time is folded into the subject's average (each
+-- release weighing 1/8: the waiting script's estimate), and the freed units
+-- go to the waiters the fairness rule lets through (`lib/queue.lua`): out of
+-- the queue, into the lease set until the waiter's entry would have expired
+-- (a reservation its client confirms at once), with the next fencing
+-- tokens. The slot never stands free between two holders. It publishes on
+-- the subject's shard channel `H id token id token...`, one pair per waiter
+-- served, so each waiter's client hands the permit to its caller without
+-- another round trip; and `N id...` for waiters it could not judge (they
+-- check on their own). A waiter whose client died holds its reservation
+-- for its lifetime at most (at most the lease TTL: the client refuses a
+-- longer lifetime). While the recovery hold is set (the fleet is writing
+-- back leases a loss took), it hands over at most the units it removed: the
+-- lease set may still be missing leases that count against the limit.
+local leases, queue, waiters, holds, wake, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local held_ms = integer(ARGV[1], 'hold time', 0)
+local hold = ARGV[2]
+local ids = {}
+local weighted = false
+for i = 3, #ARGV do
+  ids[#ids + 1] = ARGV[i]
+  if weight(ARGV[i]) > 1 then
+    weighted = true
+  end
+end
+if #ids == 0 then
+  return 0
+end
+local removed = 0
+if weighted then
+  for _, id in ipairs(ids) do
+    removed = removed + redis.call('ZREM', leases, unpack((units(id))))
+  end
+else
+  removed = redis.call('ZREM', leases, unpack(ids))
+end
+if redis.call('EXISTS', queue) == 0 then
+  return removed
+end
+-- An id given back waits for nothing.
+leave_queue(queue, waiters, holds, unpack(ids))
+if removed == 0 or redis.call('EXISTS', queue) == 0 then
+  return removed
+end
+local average = tonumber(redis.call('HGET', holds, 'avg') or '')
+if average then
+  average = average + (held_ms - average) / 8
+else
+  average = held_ms
+end
+redis.call('HSET', holds, 'avg', string.format('%.3f', average))
+cover(holds, redis.call('PTTL', queue))
+local now, time = server_time()
+prune_waiters(queue, waiters, holds, now)
+redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+local budget = math.huge
+if hold ~= '' and redis.call('EXISTS', hold) == 1 then
+  budget = removed
+end
+local served, named, holding = serve(queue, holds, leases, redis.call('ZCARD', leases), budget, math.min(64, removed + 15))
+if #holding > 0 then
+  leave_queue(queue, waiters, holds, unpack(holding))
+end
+if #served > 0 then
+  local reserved = redis.call('ZMSCORE', waiters, unpack(served))
+  local longest = 1
+  for i, id in ipairs(served) do
+    reserved[i] = tonumber(reserved[i])
+    longest = math.max(longest, reserved[i] - now)
+  end
+  local token = next_tokens(fence, time, longest, #served)
+  local message = {'H'}
+  for i, id in ipairs(served) do
+    add_units(leases, reserved[i], id)
+    message[#message + 1] = id
+    message[#message + 1] = string.format('%.0f', token + i - 1)
+  end
+  leave_queue(queue, waiters, holds, unpack(served))
+  cover(leases, longest)
+  redis.call('SPUBLISH', wake, table.concat(message, ' '))
+end
+if #named > 0 then
+  redis.call('SPUBLISH', wake, 'N ' .. table.concat(named, ' '))
+end
+return removed

@@ -1,0 +1,358 @@
+//! Where the scripts' features meet: waiting and failover, per-call limits
+//! and the queue, the recovery hold and hand-overs, late write-backs, keys
+//! that must expire, arguments that must be checked first. Each test is one
+//! finding of the adversarial review, run on a real redis-server the way
+//! the review ran it; a failover is a lagging copy of the subject's keys
+//! restored (`DUMP`/`RESTORE` of an earlier snapshot).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use inflight_core::resp::Frame;
+use inflight_core::scripts::Scripts;
+use inflight_tests::mutations;
+use inflight_tests::subject::{command, Subject};
+use inflight_tests::{RedisServer, RespClient};
+
+const LONG: u64 = 60_000;
+const HOUR: u64 = 3_600_000;
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn setup(server: &RedisServer, scripts: Scripts, prefix: &str) -> (RespClient, Subject) {
+    let mut redis = server.client();
+    // Each run its own keys: the same server runs the findings with their
+    // fixes undone too.
+    let prefix = format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    let subject = Subject::with_scripts(&prefix, "s", scripts);
+    subject.load(&mut redis);
+    (redis, subject)
+}
+
+/// Finding 1. After a failover an id can be both held and queued (its
+/// queue entry restored after it was served). A release must not hand it a
+/// second slot: that rewrote the expiry its holder believes in to a short
+/// reservation, and the limit was over-run once the reservation ran out.
+fn a_hand_over_never_touches_a_lease_its_holder_still_holds(server: &RedisServer, scripts: Scripts) {
+    let (mut redis, s) = setup(server, scripts, "f1");
+    assert_eq!(s.acquire(&mut redis, "a", 2, LONG).status, 1);
+    assert_eq!(s.acquire(&mut redis, "b", 2, LONG).status, 1);
+    assert_eq!(s.wait(&mut redis, "w", 2, LONG, 5_000).status, 2);
+    let lagging = s.snapshot(&mut redis);
+    // On the primary: a's release hands the slot to w, and w's client
+    // confirms it for a minute.
+    assert_eq!(s.release(&mut redis, &["a"]), 1);
+    assert_eq!(s.wait(&mut redis, "w", 2, LONG, 5_000).status, 1);
+    // The replica had w queued, a held. Recovery, as a client does it: the
+    // hold, a's release again (which hands a's slot to w, first in line),
+    // then b and w written back (w keeps its holder's expiry).
+    s.restore(&mut redis, &lagging);
+    let now = Subject::now(&mut redis);
+    s.hold_for(&mut redis, 1);
+    assert_eq!(s.release(&mut redis, &["a"]), 1);
+    assert_eq!(s.reassert(&mut redis, "b", 2, now + LONG, now + HOUR), 1);
+    assert_eq!(s.reassert(&mut redis, "w", 2, now + LONG, now + HOUR), 1);
+    assert!(s.queue(&mut redis).is_empty(), "w holds: its restored entry is gone");
+    let believed = s.score(&mut redis, "w").unwrap();
+    assert_eq!(believed, now + LONG, "its holder's expiry");
+    // b's release: w must keep the expiry its holder believes in.
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(s.release(&mut redis, &["b"]), 1);
+    assert_eq!(s.score(&mut redis, "w"), Some(believed), "w's lease was shortened");
+    assert_eq!(s.acquire(&mut redis, "m", 2, LONG).status, 1);
+    assert_eq!(
+        s.acquire(&mut redis, "p", 2, LONG).status,
+        0,
+        "w and m hold the limit of 2"
+    );
+}
+
+/// Finding 1, the same state reached without a write-back: a release finds
+/// the queue entry of an id that holds a lease (a repeated call, or the
+/// held branch of a waiting acquire): it is dropped, and the next waiter is
+/// served instead.
+fn a_release_skips_and_drops_a_queue_entry_whose_id_already_holds(server: &RedisServer, scripts: Scripts) {
+    let (mut redis, s) = setup(server, scripts, "f1b");
+    assert_eq!(s.acquire(&mut redis, "a", 2, LONG).status, 1);
+    assert_eq!(s.acquire(&mut redis, "b", 2, LONG).status, 1);
+    assert_eq!(s.wait(&mut redis, "w", 2, LONG, 5_000).status, 2);
+    assert_eq!(s.wait(&mut redis, "x", 2, LONG, 5_000).status, 2);
+    let before = s.snapshot(&mut redis);
+    assert_eq!(s.release(&mut redis, &["a"]), 1);
+    assert_eq!(s.wait(&mut redis, "w", 2, LONG, 5_000).status, 1);
+    let held = s.score(&mut redis, "w").unwrap();
+    // The queue comes back as it was (w first), the leases stay.
+    let queue_keys = [s.keys.queue(), s.keys.waiters(), s.keys.holds()];
+    s.restore_only(&mut redis, &before, &queue_keys);
+    assert_eq!(s.queue(&mut redis), vec!["w", "x"]);
+    assert_eq!(s.release(&mut redis, &["b"]), 1);
+    assert_eq!(s.score(&mut redis, "w"), Some(held), "w keeps its lease");
+    assert!(s.score(&mut redis, "x").is_some(), "x is served instead");
+    assert!(s.queue(&mut redis).is_empty(), "w's stale entry went with it");
+}
+
+/// Finding 2. While the recovery hold is set the lease set may still miss
+/// leases that count against the limit: a release hands over no more than
+/// it removed.
+fn during_the_recovery_hold_a_release_hands_over_only_what_it_freed(server: &RedisServer, scripts: Scripts) {
+    let (mut redis, s) = setup(server, scripts, "f2");
+    for id in ["a", "b", "c"] {
+        assert_eq!(s.acquire(&mut redis, id, 3, LONG).status, 1);
+    }
+    assert_eq!(s.wait(&mut redis, "w1", 3, LONG, 5_000).status, 2);
+    assert_eq!(s.wait(&mut redis, "w2", 3, LONG, 5_000).status, 2);
+    // The loss takes a; the hold goes up.
+    command(&mut redis, &[b"ZREM", s.keys.leases(), b"a"]);
+    s.hold_for(&mut redis, LONG);
+    assert_eq!(s.acquire(&mut redis, "n", 3, LONG).status, -3);
+    assert_eq!(s.release(&mut redis, &["b"]), 1);
+    assert!(s.score(&mut redis, "w1").is_some(), "w1 gets the slot b freed");
+    assert!(
+        s.score(&mut redis, "w2").is_none(),
+        "w2 gets nothing: a is still missing"
+    );
+    let now = Subject::now(&mut redis);
+    assert_eq!(
+        s.reassert(&mut redis, "a", 3, now + LONG, now + HOUR),
+        2,
+        "3 units: a, c, w1"
+    );
+    assert_eq!(s.units(&mut redis), 3);
+}
+
+/// Finding 3. A write-back carries a valid-until and an absolute expiry: a
+/// held-up one cannot bring a released lease back, nor make it longer.
+fn a_late_write_back_neither_resurrects_nor_lengthens_a_lease(server: &RedisServer, scripts: Scripts) {
+    let (mut redis, s) = setup(server, scripts, "f3");
+    let t0 = Subject::now(&mut redis);
+    assert_eq!(s.acquire(&mut redis, "a", 1, 10_000).status, 1);
+    assert_eq!(s.release(&mut redis, &["a"]), 1);
+    // Past its valid-until: refused, nothing written.
+    assert_eq!(s.reassert(&mut redis, "a", 1, t0 + 10_000, t0.saturating_sub(1)), -2);
+    assert_eq!(s.score(&mut redis, "a"), None);
+    assert_eq!(s.acquire(&mut redis, "n", 1, LONG).status, 1, "the slot is free");
+    assert_eq!(s.release(&mut redis, &["n"]), 1);
+    // Within its valid-until, after the holder gave the lease back with a
+    // tombstone (its write-back was still on its way): refused.
+    let compensate = s.encode_compensate("a", t0 + HOUR);
+    assert_eq!(redis.call_raw(&compensate).unwrap(), Frame::BulkString("a".into()));
+    assert_eq!(s.reassert(&mut redis, "a", 1, t0 + 10_000, t0 + HOUR), -1);
+    assert_eq!(s.score(&mut redis, "a"), None);
+    // A write-back that runs late keeps the holder's expiry, not "now +
+    // what was left when it was sent".
+    assert_eq!(s.acquire(&mut redis, "b", 1, 10_000).status, 1);
+    command(&mut redis, &[b"ZREM", s.keys.leases(), b"b"]);
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(s.reassert(&mut redis, "b", 1, t0 + 10_000, t0 + HOUR), 2);
+    assert_eq!(s.score(&mut redis, "b"), Some(t0 + 10_000));
+}
+
+/// Finding 5. Every key the scripts write expires: the held hash goes with
+/// its queue.
+fn the_held_hash_expires_with_the_queue(server: &RedisServer, scripts: Scripts) {
+    let (mut redis, s) = setup(server, scripts, "f5");
+    assert_eq!(s.acquire(&mut redis, "a", 1, LONG).status, 1);
+    assert_eq!(s.wait(&mut redis, "w", 1, LONG, 100).status, 2);
+    let pttl = Subject::pttl(&mut redis, &s.keys.holds());
+    assert!((1..=201).contains(&pttl), "held hash PTTL {pttl}");
+    let leave = s.encode_leave("w");
+    assert_eq!(redis.call_raw(&leave).unwrap(), Frame::Integer(1));
+    assert_eq!(s.release(&mut redis, &["a"]), 1);
+    std::thread::sleep(Duration::from_millis(250));
+    for key in s.all_keys(&mut redis) {
+        let ttl = Subject::pttl(&mut redis, &key);
+        assert!(ttl != -1, "{} has no expiry", String::from_utf8_lossy(&key));
+    }
+    assert_eq!(Subject::pttl(&mut redis, &s.keys.holds()), -2, "gone with the queue");
+}
+
+/// Finding 6. Waiters with different limits share a queue (a rolling change
+/// of a limit): each is handed a slot only if its own limit admits it, and
+/// one held back by its own lower limit does not hold back a higher one.
+fn each_waiter_is_served_under_its_own_limit(server: &RedisServer, scripts: Scripts) {
+    let (mut redis, s) = setup(server, scripts, "f6");
+    for id in ["a", "b", "c", "d"] {
+        assert_eq!(s.acquire(&mut redis, id, 4, LONG).status, 1);
+    }
+    assert_eq!(s.wait(&mut redis, "w1", 2, LONG, 5_000).status, 2);
+    assert_eq!(s.wait(&mut redis, "w2", 4, LONG, 5_000).status, 2);
+    assert_eq!(s.release(&mut redis, &["a"]), 1);
+    assert!(
+        s.score(&mut redis, "w1").is_none(),
+        "3 others hold: over w1's limit of 2"
+    );
+    assert!(s.score(&mut redis, "w2").is_some(), "w2's limit of 4 admits it");
+    assert_eq!(s.queue(&mut redis), vec!["w1"]);
+    assert_eq!(s.acquire(&mut redis, "n", 2, LONG).status, 0);
+    // w1's own check says the same.
+    assert_eq!(s.wait(&mut redis, "w1", 2, LONG, 5_000).status, 2);
+    // Releases down to one holder (w2): w1 fits its limit then.
+    assert_eq!(s.release(&mut redis, &["b", "c", "d"]), 3);
+    assert!(s.score(&mut redis, "w1").is_some());
+}
+
+/// Finding 6, the fail-fast side: a newcomer whose limit is above the
+/// queue's waiters' is not denied for slots those waiters could never take.
+fn a_newcomer_with_a_higher_limit_is_not_blocked_by_waiters_held_back_by_their_own(
+    server: &RedisServer,
+    scripts: Scripts,
+) {
+    let (mut redis, s) = setup(server, scripts, "f6b");
+    for id in ["a", "b"] {
+        assert_eq!(s.acquire(&mut redis, id, 2, LONG).status, 1);
+    }
+    assert_eq!(s.wait(&mut redis, "low", 2, LONG, 5_000).status, 2);
+    assert_eq!(s.acquire(&mut redis, "high", 3, LONG).status, 1);
+    assert_eq!(s.acquire(&mut redis, "high2", 3, LONG).status, 0, "3 held: its limit");
+    // The same limit as the waiter, or lower: behind it.
+    assert_eq!(s.release(&mut redis, &["high"]), 1);
+    assert!(s.score(&mut redis, "low").is_none(), "2 still held, low's limit is 2");
+    assert_eq!(s.acquire(&mut redis, "same", 2, LONG).status, 0);
+}
+
+/// Finding 8. A batch that names an id twice counts it once.
+fn a_batch_counts_a_repeated_id_once(server: &RedisServer, scripts: Scripts) {
+    let (mut redis, s) = setup(server, scripts, "f8a");
+    let now = Subject::now(&mut redis);
+    let batch = s.encode_acquire_many(&["a", "a", "b"], 2, now + LONG, now + HOUR);
+    match redis.call_raw(&batch).unwrap() {
+        Frame::Array(items) => {
+            let statuses: Vec<_> = items.chunks(3).take(3).map(|t| t[0].clone()).collect();
+            assert_eq!(statuses, vec![Frame::Integer(1); 3], "{items:?}");
+            assert_eq!(items[2], items[5], "one acquire, one token");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.units(&mut redis), 2);
+}
+
+/// Finding 8. Weights out of range and malformed numbers are refused
+/// before anything is written.
+fn bad_arguments_write_nothing(server: &RedisServer, scripts: Scripts) {
+    let (mut redis, s) = setup(server, scripts, "f8b");
+    let now = Subject::now(&mut redis);
+    assert_eq!(s.acquire(&mut redis, "a", 5, LONG).status, 1);
+    assert_eq!(s.acquire(&mut redis, "b", 5, LONG).status, 1);
+    // Weight 0, an expiry of 1.5 ms: errors, and nothing written.
+    let zero_weight = s.encode_acquire("c*0", 5, now + LONG, now + HOUR, None);
+    assert!(matches!(redis.call_raw(&zero_weight).unwrap(), Frame::Error(e) if e.contains("weight")));
+    let fractional = with_fractional_expiry(&s, now);
+    assert!(matches!(redis.call_raw(&fractional).unwrap(), Frame::Error(e) if e.contains("expiry")));
+    assert_eq!(s.units(&mut redis), 2, "nothing was written");
+    assert_eq!(s.score(&mut redis, "c"), None);
+    for key in s.all_keys(&mut redis) {
+        assert!(Subject::pttl(&mut redis, &key) != -1, "a key without expiry");
+    }
+}
+
+/// An acquire whose expiry is `1.5` (not a whole number of milliseconds).
+fn with_fractional_expiry(s: &Subject, now: u64) -> Vec<u8> {
+    let text = s.encode_acquire("c", 5, 12345, now + HOUR, None);
+    let needle = b"$5\r\n12345\r\n";
+    let at = text.windows(needle.len()).position(|w| w == needle).unwrap();
+    let mut out = text[..at].to_vec();
+    out.extend_from_slice(b"$3\r\n1.5\r\n");
+    out.extend_from_slice(&text[at + needle.len()..]);
+    out
+}
+
+/// Each finding, as the scripts stand.
+mod fixed {
+    use super::*;
+
+    #[test]
+    fn a_hand_over_never_touches_a_lease_its_holder_still_holds() {
+        super::a_hand_over_never_touches_a_lease_its_holder_still_holds(&RedisServer::start(), Scripts::default());
+    }
+
+    #[test]
+    fn a_release_skips_and_drops_a_queue_entry_whose_id_already_holds() {
+        super::a_release_skips_and_drops_a_queue_entry_whose_id_already_holds(
+            &RedisServer::start(),
+            Scripts::default(),
+        );
+    }
+
+    #[test]
+    fn during_the_recovery_hold_a_release_hands_over_only_what_it_freed() {
+        super::during_the_recovery_hold_a_release_hands_over_only_what_it_freed(
+            &RedisServer::start(),
+            Scripts::default(),
+        );
+    }
+
+    #[test]
+    fn a_late_write_back_neither_resurrects_nor_lengthens_a_lease() {
+        super::a_late_write_back_neither_resurrects_nor_lengthens_a_lease(&RedisServer::start(), Scripts::default());
+    }
+
+    #[test]
+    fn the_held_hash_expires_with_the_queue() {
+        super::the_held_hash_expires_with_the_queue(&RedisServer::start(), Scripts::default());
+    }
+
+    #[test]
+    fn each_waiter_is_served_under_its_own_limit() {
+        super::each_waiter_is_served_under_its_own_limit(&RedisServer::start(), Scripts::default());
+    }
+
+    #[test]
+    fn a_newcomer_with_a_higher_limit_is_not_blocked_by_waiters_held_back_by_their_own() {
+        super::a_newcomer_with_a_higher_limit_is_not_blocked_by_waiters_held_back_by_their_own(
+            &RedisServer::start(),
+            Scripts::default(),
+        );
+    }
+
+    #[test]
+    fn a_batch_counts_a_repeated_id_once() {
+        super::a_batch_counts_a_repeated_id_once(&RedisServer::start(), Scripts::default());
+    }
+
+    #[test]
+    fn bad_arguments_write_nothing() {
+        super::bad_arguments_write_nothing(&RedisServer::start(), Scripts::default());
+    }
+}
+
+/// Each finding's test, with its fix undone (see `inflight_tests::mutations`):
+/// it must fail. A test that passes either way proves nothing.
+#[test]
+fn each_finding_fails_with_its_fix_undone() {
+    type Finding = fn(&RedisServer, Scripts);
+    let pairs: [(&str, Finding); 8] = [
+        (
+            "hand-over-to-holder",
+            a_release_skips_and_drops_a_queue_entry_whose_id_already_holds,
+        ),
+        (
+            "hand-over-during-hold",
+            during_the_recovery_hold_a_release_hands_over_only_what_it_freed,
+        ),
+        (
+            "reassert-unbounded",
+            a_late_write_back_neither_resurrects_nor_lengthens_a_lease,
+        ),
+        ("held-hash-no-expiry", the_held_hash_expires_with_the_queue),
+        ("last-limit-for-all", each_waiter_is_served_under_its_own_limit),
+        ("batch-counts-repeats", a_batch_counts_a_repeated_id_once),
+        ("no-argument-checks", bad_arguments_write_nothing),
+        ("fractional-arguments", bad_arguments_write_nothing),
+    ];
+    let server = RedisServer::start();
+    let quiet = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let mut passed = Vec::new();
+    for (name, finding) in pairs {
+        let mutation = mutations::find(name).expect("a known mutation");
+        let scripts = mutation.scripts();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finding(&server, scripts)));
+        if outcome.is_ok() {
+            passed.push(name);
+        }
+    }
+    std::panic::set_hook(quiet);
+    assert!(
+        passed.is_empty(),
+        "these findings' tests pass with their fix undone: {passed:?}"
+    );
+}
