@@ -143,12 +143,24 @@ pub struct Config {
     /// How long a waiting acquire keeps its place in its subject's queue
     /// without calling again. The client checks again every third of it
     /// (the fallback for a lost wake-up), so a waiter whose replica crashed
-    /// stops blocking the queue within this. 1 s by default.
+    /// stops blocking the queue within this. 1 s by default; at most the
+    /// lease TTL (a longer one is cut to it: see [`Config::waiter_lifetime()`]).
     pub waiter_lifetime: Duration,
     /// Who holds this client's leases, as `holders` shows them (a host or
     /// pod name): written into every lease id unless an acquire gives its
     /// own label. None by default.
     pub holder_label: Option<crate::lease_id::Label>,
+    /// How long a ready connection may carry nothing before a `PING` checks
+    /// it (1 s by default). A server whose host dies without closing the
+    /// connection (no FIN, no RST) is found within this plus
+    /// `request_liveness`, even by a limiter that only holds leases: the
+    /// recovery window counts on every limiter reconnecting within it.
+    pub idle_probe: Duration,
+    /// Use a server that may evict keys (`maxmemory` set with a
+    /// `maxmemory-policy` other than `noeviction`), with a warning at each
+    /// handshake, instead of refusing it (`ConnectionError::Eviction`).
+    /// Off by default: an evicted lease set over-admits unnoticed.
+    pub allow_eviction: bool,
 }
 
 /// Synchronous replication of grants: after each write of acquires the
@@ -216,6 +228,8 @@ impl Default for Config {
             replica_acks: None,
             waiter_lifetime: Duration::from_secs(1),
             holder_label: None,
+            idle_probe: Duration::from_secs(1),
+            allow_eviction: false,
         }
     }
 }
@@ -270,21 +284,35 @@ impl Config {
         Duration::from_secs(2).max(acquire_timeout.saturating_mul(4))
     }
 
-    /// The recovery window when none is chosen: the reconnect backoff cap
-    /// plus the connect timeout. Every replica's connection to a server that
-    /// restarts or fails over breaks with it; each tries again within the
-    /// backoff cap of the server coming back, and its handshake (writing
-    /// back what it holds) ends within the connect timeout, or fails. So by
-    /// the end of this window, counted from the first replica's handshake,
-    /// every replica with the same settings has written its leases back.
+    /// The recovery window when none is chosen: how long it takes every
+    /// replica to notice, reconnect and write back. A replica's connection
+    /// to a server that restarts or fails over breaks with it, or, if the
+    /// host died without a word, is found dead by its idle probe within
+    /// `idle_probe + request_liveness`; it tries again within the backoff
+    /// cap, and its handshake (writing back what it holds) ends within the
+    /// connect timeout, or fails. So by the end of this window, counted from
+    /// the first replica's handshake, every replica with the same settings
+    /// has written its leases back.
     pub fn default_recovery_window(&self) -> Duration {
-        self.reconnect_max_backoff + self.connect_timeout
+        self.idle_probe
+            .saturating_add(self.request_liveness)
+            .saturating_add(self.reconnect_max_backoff)
+            .saturating_add(self.connect_timeout)
+    }
+
+    /// How long a waiter keeps its place without calling again: the
+    /// `waiter_lifetime` set, cut to the lease TTL. A release hands a freed
+    /// slot to a waiter until its queue entry would expire; a longer
+    /// lifetime would let a slot stand reserved for a waiter that died
+    /// longer than any lease lives.
+    pub fn waiter_lifetime(&self) -> Duration {
+        self.waiter_lifetime.min(self.lease_ttl)
     }
 
     /// How often a waiting acquire checks again with no wake-up: a third of
     /// its lifetime, so two checks can be lost before it is forgotten.
     pub fn waiter_recheck(&self) -> Duration {
-        self.waiter_lifetime / 3
+        self.waiter_lifetime() / 3
     }
 
     /// How long new grants are held after a loss; `None` with recovery off.
@@ -336,6 +364,7 @@ impl Config {
             ("reconnect_initial_backoff", self.reconnect_initial_backoff),
             ("release.initial_backoff", self.release.initial_backoff),
             ("waiter_lifetime", self.waiter_lifetime),
+            ("idle_probe", self.idle_probe),
         ];
         for (field, value) in positive {
             if value.is_zero() {
@@ -369,15 +398,6 @@ impl Config {
                 field: "lease_ttl",
                 min_ms: self.acquire_timeout.as_millis() + 1,
                 actual_ms: self.lease_ttl.as_millis(),
-            });
-        }
-        // A release hands a freed slot to a waiter until its queue entry
-        // would expire: a lifetime longer than the TTL would let a slot
-        // stand reserved for a dead waiter longer than any lease lasts.
-        if self.waiter_lifetime > self.lease_ttl {
-            return Err(ConfigError::OutOfRange {
-                field: "waiter_lifetime",
-                reason: "longer than lease_ttl (a slot handed to a waiter that died would stay reserved longer than any lease lives)",
             });
         }
         if self.request_liveness < self.acquire_timeout {
@@ -499,17 +519,6 @@ mod tests {
                 actual_ms: 250
             }
         );
-        // A waiter's reservation would outlive every lease.
-        assert!(matches!(
-            bad(|c| {
-                c.lease_ttl = Duration::from_secs(2);
-                c.waiter_lifetime = Duration::from_secs(30);
-            }),
-            ConfigError::OutOfRange {
-                field: "waiter_lifetime",
-                ..
-            }
-        ));
         assert!(matches!(
             bad(|c| c.key_prefix = "a{b".into()),
             ConfigError::KeyPrefix(_)

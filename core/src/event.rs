@@ -229,6 +229,13 @@ pub enum ConnectionError {
     /// fleet-wide. Point the limiter at the primary.
     #[error("the server is a replica (ROLE: {0}): point the limiter at the primary")]
     Replica(String),
+    /// The server may evict keys (`maxmemory` is set and `maxmemory-policy`
+    /// is not `noeviction`): lease data could vanish under memory pressure,
+    /// with nothing to tell a client it happened, and the limit would be
+    /// over-run. Every key the library writes has an expiry, so any
+    /// `volatile-*` policy evicts lease data first.
+    #[error("the server may evict lease data (maxmemory-policy {0} with maxmemory set): set maxmemory-policy noeviction, or accept the risk with Builder::allow_eviction")]
+    Eviction(String),
     /// Cluster mode was asked for, and the server is not a cluster node.
     #[error("the server is not in cluster mode (cluster_enabled:0): connect to it as a standalone server")]
     NotCluster,
@@ -315,6 +322,9 @@ pub enum Event {
         /// How it was lost.
         reason: LeaseLost,
     },
+    /// A handshake found something that weakens what the client can
+    /// guarantee on this server; the connection is used all the same.
+    Warning(ConnectionId, Warning),
     /// A release gave up; its lease stays until its TTL.
     ReleaseAbandoned {
         /// The lease that stays.
@@ -324,6 +334,35 @@ pub enum Event {
         /// Why the release gave up.
         reason: ReleaseFailure,
     },
+}
+
+/// What a handshake found that weakens a guarantee (see [`Event::Warning`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Warning {
+    /// The server may evict keys (`maxmemory-policy` named), and the client
+    /// was told to accept that (`Config::allow_eviction`): an evicted lease
+    /// set over-admits without anyone noticing.
+    Eviction(String),
+    /// `INFO` was refused (an ACL, say): a restart or a failover to a
+    /// lagging replica that keeps the lease-data marker goes unnoticed, so
+    /// leases it lost are not written back.
+    InfoRefused,
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Warning::Eviction(policy) => write!(
+                f,
+                "the server may evict lease data (maxmemory-policy {policy}): evicted leases over-admit unnoticed"
+            ),
+            Warning::InfoRefused => write!(
+                f,
+                "INFO is refused (ACL?): restarts and failovers to a lagging replica cannot be detected"
+            ),
+        }
+    }
 }
 
 /// What a subject holds, as `Client::inspect` read it from Redis.
@@ -475,4 +514,7 @@ pub struct Stats {
     pub kept_alive: u64,
     /// Kept-alive leases lost (found gone, or not renewed in time).
     pub keep_alive_lost: u64,
+    /// Handshakes that found something weakening a guarantee
+    /// ([`Event::Warning`]).
+    pub server_warnings: u64,
 }

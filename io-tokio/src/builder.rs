@@ -200,9 +200,11 @@ impl Builder {
     /// empty restart, a failover, a flush). By default
     /// (`Recovery::Reassert { window: None }`) the leases this limiter holds
     /// there are written back before the connection takes anything new, and
-    /// new grants are held for the recovery window (the reconnect backoff
-    /// cap plus the connect timeout: see `docs/operations.md`, "Restarts and
-    /// failovers"). `Recovery::Off` only reports the loss.
+    /// new grants are held for the recovery window (the idle probe, the
+    /// request liveness, the reconnect backoff cap and the connect timeout:
+    /// the longest a limiter may take to notice, reconnect and write back;
+    /// see `docs/operations.md`, "Restarts and failovers"). `Recovery::Off`
+    /// only reports the loss.
     pub fn recovery(mut self, recovery: Recovery) -> Self {
         self.config.recovery = recovery;
         self
@@ -244,6 +246,28 @@ impl Builder {
     /// within this.
     pub fn waiter_lifetime(mut self, lifetime: Duration) -> Self {
         self.config.waiter_lifetime = lifetime;
+        self
+    }
+
+    /// How long a connection may carry nothing, while this limiter holds
+    /// leases or has waiters, before a `PING` checks it (default 1 s). A
+    /// Redis host that dies without closing the connection is found within
+    /// this plus the request liveness, so that the limiter reconnects (and
+    /// writes back what it holds) within the recovery window, which counts
+    /// it: see [`Recovery`].
+    pub fn idle_probe(mut self, interval: Duration) -> Self {
+        self.config.idle_probe = interval;
+        self
+    }
+
+    /// Use a server that may evict keys (`maxmemory` set with a
+    /// `maxmemory-policy` other than `noeviction`), logging a warning at
+    /// each handshake, instead of refusing it. Off by default: Redis evicts
+    /// keys with an expiry first under every `volatile-*` policy, and every
+    /// key this library writes has one, so lease data would be the first to
+    /// go, and an evicted lease set over-admits without anyone noticing.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.config.allow_eviction = allow;
         self
     }
 

@@ -337,6 +337,10 @@ impl<C: Connector> Driver<C> {
                 }
             }
             Event::ConnectFailed(id, error) => self.on_connect_failed(id, error),
+            Event::Warning(id, warning) => {
+                let addr = self.client.endpoint(id).map(ToString::to_string).unwrap_or_default();
+                tracing::warn!(connection = id.get(), %addr, %warning, "inflight: a guarantee is weaker on this server");
+            }
             Event::Retired(id, error) => {
                 tracing::warn!(connection = id.get(), %error, "inflight: connection retired; opening a fresh one");
             }

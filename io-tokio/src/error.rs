@@ -103,6 +103,18 @@ pub enum ConnectError {
         /// The role it reported.
         role: String,
     },
+    /// The server may evict keys (`maxmemory` set, `maxmemory-policy` not
+    /// `noeviction`): lease data would be the first to go (every key the
+    /// library writes has an expiry), and an evicted lease set over-admits
+    /// without anyone noticing. Set `maxmemory-policy noeviction` on it, or
+    /// accept the risk with [`Builder::allow_eviction`](crate::Builder::allow_eviction).
+    #[error("Redis at {addr} may evict lease data (maxmemory-policy {policy} with maxmemory set): set maxmemory-policy noeviction, or accept the risk with Builder::allow_eviction")]
+    Eviction {
+        /// The server.
+        addr: String,
+        /// Its `maxmemory-policy`.
+        policy: String,
+    },
     /// Another handshake step failed (`SELECT`, `SCRIPT LOAD`…).
     #[error("the connection handshake with Redis at {addr} failed: {reason}")]
     Handshake {
@@ -149,6 +161,7 @@ impl ConnectError {
             ConnectionError::ClusterMode => ConnectError::ClusterMode { addr },
             ConnectionError::NotCluster => ConnectError::NotCluster { addr },
             ConnectionError::Replica(role) => ConnectError::Replica { addr, role },
+            ConnectionError::Eviction(policy) => ConnectError::Eviction { addr, policy },
             // Redis's own words; the variant already says it was the handshake.
             ConnectionError::Handshake(reason) => ConnectError::Handshake { addr, reason },
             other => ConnectError::Handshake {

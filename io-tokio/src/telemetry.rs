@@ -62,6 +62,9 @@ pub mod names {
     pub const KEPT_ALIVE: &str = "inflight_keep_alive_renewals_total";
     /// Counter: kept-alive permits whose lease was lost.
     pub const KEEP_ALIVE_LOST: &str = "inflight_keep_alive_lost_total";
+    /// Counter: handshakes that found something weakening a guarantee (a
+    /// server that may evict keys, `INFO` refused).
+    pub const SERVER_WARNINGS: &str = "inflight_server_warnings_total";
     /// Histogram, labelled `outcome` = `granted`, `denied`, `shed`, `unavailable` or `fail_open`.
     pub const ACQUIRE_SECONDS: &str = "inflight_acquire_seconds";
     /// Histogram: how long waiting acquires waited, whatever their outcome.
@@ -77,8 +80,13 @@ pub mod names {
 /// A counter: its name, its help text, and its figure in [`Stats`].
 type CounterSpec = (&'static str, &'static str, fn(&Stats) -> u64);
 
-const COUNTERS: [CounterSpec; 24] = [
+const COUNTERS: [CounterSpec; 25] = [
     (names::GRANTED, "Permits granted (enforced).", |s| s.granted),
+    (
+        names::SERVER_WARNINGS,
+        "Handshakes that found something weakening a guarantee (a server that may evict keys, INFO refused).",
+        |s| s.server_warnings,
+    ),
     (
         names::DENIED,
         "Acquires refused because the key was at its limit (Exceeded).",

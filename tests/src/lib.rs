@@ -15,6 +15,7 @@ pub mod redis_cluster;
 pub mod redis_server;
 pub mod relay;
 pub mod resp_client;
+pub mod stateful;
 pub mod subject;
 
 pub use hostile::{HostilePeer, Lie};

@@ -12,60 +12,55 @@ pub struct Mutation {
     pub name: &'static str,
     /// What it undoes.
     pub undoes: &'static str,
-    /// The text replaced, in every script that contains it (at least one
+    /// Each text replaced, in every script that contains it (at least one
     /// must), and what replaces it.
-    pub from: &'static str,
-    pub to: &'static str,
+    pub edits: &'static [(&'static str, &'static str)],
 }
 
 pub const MUTATIONS: &[Mutation] = &[
     Mutation {
         name: "hand-over-to-holder",
-        undoes: "a release skips a waiter whose id already holds a lease (finding 1)",
-        from: "    if scores[i] then",
-        to: "    if false then",
+        undoes: "a waiter whose id holds a lease is never handed a slot, and its entry goes (finding 1)",
+        edits: &[
+            ("    if scores[i] then", "    if false then"),
+            ("leave_queue(queue, waiters, holds, id)\nredis.call('ZREMRANGEBYSCORE'", "redis.call('ZREMRANGEBYSCORE'"),
+            ("  cover(leases, expiry - now)\n  leave_queue(queue, waiters, holds, id)\n", "  cover(leases, expiry - now)\n"),
+        ],
     },
     Mutation {
         name: "hand-over-during-hold",
-        undoes: "a release under the recovery hold hands over no more than it freed (finding 2)",
-        from: "  budget = removed",
-        to: "  budget = math.huge",
+        undoes: "a release under the recovery hold hands nothing over (finding 2)",
+        edits: &[("if hold ~= '' and redis.call('EXISTS', hold) == 1 then\n  return removed\nend\n", "")],
     },
     Mutation {
         name: "reassert-unbounded",
         undoes: "a write-back refuses after its valid-until and after its holder's tombstone (finding 3)",
-        from: "if now > valid_until or expiry <= now then\n  return {-2, id}\nend\nif redis.call('EXISTS', tombstone) == 1 then\n  return {-1, id}\nend",
-        to: "",
+        edits: &[("if now > valid_until or expiry <= now then\n  return {-2, id}\nend\nif redis.call('EXISTS', tombstone) == 1 then\n  return {-1, id}\nend", "")],
     },
     Mutation {
         name: "held-hash-no-expiry",
         undoes: "the held hash expires with the queue (finding 5)",
-        from: "cover(holds, 2 * lifetime)\n",
-        to: "",
+        edits: &[("cover(holds, 2 * lifetime)\n", "")],
     },
     Mutation {
         name: "last-limit-for-all",
         undoes: "each waiter is judged under its own limit (finding 6)",
-        from: "tonumber(limits[i + 1]) or tonumber(limits[1])",
-        to: "tonumber(limits[1])",
+        edits: &[("tonumber(limits[i + 1]) or tonumber(limits[1])", "tonumber(limits[1])")],
     },
     Mutation {
         name: "batch-counts-repeats",
         undoes: "a batch that names an id twice counts it once (finding 8)",
-        from: "  if first[id] then\n    status = reply[first[id]]\n  elseif",
-        to: "  if false then\n  elseif",
+        edits: &[("  if first[id] then\n    status = reply[first[id]]\n  elseif", "  if false then\n  elseif")],
     },
     Mutation {
         name: "no-argument-checks",
         undoes: "numbers and weights are checked before anything is written (finding 8)",
-        from: "if not w or w < 1 or w > 1000 then",
-        to: "if not w then",
+        edits: &[("if not w or w < 1 or w > 1000 then", "if not w then")],
     },
     Mutation {
         name: "fractional-arguments",
         undoes: "numbers are whole before anything is written (finding 8)",
-        from: "if not n or n ~= math.floor(n) or n < least or n >= 9007199254740992 then",
-        to: "if not n then",
+        edits: &[("if not n or n ~= math.floor(n) or n < least or n >= 9007199254740992 then", "if not n then")],
     },
 ];
 
@@ -78,16 +73,18 @@ impl Mutation {
     /// Our scripts with this edit made.
     pub fn scripts(&self) -> Scripts {
         let mut scripts = Scripts::default();
-        let mut edited = 0;
-        for kind in ScriptKind::EVERY {
-            let text = scripts.get(kind).text;
-            if text.contains(self.from) {
-                let patched: &'static str = Box::leak(text.replace(self.from, self.to).into_boxed_str());
-                scripts.replace(kind, patched);
-                edited += 1;
+        for (from, to) in self.edits {
+            let mut edited = 0;
+            for kind in ScriptKind::EVERY {
+                let text = scripts.get(kind).text;
+                if text.contains(from) {
+                    let patched: &'static str = Box::leak(text.replace(from, to).into_boxed_str());
+                    scripts.replace(kind, patched);
+                    edited += 1;
+                }
             }
+            assert!(edited > 0, "mutation {}: no script contains {from:?}", self.name);
         }
-        assert!(edited > 0, "mutation {}: no script contains its text", self.name);
         scripts
     }
 }

@@ -33,6 +33,14 @@ impl RespClient {
         self.read_reply()
     }
 
+    /// Sends one command without reading anything (a subscribed connection
+    /// reads its pushes on its own).
+    pub fn send_only(&mut self, args: &[&[u8]]) -> std::io::Result<()> {
+        let mut out = BytesMut::new();
+        encode_command(&mut out, args);
+        self.stream.write_all(&out)
+    }
+
     /// Sends one command and reads its reply.
     pub fn call(&mut self, args: &[&[u8]]) -> std::io::Result<Frame> {
         let mut out = BytesMut::new();

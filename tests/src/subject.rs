@@ -320,6 +320,16 @@ pub fn answer(frame: Frame) -> Answer {
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot(Vec<(Bytes, Bytes, i64)>);
 
+impl Snapshot {
+    /// The keys taken, each with its absolute expiry (`None`: none).
+    pub fn expiries(&self) -> Vec<(Bytes, Option<u64>)> {
+        self.0
+            .iter()
+            .map(|(key, _, at)| (key.clone(), u64::try_from(*at).ok()))
+            .collect()
+    }
+}
+
 impl Subject {
     /// Every key under this subject's prefix (its keys and its hold).
     pub fn all_keys(&self, wire: &mut impl Wire) -> Vec<Bytes> {
@@ -344,6 +354,7 @@ impl Subject {
                 continue; // expired meanwhile
             };
             let at = match command(wire, &[b"PEXPIRETIME", &key]) {
+                Frame::Integer(-2) => continue, // expired since its DUMP
                 Frame::Integer(at) => at,
                 other => panic!("PEXPIRETIME: {other:?}"),
             };

@@ -668,3 +668,50 @@ async fn the_tcp_connector_sets_nodelay_as_asked_and_a_coalescing_limiter_works(
     drop(permits);
     limiter.drain().await;
 }
+
+/// A server that may evict keys would drop lease data first (every key the
+/// library writes has an expiry) and over-admit unnoticed: refused at the
+/// handshake, unless the user accepts the risk, and then said at each one.
+#[tokio::test]
+async fn a_server_that_may_evict_lease_data_is_refused_unless_allowed() {
+    let server = RedisServer::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru"]);
+    let error = builder(&server.url()).connect().await.unwrap_err();
+    assert!(
+        matches!(&error, ConnectError::Eviction { policy, .. } if policy == "volatile-lru"),
+        "{error}"
+    );
+    let limiter = builder(&server.url()).allow_eviction(true).connect().await.unwrap();
+    let permit = limiter.acquire(&key("evicting")).await.unwrap();
+    drop(permit);
+    until("the warning is counted", Duration::from_secs(2), || {
+        limiter.stats().server_warnings == 1
+    })
+    .await;
+    limiter.drain().await;
+    // Without a memory limit nothing is evicted, whatever the policy.
+    let unlimited = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let limiter = builder(&unlimited.url()).connect().await.unwrap();
+    assert_eq!(limiter.stats().server_warnings, 0);
+    limiter.drain().await;
+}
+
+/// An ACL that refuses `INFO` hides the server's run and replication ids:
+/// a failover to a lagging replica that keeps the lease-data marker cannot
+/// be detected. The limiter works, and says so at each handshake.
+#[tokio::test]
+async fn a_server_that_refuses_info_is_used_and_the_blind_spot_is_said() {
+    let server = RedisServer::start();
+    let mut admin = server.client();
+    let acl = admin
+        .call(&[
+            b"ACL", b"SETUSER", b"noinfo", b"on", b">secret", b"+@all", b"-info", b"~*", b"&*",
+        ])
+        .unwrap();
+    assert_eq!(acl, Frame::SimpleString(Bytes::from_static(b"OK")));
+    let url = format!("redis://noinfo:secret@127.0.0.1:{}", server.port());
+    let limiter = builder(&url).connect().await.unwrap();
+    let permit = limiter.acquire(&key("blind")).await.unwrap();
+    drop(permit);
+    assert_eq!(limiter.stats().server_warnings, 1);
+    limiter.drain().await;
+}

@@ -20,10 +20,13 @@ fn builder(url: &str) -> Builder {
         .timeout(Duration::from_millis(200))
         .connect_timeout(Duration::from_millis(500))
         .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(200))
+        .request_liveness(Duration::from_millis(800))
+        .idle_probe(Duration::from_millis(100))
 }
 
-/// The recovery window of `builder`'s settings: backoff cap + connect timeout.
-const WINDOW: Duration = Duration::from_millis(700);
+/// The recovery window of `builder`'s settings: idle probe + request
+/// liveness + backoff cap + connect timeout.
+const WINDOW: Duration = Duration::from_millis(100 + 800 + 200 + 500);
 
 fn members(server: &RedisServer, subject: &str) -> Vec<Bytes> {
     let key = format!("{PREFIX}:{{tier|{subject}}}:leases");
@@ -253,4 +256,75 @@ async fn with_min_replicas_acked_a_grant_no_replica_confirms_is_released() {
         "the unconfirmed grant was released"
     );
     assert_eq!(limiter.stats().not_replicated, 1);
+}
+
+/// A slot a release hands to a waiter is a grant like any other: with
+/// `min_replicas_acked` it is delivered only once `WAIT` says the replicas
+/// have it (the waiter's confirming renewal runs after the hand-over in the
+/// replication stream, so a `WAIT` after it covers both). With no replica,
+/// the waiter gets `NotReplicated`, and the slot is given back.
+#[tokio::test]
+async fn with_min_replicas_acked_a_slot_handed_to_a_waiter_waits_for_the_replicas_too() {
+    let server = RedisServer::start(); // no replica at all
+    let holder = builder(&server.url()).connect().await.unwrap();
+    let waiting = builder(&server.url())
+        .timeout(Duration::from_millis(500))
+        .waiter_lifetime(Duration::from_secs(30))
+        .min_replicas_acked(1, Duration::from_millis(20))
+        .connect()
+        .await
+        .unwrap();
+    let key = Key::new("tier", "handed").unwrap();
+    let permit = holder.acquire_with(&key, 1).await.unwrap();
+    let waiter = {
+        let waiting = waiting.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            let options = inflight_tokio::Acquire::default().limit(1).wait(Duration::from_secs(5));
+            waiting.acquire_opts(&key, options).await
+        })
+    };
+    // Queued, subscribed to its subject's wake-ups, and parked after the
+    // check its subscription prompts: that check rewrites the waiter's
+    // expiry (each `WAIT` of 20 ms may hold a connection up to Redis's
+    // 100 ms timer tick, so the check comes tens of ms after the first).
+    let waiters = format!("{PREFIX}:{{tier|handed}}:waiters");
+    let score = || match server
+        .client()
+        .call(&[b"ZRANGE", waiters.as_bytes(), b"0", b"0", b"WITHSCORES"])
+    {
+        Ok(Frame::Array(items)) if items.len() == 2 => Some(items[1].clone()),
+        _ => None,
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let first = loop {
+        if let Some(first) = score() {
+            break first;
+        }
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    while score() == Some(first.clone()) {
+        assert!(Instant::now() < deadline, "the waiter never checked again");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await; // its reply is on its way
+    drop(permit); // the release hands the slot to the waiter
+    match waiter.await.unwrap() {
+        Err(Error::Unavailable {
+            reason: inflight_tokio::Unavailable::NotReplicated { acked: 0, wanted: 1 },
+        }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert_eq!(
+        waiting.stats().handed_over,
+        1,
+        "the slot came with the release's message"
+    );
+    waiting.clone().drain().await;
+    holder.drain().await;
+    assert!(
+        members(&server, "handed").is_empty(),
+        "the unconfirmed hand-over was given back"
+    );
 }

@@ -16,6 +16,10 @@ pub(super) enum Awaits {
     KeepAlive,
     /// `Event::Inspected`.
     Inspection,
+    /// Nobody: the renewal that confirms a slot a release handed to a
+    /// waiter, which (with `replica_acks`) is delivered only once a `WAIT`
+    /// after it says the replicas have it.
+    HandOver,
 }
 
 /// Who still waits, and until when. The map and the deadline order are kept

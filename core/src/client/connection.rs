@@ -2,7 +2,7 @@
 //! for its next write, and what it knows about the server. The `Client`
 //! holds one today; the type is the unit a cluster client holds per node.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::identity::Identity;
 use super::request::{AcquireOp, Op, Request};
@@ -57,6 +57,9 @@ pub(super) struct Connection {
     /// Grants read and not yet confirmed by a `WAIT` (with `replica_acks`),
     /// with their fencing tokens.
     pub(super) unreplicated: Vec<(AcquireOp, u64)>,
+    /// When the server was last heard from (a reply, or the connection
+    /// becoming ready): an idle connection is probed `idle_probe` after.
+    heard_at: Instant,
 }
 
 impl Connection {
@@ -75,7 +78,22 @@ impl Connection {
             recovery_checked: false,
             unreplicated: Vec::new(),
             replica: None,
+            heard_at: deadline,
         }
+    }
+
+    /// The server answered (or the connection became ready) at `now`.
+    pub(super) fn heard(&mut self, now: Instant) {
+        self.heard_at = now;
+    }
+
+    /// When to probe this connection: `idle_probe` after the server was
+    /// last heard from, if it is ready and carries nothing (anything in
+    /// flight has its own liveness deadline). A host that died without a
+    /// word (no FIN, no RST) is found by the probe's deadline.
+    pub(super) fn probe_at(&self, idle_probe: Duration) -> Option<Instant> {
+        let idle = self.phase == Phase::Ready && self.staged.is_empty() && self.pipeline.pending().next().is_none();
+        idle.then(|| self.heard_at + idle_probe)
     }
 
     pub(super) fn id(&self) -> ConnectionId {

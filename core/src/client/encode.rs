@@ -64,6 +64,7 @@ impl Request {
                 scripts.encode_compensate(out, job.by_text, &job.keys, &job.lease_bytes, until)
             }
             Request::Asking => encode_command(out, &[b"ASKING"]),
+            Request::Probe => encode_command(out, &[b"PING"]),
             Request::Leave(keys, lease, _) => scripts.encode_leave(out, keys, lease),
             Request::Wait => {
                 let acks = wire.config.replica_acks.expect("WAIT is sent only with replica_acks");
@@ -118,7 +119,7 @@ fn encode_step(step: Step, wire: &Wire, out: &mut BytesMut) {
 fn encode_acquire(op: &AcquireOp, wire: &Wire, out: &mut BytesMut) {
     // A waiting acquire adds its lifetime and patience.
     let wait = op.wait.map(|wait| WaitArgs {
-        lifetime_ms: u64::try_from(wire.config.waiter_lifetime.as_millis())
+        lifetime_ms: u64::try_from(wire.config.waiter_lifetime().as_millis())
             .unwrap_or(u64::MAX)
             .max(1),
         patience_ms: wait.patience_ms,

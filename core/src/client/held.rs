@@ -27,10 +27,11 @@ pub(super) struct HeldLeases {
     swept_at: usize,
     /// Releases confirmed lately, oldest first: when, and what.
     released: VecDeque<(Instant, LeaseId, SubjectKeys)>,
-    /// Held leases whose write-back (`REASSERT`) may still run: the
-    /// server's valid-until it carries, and our instant by which the server
-    /// has surely passed it. Kept until its reply is read (or that instant
-    /// passes), so a release meanwhile leaves a tombstone against it.
+    /// Held leases written back after a loss: the latest valid-until
+    /// (server ms) of those write-backs, and our instant by which the
+    /// server has surely passed it. Until then one of them may still run
+    /// (a reply read says nothing of an earlier one cut off with its
+    /// connection), so a release meanwhile leaves a tombstone against them.
     reasserting: HashMap<u64, (u64, Instant)>,
 }
 
@@ -53,6 +54,7 @@ impl HeldLeases {
     pub(super) fn insert(&mut self, now: Instant, lease: &Lease, limit: NonZeroU32) {
         if self.leases.len() >= 2 * self.swept_at.max(32) {
             self.leases.retain(|_, held| held.expires_at > now);
+            self.reasserting.retain(|_, (_, runnable_until)| *runnable_until > now);
             self.swept_at = self.leases.len();
         }
         let held = Held {
@@ -85,19 +87,19 @@ impl HeldLeases {
         let (instance, counter) = lease.parts();
         if instance == self.instance {
             self.leases.remove(&counter);
+            self.reasserting.remove(&counter);
         }
     }
 
     /// A write-back of `lease` is on its way, valid until `valid_until_ms`
-    /// (the server's), which the server has surely passed at our `runnable_until`.
+    /// (the server's), which the server has surely passed at our
+    /// `runnable_until`.
     pub(super) fn reasserting(&mut self, lease: &LeaseId, valid_until_ms: u64, runnable_until: Instant) {
-        self.reasserting
-            .insert(lease.parts().1, (valid_until_ms, runnable_until));
-    }
-
-    /// The write-back of `lease` was answered: it will not run again.
-    pub(super) fn reasserted(&mut self, lease: &LeaseId) {
-        self.reasserting.remove(&lease.parts().1);
+        let latest = self
+            .reasserting
+            .entry(lease.parts().1)
+            .or_insert((valid_until_ms, runnable_until));
+        *latest = (latest.0.max(valid_until_ms), latest.1.max(runnable_until));
     }
 
     /// Takes `lease` out of the table for good (its holder gave it back):

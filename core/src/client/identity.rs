@@ -76,6 +76,22 @@ pub(super) fn info_fields(info: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     })
 }
 
+/// The eviction policy an `INFO` text names when the server may evict
+/// keys: `maxmemory` set and `maxmemory_policy` other than `noeviction`.
+/// (With `maxmemory` 0, Redis never evicts, whatever the policy.)
+pub(super) fn eviction(info: &[u8]) -> Option<String> {
+    let mut limited = false;
+    let mut policy = None;
+    for (name, value) in info_fields(info) {
+        match name {
+            b"maxmemory" => limited = value != b"0",
+            b"maxmemory_policy" if value.len() <= 32 => policy = Some(String::from_utf8_lossy(value).into_owned()),
+            _ => {}
+        }
+    }
+    policy.filter(|policy| limited && policy != "noeviction")
+}
+
 /// What an `INFO` text says of `cluster_enabled`, if anything.
 pub(super) fn cluster_enabled(info: &[u8]) -> Option<bool> {
     info_fields(info).find_map(|field| match field {
@@ -164,6 +180,24 @@ mod tests {
         let before = identity("r1", "x", "", "m1");
         assert_eq!(Identity::default().loss_since(&before), None);
         assert_eq!(identity("r1", "x", "", "m1").loss_since(&Identity::default()), None);
+    }
+
+    #[test]
+    fn eviction_is_a_policy_that_evicts_under_a_memory_limit() {
+        let info = |maxmemory: &str, policy: &str| {
+            format!("# Memory\r\nmaxmemory:{maxmemory}\r\nmaxmemory_policy:{policy}\r\n")
+        };
+        assert_eq!(
+            eviction(info("0", "allkeys-lru").as_bytes()),
+            None,
+            "no limit, no eviction"
+        );
+        assert_eq!(eviction(info("1048576", "noeviction").as_bytes()), None);
+        assert_eq!(
+            eviction(info("1048576", "volatile-lru").as_bytes()),
+            Some("volatile-lru".into())
+        );
+        assert_eq!(eviction(b"# Server\r\nrun_id:x\r\n"), None, "not said: nothing known");
     }
 
     #[test]

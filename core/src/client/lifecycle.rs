@@ -52,7 +52,7 @@ impl Client {
         }
         // Grants read but not confirmed replicated: they exist, unconfirmed.
         for (op, _) in std::mem::take(&mut conn.unreplicated) {
-            self.fail(op.call.request, Unavailable::ConnectionLost(error.clone()));
+            self.fail(now, op.call.request, Unavailable::ConnectionLost(error.clone()));
             self.compensate(now, op, false);
         }
         let pending: Vec<Request> = conn.pipeline.drain().collect();
@@ -86,6 +86,7 @@ impl Client {
                 | Request::Reload(_)
                 | Request::Asking
                 | Request::Wait
+                | Request::Probe
                 | Request::Reassert(_)
                 | Request::ReleaseAgain(..) => {}
                 // Owed until written on a connection that answers it.
@@ -122,14 +123,14 @@ impl Client {
         self.events.push_back(Event::ConnectFailed(id, error.clone()));
         // Nothing was sent for them; the server is not there for now.
         for op in waiting {
-            self.fail(op.call().request, Unavailable::NotConnected(error.clone()));
+            self.fail(now, op.call().request, Unavailable::NotConnected(error.clone()));
         }
         if self.topology.is_cluster() {
             for op in self.deferred.take_awaiting_topology() {
                 if self.topology.known() {
                     self.route_op(now, op);
                 } else {
-                    self.fail(op.call().request, Unavailable::NotConnected(error.clone()));
+                    self.fail(now, op.call().request, Unavailable::NotConnected(error.clone()));
                 }
             }
             self.refresh_topology(now);
@@ -175,7 +176,7 @@ impl Client {
     pub(super) fn send_acquire(&mut self, now: Instant, node: usize, mut op: Op) {
         if matches!(op, Op::Acquire(_)) && self.holding(now, node) {
             self.stats.recovering += 1;
-            return self.fail(op.call().request, Unavailable::Recovering);
+            return self.fail(now, op.call().request, Unavailable::Recovering);
         }
         let call = op.call_mut();
         call.sent_at.get_or_insert(now);

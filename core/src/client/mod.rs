@@ -50,6 +50,32 @@ mod subscriber;
 mod topology;
 mod waiters;
 
+/// What a deadline of [`Client::poll_timeout`] is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Timer {
+    /// A caller's acquire timeout.
+    Caller,
+    /// A connection's connect deadline, or its oldest request's liveness.
+    Connection,
+    /// An idle connection's probe.
+    Probe,
+    /// A reconnect attempt after a failed one.
+    Reconnect,
+    /// A wake-up connection's deadline, or its next attempt.
+    Subscriber,
+    /// A release's retry, or its deadline.
+    Release,
+    /// A slot table refresh owed (Redis Cluster).
+    Topology,
+    /// A request sent back by `TRYAGAIN`, due again.
+    Deferred,
+    /// A waiting acquire's own check, or a `LEAVE` that stops mattering.
+    Waiter,
+    /// A kept-alive lease's renewal.
+    KeepAlive,
+}
+
 /// The sans-IO state machine of `inflight`: it owns every request, every
 /// reply and every compensation decision; a driver only moves bytes and time.
 ///
@@ -444,7 +470,7 @@ impl Client {
     /// cap or a backing-off connection fails it at once.
     fn submit(&mut self, now: Instant, op: Op) {
         if self.in_flight_acquires() >= self.config.max_in_flight {
-            return self.fail(op.call().request, Unavailable::Overloaded);
+            return self.fail(now, op.call().request, Unavailable::Overloaded);
         }
         self.route_op(now, op);
     }
@@ -461,7 +487,7 @@ impl Client {
             Route::AwaitTopology => return self.deferred.until_topology(op),
             Route::NoOwner => {
                 self.refresh_topology(now);
-                return self.fail(op.call().request, Unavailable::NoPrimary);
+                return self.fail(now, op.call().request, Unavailable::NoPrimary);
             }
         };
         let target = &mut self.nodes[node];
@@ -473,7 +499,7 @@ impl Client {
             None if target.reconnect.backing_off() => {
                 let error = target.reconnect.last_error().clone();
                 self.refresh_topology(now);
-                self.fail(op.call().request, Unavailable::NotConnected(error));
+                self.fail(now, op.call().request, Unavailable::NotConnected(error));
             }
             // A primary not connected yet: connect on first use.
             None => {
@@ -602,6 +628,7 @@ impl Client {
                 }
             };
             conn.answered(&reply.0);
+            conn.heard(now);
             if let Err(error) = self.on_reply(now, node, reply.0, reply.1) {
                 self.drop_connection(now, node, error);
                 break;
@@ -632,7 +659,7 @@ impl Client {
                 // unavailable as any other request.)
                 self.finish(request, Outcome::Exceeded);
             } else {
-                self.fail(request, Unavailable::Timeout);
+                self.fail(now, request, Unavailable::Timeout);
             }
         }
         self.check_due_waiters(now);
@@ -641,6 +668,14 @@ impl Client {
         for node in 0..self.nodes.len() {
             if let Some(error) = self.nodes[node].connection.as_ref().and_then(|conn| conn.overdue(now)) {
                 self.drop_connection(now, node, error);
+            }
+            let probe = self.nodes[node]
+                .connection
+                .as_ref()
+                .and_then(|conn| conn.probe_at(self.config.idle_probe))
+                .filter(|_| self.probing());
+            if probe.is_some_and(|at| at <= now) {
+                self.send(node, Request::Probe, now + self.config.request_liveness);
             }
             if self.nodes[node].connection.is_none() && self.nodes[node].reconnect.due(now) {
                 if self.topology.wanted(node) {
@@ -702,30 +737,56 @@ impl Client {
 
     /// The next instant at which `handle_timeout` has work to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        self.next_timer(None).map(|(at, _)| at)
+    }
+
+    /// The next deadline and what it is for, leaving out timers of kind
+    /// `except` (a test bench that runs "until nothing is owed" leaves out
+    /// the idle probes, which come back for as long as leases are held).
+    #[doc(hidden)]
+    pub fn next_timer(&self, except: Option<Timer>) -> Option<(Instant, Timer)> {
         let wanted = self.waiters.len() > 0;
+        let probing = self.probing();
         let nodes = self.nodes.iter().flat_map(|node| {
+            let conn = node.connection.as_ref();
             [
-                node.connection.as_ref().and_then(Connection::next_deadline),
-                node.reconnect.next_deadline(),
-                node.subscriber.as_ref().and_then(subscriber::Subscriber::next_deadline),
-                node.subscriber_retry.filter(|_| wanted),
+                (conn.and_then(Connection::next_deadline), Timer::Connection),
+                (
+                    conn.and_then(|conn| conn.probe_at(self.config.idle_probe))
+                        .filter(|_| probing),
+                    Timer::Probe,
+                ),
+                (node.reconnect.next_deadline(), Timer::Reconnect),
+                (
+                    node.subscriber.as_ref().and_then(subscriber::Subscriber::next_deadline),
+                    Timer::Subscriber,
+                ),
+                (node.subscriber_retry.filter(|_| wanted), Timer::Subscriber),
             ]
         });
         let sendable = |job: &ReleaseJob| {
             lifecycle::release_route(&self.topology, job).is_some_and(|node| self.nodes[node].is_ready())
         };
         [
-            self.callers.next_deadline(),
-            self.releases.next_deadline(sendable),
-            self.topology.next_deadline(),
-            self.deferred.next_deadline(),
-            self.waiters.next_check(),
-            self.keep_alive.next_due(),
+            (self.callers.next_deadline(), Timer::Caller),
+            (self.releases.next_deadline(sendable), Timer::Release),
+            (self.topology.next_deadline(), Timer::Topology),
+            (self.deferred.next_deadline(), Timer::Deferred),
+            (self.waiters.next_check(), Timer::Waiter),
+            (self.keep_alive.next_due(), Timer::KeepAlive),
         ]
         .into_iter()
         .chain(nodes)
-        .flatten()
-        .min()
+        .filter(|(_, timer)| Some(*timer) != except)
+        .filter_map(|(at, timer)| Some((at?, timer)))
+        .min_by_key(|(at, _)| *at)
+    }
+
+    /// Whether idle connections are probed: only while something is at
+    /// stake on them (a held lease to write back after a failover, a
+    /// waiter); an idle client sends nothing.
+    fn probing(&self) -> bool {
+        self.held.len() > 0 || self.waiters.len() > 0
     }
 
     // ---- nodes ------------------------------------------------------------

@@ -58,7 +58,11 @@ impl Client {
     }
 
     /// Delivers a renewal's outcome if its caller still waits.
-    pub(super) fn finish_renewal(&mut self, request: RequestId, renewal: Renewal) {
+    pub(super) fn finish_renewal(&mut self, now: Instant, request: RequestId, renewal: Renewal) {
+        if self.callers.awaits(request) == Some(Awaits::HandOver) {
+            self.stop_waiting(request);
+            return self.handed_confirmed(now, request, matches!(renewal, Renewal::Extended(_)));
+        }
         if !self.stop_waiting(request) {
             return;
         }
@@ -86,12 +90,15 @@ impl Client {
 
     /// No trustworthy answer for `request`: deny or fail open, by policy (a
     /// renewal or an inspection is simply unavailable).
-    pub(super) fn fail(&mut self, request: RequestId, reason: Unavailable) {
+    pub(super) fn fail(&mut self, now: Instant, request: RequestId, reason: Unavailable) {
         if self.callers.awaits(request) == Some(Awaits::Inspection) {
             return self.finish_inspection(request, Err(reason));
         }
-        if matches!(self.callers.awaits(request), Some(Awaits::Renewal | Awaits::KeepAlive)) {
-            return self.finish_renewal(request, Renewal::Unavailable(reason));
+        if matches!(
+            self.callers.awaits(request),
+            Some(Awaits::Renewal | Awaits::KeepAlive | Awaits::HandOver)
+        ) {
+            return self.finish_renewal(now, request, Renewal::Unavailable(reason));
         }
         let outcome = match self.config.unavailable_policy {
             UnavailablePolicy::Deny => Outcome::Unavailable(reason),
@@ -103,7 +110,7 @@ impl Client {
     /// The request's fate is unknown: tell the caller, and release what an
     /// acquire may have created (a renewal creates nothing).
     pub(super) fn ambiguous(&mut self, now: Instant, op: Op, error: ConnectionError) -> ConnectionError {
-        self.fail(op.call().request, Unavailable::ConnectionLost(error.clone()));
+        self.fail(now, op.call().request, Unavailable::ConnectionLost(error.clone()));
         if let Op::Acquire(op) = op {
             self.compensate(now, op, true);
         }

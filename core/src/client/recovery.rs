@@ -217,7 +217,6 @@ impl Client {
             }
             _ => return Err(super::replies::unexpected("reassert", &frame)),
         };
-        self.held.reasserted(&job.lease);
         match outcome {
             Reassertion::Survived => self.stats.leases_survived += 1,
             Reassertion::Restored => self.stats.leases_restored += 1,

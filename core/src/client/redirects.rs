@@ -44,12 +44,12 @@ impl Client {
             Redirect::TryAgain | Redirect::ReadOnly => 0,
         };
         if call.redirects > MAX_REDIRECTS {
-            return self.fail(request, Unavailable::Server(ServerError::new(message)));
+            return self.fail(now, request, Unavailable::Server(ServerError::new(message)));
         }
         match redirect {
             Redirect::Moved | Redirect::Ask => {
                 let Some(target) = self.follow(now, node, redirect, message) else {
-                    return self.fail(request, Unavailable::Server(ServerError::new(message)));
+                    return self.fail(now, request, Unavailable::Server(ServerError::new(message)));
                 };
                 if redirect == Redirect::Ask {
                     op.call_mut().ask = Some(target);

@@ -5,7 +5,7 @@ use std::time::Instant;
 use super::identity;
 use super::request::{AcquireOp, InspectOp, Op, RenewOp, Request, Step};
 use super::{Client, Phase};
-use crate::event::{ConnectionError, Event, Holder, Inspection, Lease, Outcome, Renewal, Unavailable};
+use crate::event::{ConnectionError, Event, Holder, Inspection, Lease, Outcome, Renewal, Unavailable, Warning};
 use crate::resp::Frame;
 use crate::scripts::{ScriptKind, RECOVERING, STALE};
 use crate::server_clock::{lease_expiry, ServerClock};
@@ -36,6 +36,10 @@ impl Client {
             Request::ReleaseAgain(keys, leases) => self.on_release_again_reply(now, node, keys, leases, frame),
             // Whatever it says, the command after it answers for itself.
             Request::Asking => Ok(()),
+            Request::Probe => match frame {
+                Frame::SimpleString(pong) if &pong[..] == b"PONG" => Ok(()),
+                other => Err(unexpected("ping", &other)),
+            },
             Request::Wait => self.on_wait_reply(now, node, frame),
             // An error (a slot moved, a script to load again) is tried again
             // while it matters; a reply of the wrong shape says the stream is off.
@@ -96,11 +100,22 @@ impl Client {
                 _ => {
                     refused_replica(conn)?;
                     conn.identity.learn_info(info);
+                    if let Some(policy) = identity::eviction(info) {
+                        if !self.config.allow_eviction {
+                            return Err(ConnectionError::Eviction(policy));
+                        }
+                        let id = conn.id();
+                        self.stats.server_warnings += 1;
+                        self.events.push_back(Event::Warning(id, Warning::Eviction(policy)));
+                    }
                     true
                 }
             },
             (Step::Info, Frame::Error(message)) if !is_auth_error(message) => {
                 refused_replica(conn)?;
+                let id = conn.id();
+                self.stats.server_warnings += 1;
+                self.events.push_back(Event::Warning(id, Warning::InfoRefused));
                 true
             }
             // A server (or an ACL) that will not say: go on. A cluster node
@@ -179,6 +194,7 @@ impl Client {
         let target = &mut self.nodes[node];
         let conn = target.connection.as_mut().expect("checked above");
         conn.phase = Phase::Ready;
+        conn.heard(now);
         target.identity = Some(conn.identity.clone());
         target.reconnect.succeeded();
         self.events.push_back(Event::Connected(conn.id()));
@@ -263,7 +279,7 @@ impl Client {
             }
             // It ran too late: its queue entry (if any) is not needed.
             STALE => {
-                self.fail(op.call.request, Unavailable::Stale);
+                self.fail(now, op.call.request, Unavailable::Stale);
                 self.waiters.leave(op.call.keys, op.call.lease_bytes);
                 Ok(())
             }
@@ -307,13 +323,13 @@ impl Client {
             }
             // The id was tombstoned: no lease exists. We never reuse a
             // compensated id, so a trusted connection should not say this.
-            -1 => self.fail(request, Unavailable::Refused),
+            -1 => self.fail(now, request, Unavailable::Refused),
             // It ran after its valid-until and took nothing: a trusted
             // non-grant, but no evidence about the limit (never `Exceeded`).
-            STALE => self.fail(request, Unavailable::Stale),
+            STALE => self.fail(now, request, Unavailable::Stale),
             RECOVERING => {
                 self.stats.recovering += 1;
-                self.fail(request, Unavailable::Recovering);
+                self.fail(now, request, Unavailable::Recovering);
             }
             _ => {
                 let error = unexpected_status("acquire", status, &op.call.lease_bytes);
@@ -401,7 +417,7 @@ impl Client {
                 return Err(self.ambiguous(now, Op::Renew(op), error));
             }
         };
-        self.finish_renewal(request, renewal);
+        self.finish_renewal(now, request, renewal);
         Ok(())
     }
 
@@ -475,7 +491,11 @@ impl Client {
             Frame::Error(_) => 0,
             other => {
                 for (op, _) in grants {
-                    self.fail(op.call.request, Unavailable::ConnectionLost(unexpected("wait", &other)));
+                    self.fail(
+                        now,
+                        op.call.request,
+                        Unavailable::ConnectionLost(unexpected("wait", &other)),
+                    );
                     self.compensate(now, op, false);
                 }
                 return Err(unexpected("wait", &other));
@@ -486,7 +506,7 @@ impl Client {
                 self.deliver_grant(now, op, token);
             } else {
                 self.stats.not_replicated += 1;
-                self.fail(op.call.request, Unavailable::NotReplicated { acked, wanted });
+                self.fail(now, op.call.request, Unavailable::NotReplicated { acked, wanted });
                 self.compensate(now, op, false);
             }
         }
@@ -544,15 +564,15 @@ impl Client {
                 if error.kind() == ServerErrorKind::ClusterDown {
                     self.refresh_topology(now);
                 }
-                self.fail(request, refused());
+                self.fail(now, request, refused());
                 Ok(())
             }
             ErrorClass::NotExecutedRetire => {
-                self.fail(request, refused());
+                self.fail(now, request, refused());
                 Err(ConnectionError::Server(error))
             }
             ErrorClass::Unknown => {
-                self.fail(request, refused());
+                self.fail(now, request, refused());
                 // It was answered, so it will not run later: no tombstone.
                 if let Op::Acquire(op) = op {
                     self.compensate(now, op, false);

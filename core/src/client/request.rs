@@ -43,6 +43,9 @@ pub(super) enum Request {
     /// `WAIT replicas timeout` after a write of acquires: the grants read
     /// since the last one are delivered when it answers enough.
     Wait,
+    /// `PING` on a connection idle for `idle_probe`: a server that died
+    /// without closing it is found by this request's liveness deadline.
+    Probe,
     /// Takes a waiter out of its subject's queue (`LEAVE`): its caller is
     /// gone. Best effort: if it is lost, the entry expires on its own.
     /// Until when it matters (the entry has expired on its own by then).

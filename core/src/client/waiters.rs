@@ -56,6 +56,9 @@ pub(super) struct Waiters {
     leaving: Vec<(SubjectKeys, Bytes, Option<Instant>)>,
     /// Channels that gained their first waiter or lost their last one.
     changed: HashSet<Bytes>,
+    /// Hand-overs waiting for their confirmation (with `replica_acks`): by
+    /// the confirming renewal, the waiter's acquire and its fencing token.
+    confirming: HashMap<RequestId, (AcquireOp, u64)>,
 }
 
 impl Waiters {
@@ -335,6 +338,10 @@ impl Client {
     }
 
     fn deliver_handed(&mut self, now: Instant, op: AcquireOp, token: u64) {
+        self.stats.handed_over += 1;
+        if self.config.replica_acks.is_some() {
+            return self.confirm_handed(now, op, token);
+        }
         let request = op.call.request;
         // The release ran after this waiter's last check (which queued it)
         // was sent: the reservation lives its lifetime from then at least.
@@ -342,14 +349,13 @@ impl Client {
         let lease = Lease {
             id: op.call.lease,
             keys: op.call.keys.clone(),
-            expires_at: lease_expiry(sent, self.config.waiter_lifetime),
+            expires_at: lease_expiry(sent, self.config.waiter_lifetime()),
             fencing_token: token,
             granted_at: now,
             // The renewal sent now runs within its liveness, and extends
             // the lease a TTL from then: releases keep trying until that.
             release_until: now + self.config.request_liveness + self.config.lease_ttl,
         };
-        self.stats.handed_over += 1;
         self.waiters.remove(request, true);
         self.held.insert(now, &lease, op.limit);
         // The renewal answers no caller: its outcome only updates the held
@@ -366,6 +372,56 @@ impl Client {
         self.route_op(now, Op::Renew(confirm));
     }
 
+    /// With `replica_acks`, a hand-over is delivered as any grant is: once a
+    /// `WAIT` says enough replicas have it. The release that made it ran on
+    /// another client's connection, which `WAIT` here does not cover; the
+    /// renewal that confirms it runs on this one, after it in the
+    /// replication stream, so a `WAIT` after the renewal covers both.
+    fn confirm_handed(&mut self, now: Instant, op: AcquireOp, token: u64) {
+        let renewal = RequestId(self.next_request);
+        self.next_request += 1;
+        self.callers.insert(
+            renewal,
+            now + self.config.request_liveness,
+            super::callers::Awaits::HandOver,
+        );
+        let call = Call::new(renewal, op.call.lease.clone(), op.call.keys.clone());
+        let confirm = RenewOp {
+            call,
+            token,
+            granted_at: now,
+        };
+        self.waiters.confirming.insert(renewal, (op, token));
+        self.route_op(now, Op::Renew(confirm));
+    }
+
+    /// The renewal that confirms a hand-over ended (see `confirm_handed`).
+    /// Extended: the grant waits for a `WAIT` written at once on that node.
+    /// Otherwise the reservation is gone (or unconfirmed): the waiter checks
+    /// again, keeping its place if it still has one.
+    pub(super) fn handed_confirmed(&mut self, now: Instant, renewal: RequestId, extended: bool) {
+        let Some((mut op, token)) = self.waiters.confirming.remove(&renewal) else {
+            return;
+        };
+        let node = match self.topology.route(op.call.keys.slot()) {
+            Route::Node(node) if extended && self.nodes[node].is_ready() => node,
+            _ => {
+                op.call.sent_at = None;
+                op.call.ask = None;
+                op.call.redirects = 0;
+                return self.route_op(now, Op::Acquire(op));
+            }
+        };
+        let acks = self
+            .config
+            .replica_acks
+            .expect("confirmations wait only with replica_acks");
+        let conn = self.nodes[node].connection.as_mut().expect("ready");
+        conn.unreplicated.push((op, token));
+        let deadline = now + self.config.request_liveness + acks.timeout;
+        self.send(node, Request::Wait, deadline);
+    }
+
     /// Parked waiters whose own check is due.
     pub(super) fn check_due_waiters(&mut self, now: Instant) {
         while let Some(request) = self.waiters.due(now) {
@@ -380,7 +436,7 @@ impl Client {
     /// drains owes them like releases.
     pub(super) fn send_leaves(&mut self, now: Instant) {
         let mut waiting = Vec::new();
-        let lifetime = self.config.waiter_lifetime;
+        let lifetime = self.config.waiter_lifetime();
         for (keys, lease, until) in std::mem::take(&mut self.waiters.leaving) {
             let until = until.unwrap_or(now + lifetime);
             if until <= now {

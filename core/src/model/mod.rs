@@ -366,6 +366,32 @@ impl RedisModel {
             .collect()
     }
 
+    /// Every key alive now, sorted, with its value rendered and its absolute
+    /// expiry (see `store.rs`): what the differential tests compare with a
+    /// real server's keys.
+    pub fn dump(&mut self) -> Vec<(Bytes, String, Option<u64>)> {
+        self.store.now = self.now_ms;
+        self.store.dump()
+    }
+
+    /// Sets the keys' absolute expiries to a real server's: within a script
+    /// Redis dates each expiry it sets by its clock as that command runs,
+    /// which may have passed the millisecond the script's `TIME` read; a
+    /// differential test that found the two within a millisecond takes the
+    /// server's, so that no difference builds up.
+    pub fn align_expiries(&mut self, expiries: &[(Bytes, Option<u64>)]) {
+        for (key, when) in expiries {
+            self.store.set_expiry(key, *when);
+        }
+    }
+
+    /// Takes `from`'s data as this server's own (a failover to a replica
+    /// that had received the writes up to then): the data only, not the
+    /// identity or the counters.
+    pub fn restore_data(&mut self, from: &RedisModel) {
+        self.store = from.store.clone();
+    }
+
     /// Deletes these keys (`DEL`): a subject's data lost on its own.
     pub fn delete(&mut self, keys: &[Bytes]) {
         for key in keys {

@@ -48,13 +48,11 @@ impl RedisModel {
         let now = self.time();
         self.prune_waiters(queue, waiters, holds);
         self.store.zremrangebyscore(leases, now);
-        let budget = if !hold.is_empty() && self.store.exists(hold) {
-            removed as u64
-        } else {
-            u64::MAX
-        };
+        if !hold.is_empty() && self.store.exists(hold) {
+            return Ok(int(removed as i64));
+        }
         let used = self.store.zcard(leases) as u64;
-        let (served, named, holding) = self.serve(queue, holds, leases, used, budget, 64.min(removed + 15));
+        let (served, named, holding) = self.serve(queue, holds, leases, used, 64.min(removed + 15));
         if !holding.is_empty() {
             self.leave_queue(queue, waiters, holds, &holding);
         }
@@ -96,7 +94,6 @@ impl RedisModel {
         holds: &Bytes,
         leases: &Bytes,
         mut used: u64,
-        mut budget: u64,
         count: usize,
     ) -> (Vec<(Bytes, (u64, u64))>, Vec<Bytes>, Vec<Bytes>) {
         let (mut served, mut named, mut holding) = (Vec::new(), Vec::new(), Vec::new());
@@ -105,18 +102,14 @@ impl RedisModel {
         let mut blocked = 0u64;
         let recorded = self.limit_of(holds, b"limit");
         for id in ids {
-            if budget == 0 {
-                break;
-            }
             let own = self.limit_of(holds, &id).or(recorded);
             if self.store.zscore(leases, &id).is_some() {
                 holding.push(id);
             } else if let Some(own) = own {
                 let units = weight(&id).unwrap_or(1);
-                if own > blocked && used + units <= own && units <= budget {
+                if own > blocked && used + units <= own {
                     served.push((id, (used - start, own.saturating_sub(start))));
                     used += units;
-                    budget -= units;
                 } else {
                     blocked = blocked.max(own);
                 }

@@ -259,6 +259,45 @@ impl Store {
         }
     }
 
+    /// Every live key, sorted, with its value rendered (`zset:` members in
+    /// rank order as `member=score`, `hash:` fields sorted as
+    /// `field=value`, `str:` the value) and its absolute expiry.
+    pub(crate) fn dump(&mut self) -> Vec<(Bytes, String, Option<u64>)> {
+        let mut keys = self.keys();
+        keys.sort();
+        keys.into_iter()
+            .map(|key| {
+                let ranked = self.ranked(&key);
+                let (value, when) = &self.keys[&key];
+                let text = match value {
+                    Value::Set(_) => {
+                        let members: Vec<String> = ranked
+                            .iter()
+                            .map(|(score, member)| format!("{}={score}", String::from_utf8_lossy(member)))
+                            .collect();
+                        format!("zset:{}", members.join(","))
+                    }
+                    Value::Hash(hash) => {
+                        let fields: Vec<String> = hash
+                            .iter()
+                            .map(|(f, v)| format!("{}={}", String::from_utf8_lossy(f), String::from_utf8_lossy(v)))
+                            .collect();
+                        format!("hash:{}", fields.join(","))
+                    }
+                    Value::Str(value) => format!("str:{}", String::from_utf8_lossy(value)),
+                };
+                (key, text, *when)
+            })
+            .collect()
+    }
+
+    /// Sets `key`'s absolute expiry, if it exists.
+    pub(crate) fn set_expiry(&mut self, key: &[u8], when: Option<u64>) {
+        if let Some((_, at)) = self.keys.get_mut(key) {
+            *at = when;
+        }
+    }
+
     /// Empties the keyspace (`FLUSHALL`).
     pub(crate) fn flush(&mut self) {
         self.keys.clear();

@@ -23,8 +23,7 @@
 -- check on their own). A waiter whose client died holds its reservation
 -- for its lifetime at most (at most the lease TTL: the client refuses a
 -- longer lifetime). While the recovery hold is set (the fleet is writing
--- back leases a loss took), it hands over at most the units it removed: the
--- lease set may still be missing leases that count against the limit.
+-- back leases a loss took) it hands over nothing (see below).
 local leases, queue, waiters, holds, wake, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local held_ms = integer(ARGV[1], 'hold time', 0)
 local hold = ARGV[2]
@@ -66,11 +65,16 @@ cover(holds, redis.call('PTTL', queue))
 local now, time = server_time()
 prune_waiters(queue, waiters, holds, now)
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-local budget = math.huge
+-- While the recovery hold is set, nothing is handed over: the lease set
+-- may still miss leases that count against the limit, and a hand-over is a
+-- grant like any other. (Handing over only the units removed would keep the
+-- count for waiters of the released leases' limit, but not for one with a
+-- lower limit, which the missing leases may already fill.) The waiters
+-- check on their own, and are refused as every acquire is until it lifts.
 if hold ~= '' and redis.call('EXISTS', hold) == 1 then
-  budget = removed
+  return removed
 end
-local served, named, holding = serve(queue, holds, leases, redis.call('ZCARD', leases), budget, math.min(64, removed + 15))
+local served, named, holding = serve(queue, holds, leases, redis.call('ZCARD', leases), math.min(64, removed + 15))
 if #holding > 0 then
   leave_queue(queue, waiters, holds, unpack(holding))
 end

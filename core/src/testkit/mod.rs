@@ -368,7 +368,9 @@ impl Pair {
     pub fn settle(&mut self) {
         for _ in 0..100_000 {
             self.exchange();
-            match self.client.poll_timeout() {
+            // Idle probes come back for as long as leases are held: they
+            // are not work left to do.
+            match self.client.next_timer(Some(crate::Timer::Probe)).map(|(at, _)| at) {
                 Some(at) => {
                     let by = at.saturating_duration_since(self.now);
                     self.advance(by);

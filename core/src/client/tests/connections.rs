@@ -157,13 +157,43 @@ fn the_right_password_connects() {
 }
 
 #[test]
-fn poll_timeout_is_none_when_idle() {
+fn poll_timeout_is_none_when_idle_and_a_probe_while_a_lease_is_held() {
     let mut pair = Pair::connected(config(), start());
     assert_eq!(pair.client.poll_timeout(), None);
     pair.acquire("t", "s", 1);
     assert!(pair.client.poll_timeout().is_some());
     pair.exchange();
+    // Something is at stake (a lease to write back after a failover): the
+    // idle connection is probed.
+    let probe = pair.now + config().idle_probe;
+    assert_eq!(pair.client.next_timer(None), Some((probe, crate::Timer::Probe)));
+    pair.release(0);
+    pair.exchange();
     assert_eq!(pair.client.poll_timeout(), None);
+}
+
+#[test]
+fn a_host_that_dies_silently_is_found_by_the_idle_probe() {
+    let mut pair = Pair::connected(config(), start());
+    let first = pair.client.connection().unwrap().0;
+    pair.acquire("t", "s", 1);
+    pair.exchange();
+    // Answered probes keep the connection.
+    for _ in 0..3 {
+        pair.advance(config().idle_probe);
+        pair.exchange();
+    }
+    assert_eq!(pair.client.connection().unwrap().0, first);
+    assert_eq!(pair.client.stats().connections_replaced, 0);
+    // The host dies without a word: the probe goes unanswered, and its
+    // liveness retires the connection (a new one then finds the failover).
+    pair.advance(config().idle_probe);
+    pair.advance(config().request_liveness);
+    assert_eq!(pair.client.stats().connections_replaced, 1);
+    assert!(pair
+        .events
+        .iter()
+        .any(|event| matches!(event, Event::Retired(id, ConnectionError::Stalled) if *id == first)));
 }
 
 #[test]

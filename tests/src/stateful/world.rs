@@ -1,0 +1,1196 @@
+//! The executor of a program: the scripts on a real redis-server (and,
+//! command for command, on the model), clients that act as the library's
+//! client does, faults, and the invariants checked after every step.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+use inflight_core::model::RedisModel;
+use inflight_core::resp::Frame;
+use inflight_core::scripts::{Scripts, WaitArgs};
+
+use super::program::{ClientSetup, Program, Step};
+use crate::subject::{answer, command, Snapshot, Subject, Wire};
+use crate::RespClient;
+
+/// How a program runs.
+#[derive(Clone)]
+pub struct Options {
+    /// The scripts (ours, or deliberately broken ones: see `mutations`).
+    pub scripts: Scripts,
+    /// Run every command on the model too, and require the same answers
+    /// and the same data (off with broken scripts: the model has no bugs).
+    pub check_model: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            scripts: Scripts::default(),
+            check_model: true,
+        }
+    }
+}
+
+/// What a program did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Summary {
+    pub steps: usize,
+    pub script_calls: usize,
+    pub grants: usize,
+    pub hand_overs: usize,
+    pub failovers: usize,
+    pub flushes: usize,
+    pub held_back: usize,
+    pub delivered_late: usize,
+    pub slept_ms: u64,
+}
+
+impl std::ops::AddAssign for Summary {
+    fn add_assign(&mut self, other: Summary) {
+        self.steps += other.steps;
+        self.script_calls += other.script_calls;
+        self.grants += other.grants;
+        self.hand_overs += other.hand_overs;
+        self.failovers += other.failovers;
+        self.flushes += other.flushes;
+        self.held_back += other.held_back;
+        self.delivered_late += other.delivered_late;
+        self.slept_ms += other.slept_ms;
+    }
+}
+
+/// How long new grants are held after a loss: every client recovers
+/// before time passes that far (the design's assumption).
+const WINDOW_MS: u64 = 300;
+/// Waiters wait for as long as they like: shedding is not under test here.
+const PATIENCE_MS: u64 = 3_600_000;
+
+#[derive(Debug)]
+struct Held {
+    units: u64,
+    /// Until when its holder counts on it (server ms).
+    believed: u64,
+    /// Its holder was told it may be gone (a write-back not confirmed).
+    told_lost: bool,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    units: u64,
+    limit: u32,
+    /// When its last check was written (server ms).
+    last_sent: u64,
+}
+
+#[derive(Debug)]
+enum Kind {
+    Acquire,
+    Renew,
+    Reassert,
+}
+
+/// A request whose bytes sit in a stalled connection.
+#[derive(Debug)]
+struct HeldBack {
+    client: usize,
+    id: String,
+    kind: Kind,
+    bytes: Bytes,
+    valid_until: u64,
+    /// It reached Redis (late).
+    delivered: bool,
+    /// Its client gave up on it (its liveness passed).
+    given_up: bool,
+}
+
+#[derive(Debug)]
+struct Client {
+    setup: ClientSetup,
+    index: usize,
+    next: u64,
+    held: BTreeMap<String, Held>,
+    waiters: BTreeMap<String, Waiter>,
+    /// Releases (and compensations) Redis confirmed: when, and which.
+    released: Vec<(u64, String)>,
+    /// Write-backs that may still run: their valid-until.
+    reasserting: HashMap<String, u64>,
+    needs_recovery: bool,
+    /// How far it has read the published messages.
+    cursor: usize,
+}
+
+impl Client {
+    fn new_id(&mut self, weight: u32) -> String {
+        self.next += 1;
+        match weight {
+            1 => format!("c{}-{}", self.index, self.next),
+            w => format!("c{}-{}*{w}", self.index, self.next),
+        }
+    }
+
+    fn owns(&self, id: &str) -> bool {
+        id.starts_with(&format!("c{}-", self.index))
+    }
+}
+
+struct World {
+    redis: RespClient,
+    subscriber: RespClient,
+    model: Option<RedisModelWire>,
+    subject: Subject,
+    clients: Vec<Client>,
+    /// Messages published since the last failover, in order.
+    published: Vec<String>,
+    held_back: Vec<HeldBack>,
+    snapshot: Option<(u64, Snapshot, Option<RedisModel>)>,
+    /// Failovers and flushes so far.
+    epoch: u64,
+    /// The latest expiry any request asked for each id (or its
+    /// reservation could have): no member may outlive it.
+    bounds: HashMap<String, u64>,
+    /// Ids whose every writer is done (released, compensated, left,
+    /// refused), with the epoch they died in.
+    dead: HashMap<String, u64>,
+    last_token: i64,
+    /// Slots releases handed to waiters that have not learned of them yet:
+    /// by id, the units (they count for every grant meanwhile) and until
+    /// when the reservation lasts at most.
+    handed: HashMap<String, (u64, u64)>,
+    /// The server's time around the last script call.
+    time: (u64, u64),
+    summary: Summary,
+}
+
+type RedisModelWire = crate::subject::ModelWire;
+
+/// Runs `program` against the server at `redis` (and the model), with keys
+/// under `prefix`. `Err` says which invariant broke, at which step.
+pub fn run(
+    redis: RespClient,
+    subscriber: RespClient,
+    prefix: &str,
+    program: &Program,
+    options: &Options,
+) -> Result<Summary, String> {
+    let subject = Subject::with_scripts(prefix, "s", options.scripts.clone());
+    let mut world = World {
+        redis,
+        subscriber,
+        model: None,
+        subject,
+        clients: program
+            .clients
+            .iter()
+            .enumerate()
+            .map(|(index, setup)| Client {
+                setup: setup.clone(),
+                index,
+                next: 0,
+                held: BTreeMap::new(),
+                waiters: BTreeMap::new(),
+                released: Vec::new(),
+                reasserting: HashMap::new(),
+                needs_recovery: false,
+                cursor: 0,
+            })
+            .collect(),
+        published: Vec::new(),
+        held_back: Vec::new(),
+        snapshot: None,
+        epoch: 0,
+        bounds: HashMap::new(),
+        dead: HashMap::new(),
+        last_token: 0,
+        handed: HashMap::new(),
+        time: (0, 0),
+        summary: Summary::default(),
+    };
+    world.subject.load(&mut world.redis);
+    if options.check_model {
+        let now = Subject::now(&mut world.redis);
+        let mut model = RedisModelWire::new(RedisModel::new(now));
+        world.subject.load(&mut model);
+        world.model = Some(model);
+    }
+    let channel = world.subject.keys.wake_channel();
+    command(&mut world.subscriber, &[b"SSUBSCRIBE", &channel]);
+    for (at, step) in program.steps.iter().enumerate() {
+        if std::env::var("ST_TRACE").is_ok() {
+            let data = dump(&mut world.redis, &world.subject);
+            eprintln!("BEFORE {at} {step:?}\n{data:?}");
+        }
+        world.step(step).map_err(|e| format!("step {at} ({step:?}): {e}"))?;
+        if std::env::var("ST_TRACE").is_ok() {
+            let data = dump(&mut world.redis, &world.subject);
+            eprintln!("AFTER {at} {step:?}\n{data:?}\n{:?}", world.published);
+        }
+        world.check().map_err(|e| format!("after step {at} ({step:?}): {e}"))?;
+        world.summary.steps += 1;
+    }
+    Ok(world.summary)
+}
+
+impl World {
+    fn now(&mut self) -> u64 {
+        Subject::now(&mut self.redis)
+    }
+
+    /// Runs one encoded script call on Redis and, at the same instant, on
+    /// the model: the model's clock tries each millisecond the call may
+    /// have run in, and one must give the same answer and the same data.
+    fn call(&mut self, bytes: &Bytes) -> Result<Frame, String> {
+        self.summary.script_calls += 1;
+        let before = self.now();
+        let real = self.redis.send(bytes);
+        let after = self.now();
+        self.time = (before, after);
+        let Some(model) = self.model.as_mut() else {
+            return Ok(real);
+        };
+        let real_data = dump(&mut self.redis, &self.subject);
+        let mut last = None;
+        for at in before..=after.min(before + 50) {
+            let mut candidate = RedisModelWire::new(model.model.clone());
+            candidate.model.now_ms = at;
+            let modelled = candidate.send(bytes);
+            let modelled_data = model_dump(&mut candidate.model);
+            if tokens_as_grants(&modelled) == tokens_as_grants(&real)
+                && same_data(&modelled_data, &real_data, after, after - before + 1)
+            {
+                // Redis's expiries become the model's, and keys Redis had
+                // already let expire (within the slack) go from the model.
+                let expiries: Vec<(Bytes, Option<u64>)> = real_data.iter().map(|(k, _, w)| (k.clone(), *w)).collect();
+                candidate.model.align_expiries(&expiries);
+                let gone: Vec<Bytes> = modelled_data
+                    .iter()
+                    .filter(|(key, _, _)| !real_data.iter().any(|(k, _, _)| k == key))
+                    .map(|(key, _, _)| key.clone())
+                    .collect();
+                candidate.model.delete(&gone);
+                *model = candidate;
+                return Ok(real);
+            }
+            last = Some((modelled, modelled_data));
+        }
+        let (modelled, modelled_data) = last.expect("at least one instant");
+        Err(format!(
+            "the model disagrees with Redis (ran at {before}..{after} ms)\n  redis: {real:?}\n  model: {modelled:?}\n  redis data: {real_data:#?}\n  model data: {modelled_data:#?}"
+        ))
+    }
+
+    /// The same effect as `call` on data only (a restore, a flush).
+    fn model_data(&mut self, change: impl FnOnce(&mut RedisModel)) {
+        if let Some(model) = self.model.as_mut() {
+            model.model.now_ms = self.time.1;
+            change(&mut model.model);
+        }
+    }
+
+    fn step(&mut self, step: &Step) -> Result<(), String> {
+        let n = self.clients.len();
+        match *step {
+            Step::Acquire {
+                client,
+                weight,
+                limit,
+                held_back,
+            } => self.acquire(client % n, weight, limit, held_back),
+            Step::Batch {
+                client,
+                count,
+                limit,
+                repeat,
+            } => self.batch(client % n, count, limit, repeat),
+            Step::Wait { client, weight, limit } => {
+                let c = client % n;
+                self.recover_if_needed(c)?;
+                let id = self.clients[c].new_id(weight);
+                self.check_waiter(c, id, u64::from(weight), limit)
+            }
+            Step::Check { client, pick } => {
+                let c = client % n;
+                self.recover_if_needed(c)?;
+                let Some((id, units, limit)) =
+                    nth(&self.clients[c].waiters, pick).map(|(id, w)| (id.clone(), w.units, w.limit))
+                else {
+                    return Ok(());
+                };
+                self.check_waiter(c, id, units, limit)
+            }
+            Step::Release { client, pick, more } => self.release(client % n, pick, more),
+            Step::Renew {
+                client,
+                pick,
+                held_back,
+            } => self.renew(client % n, pick, held_back),
+            Step::Leave { client, pick } => {
+                let c = client % n;
+                self.recover_if_needed(c)?;
+                let Some(id) = nth(&self.clients[c].waiters, pick).map(|(id, _)| id.clone()) else {
+                    return Ok(());
+                };
+                self.clients[c].waiters.remove(&id);
+                self.handed.remove(&id);
+                self.leave(&id)
+            }
+            Step::Messages { client } => self.messages(client % n),
+            Step::Deliver { pick } => self.deliver(pick),
+            Step::GiveUp { client } => self.give_up(client % n),
+            Step::Recover { client, held_back } => {
+                let c = client % n;
+                if self.clients[c].needs_recovery {
+                    self.recover(c, held_back)?;
+                }
+                Ok(())
+            }
+            Step::Snapshot => {
+                let at = self.now();
+                let snapshot = self.subject.snapshot(&mut self.redis);
+                // The model's copy holds what Redis's does: the same keys
+                // (one about to expire may be in one and not the other),
+                // with Redis's expiries.
+                let model = self.model.as_ref().map(|m| {
+                    let mut copy = m.model.clone();
+                    let expiries = snapshot.expiries();
+                    let gone: Vec<Bytes> = copy
+                        .dump()
+                        .into_iter()
+                        .map(|(key, _, _)| key)
+                        .filter(|key| !expiries.iter().any(|(k, _)| k == key))
+                        .collect();
+                    copy.delete(&gone);
+                    copy.align_expiries(&expiries);
+                    copy
+                });
+                self.snapshot = Some((at, snapshot, model));
+                Ok(())
+            }
+            Step::Failover => {
+                let now = self.now();
+                if let Some((at, snapshot, model)) = self.snapshot.take() {
+                    if now - at <= WINDOW_MS {
+                        self.subject.restore(&mut self.redis, &snapshot);
+                        if let Some(model) = model {
+                            self.model_data(|m| m.restore_data(&model));
+                        }
+                    }
+                }
+                self.summary.failovers += 1;
+                self.lose_connections();
+                Ok(())
+            }
+            Step::Flush => {
+                for key in self.subject.all_keys(&mut self.redis) {
+                    command(&mut self.redis, &[b"DEL", &key]);
+                }
+                self.model_data(RedisModel::flush_all);
+                self.summary.flushes += 1;
+                self.snapshot = None;
+                self.lose_connections();
+                Ok(())
+            }
+            Step::Garbage { client, kind } => self.garbage(client % n, kind),
+            Step::Sleep { ms } => {
+                for c in 0..n {
+                    self.recover_if_needed(c)?;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                self.summary.slept_ms += ms;
+                // Requests held back past their liveness: their clients
+                // have given up on them by now.
+                let now = self.now();
+                let overdue: Vec<usize> = self
+                    .held_back
+                    .iter()
+                    .filter(|h| !h.given_up && h.valid_until < now)
+                    .map(|h| h.client)
+                    .collect();
+                for c in overdue {
+                    self.give_up(c)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    // ---- the client's side ------------------------------------------------
+
+    fn acquire(&mut self, c: usize, weight: u32, limit: u32, held_back: bool) -> Result<(), String> {
+        self.recover_if_needed(c)?;
+        let id = self.clients[c].new_id(weight);
+        let setup = self.clients[c].setup.clone();
+        let sent = self.now();
+        let (expiry, valid_until) = (sent + setup.ttl + 1, sent + setup.liveness);
+        self.bound(&id, expiry);
+        let bytes = self.subject.encode_acquire(&id, limit, expiry, valid_until, None);
+        if held_back {
+            self.hold_back(c, &id, Kind::Acquire, bytes, valid_until);
+            return Ok(());
+        }
+        let reply = answer(self.call(&bytes)?);
+        if reply.status == 1 {
+            self.granted(c, &id, u64::from(weight), limit, sent + setup.ttl - 1, reply.token)?;
+        } else {
+            self.dead.insert(id, self.epoch);
+        }
+        Ok(())
+    }
+
+    /// A call no client sends (an id that names weight 0, a fractional
+    /// expiry): refused before anything is written. Its ids are never
+    /// bounded, so a lease of theirs would be "never asked for".
+    fn garbage(&mut self, c: usize, kind: u8) -> Result<(), String> {
+        self.recover_if_needed(c)?;
+        let ttl = self.clients[c].setup.ttl;
+        let sent = self.now();
+        let id = format!("bad{}-{sent}", self.clients[c].index);
+        let bytes = match kind % 3 {
+            0 => self
+                .subject
+                .encode_acquire(&format!("{id}*0"), 5, sent + ttl, sent + 1_000, None),
+            1 => {
+                let placeholder = sent + ttl;
+                let bytes = self.subject.encode_acquire(&id, 5, placeholder, sent + 1_000, None);
+                let from = format!("${}\r\n{placeholder}\r\n", placeholder.to_string().len());
+                let fractional = format!("{placeholder}.5");
+                let to = format!("${}\r\n{fractional}\r\n", fractional.len());
+                let text = String::from_utf8_lossy(&bytes).replacen(&from, &to, 1);
+                Bytes::from(text.into_bytes())
+            }
+            _ => self.subject.encode_renew(&format!("{id}*0"), sent + ttl, sent + 1_000),
+        };
+        match self.call(&bytes)? {
+            Frame::Error(_) => Ok(()),
+            other => Err(format!("a call with a bad argument was answered {other:?}")),
+        }
+    }
+
+    fn batch(&mut self, c: usize, count: usize, limit: u32, repeat: bool) -> Result<(), String> {
+        self.recover_if_needed(c)?;
+        let mut ids: Vec<String> = (0..count).map(|_| self.clients[c].new_id(1)).collect();
+        if repeat {
+            ids.push(ids[0].clone());
+        }
+        let setup = self.clients[c].setup.clone();
+        let sent = self.now();
+        let (expiry, valid_until) = (sent + setup.ttl + 1, sent + setup.liveness);
+        for id in &ids {
+            self.bound(id, expiry);
+        }
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let bytes = self.subject.encode_acquire_many(&refs, limit, expiry, valid_until);
+        let Frame::Array(items) = self.call(&bytes)? else {
+            return Err("ACQUIRE_MANY: not an array".into());
+        };
+        let mut seen: HashMap<&str, (Frame, Frame)> = HashMap::new();
+        for (id, triple) in ids.iter().zip(items.chunks(3)) {
+            let (status, token) = (triple[0].clone(), triple[2].clone());
+            if let Some(first) = seen.get(id.as_str()) {
+                if *first != (status.clone(), token.clone()) {
+                    return Err(format!(
+                        "a repeated id answered differently: {first:?} then {status:?} {token:?}"
+                    ));
+                }
+                continue;
+            }
+            seen.insert(id, (status.clone(), token.clone()));
+            match (status, token) {
+                (Frame::Integer(1), Frame::Integer(token)) => {
+                    self.granted(c, id, 1, limit, sent + setup.ttl - 1, token)?;
+                }
+                _ => {
+                    self.dead.insert(id.clone(), self.epoch);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A waiting acquire's first call or a check again.
+    fn check_waiter(&mut self, c: usize, id: String, units: u64, limit: u32) -> Result<(), String> {
+        let setup = self.clients[c].setup.clone();
+        let sent = self.now();
+        let (expiry, valid_until) = (sent + setup.ttl + 1, sent + setup.liveness);
+        let wait = WaitArgs {
+            lifetime_ms: setup.lifetime,
+            patience_ms: PATIENCE_MS,
+        };
+        self.bound(&id, expiry);
+        let bytes = self.subject.encode_acquire(&id, limit, expiry, valid_until, Some(wait));
+        let reply = answer(self.call(&bytes)?);
+        // A reservation a release hands it lasts until its entry would.
+        let reserved = self.time.1 + setup.lifetime + 1;
+        self.bound(&id, reserved);
+        match reply.status {
+            1 => {
+                self.clients[c].waiters.remove(&id);
+                self.granted(c, &id, units, limit, sent + setup.ttl - 1, reply.token)?;
+            }
+            2 => {
+                self.clients[c].waiters.insert(
+                    id,
+                    Waiter {
+                        units,
+                        limit,
+                        last_sent: sent,
+                    },
+                );
+            }
+            // Ran too late: its queue entry (if any) is given back, as the
+            // client does.
+            -2 => {
+                self.clients[c].waiters.remove(&id);
+                self.leave(&id)?;
+            }
+            // Shed, or refused during a recovery: the script took it out.
+            _ => {
+                self.clients[c].waiters.remove(&id);
+                self.dead.insert(id, self.epoch);
+            }
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, c: usize, pick: usize, more: usize) -> Result<(), String> {
+        self.recover_if_needed(c)?;
+        let ids: Vec<String> = self.clients[c]
+            .held
+            .keys()
+            .cycle()
+            .skip(pick % self.clients[c].held.len().max(1))
+            .take((more + 1).min(self.clients[c].held.len()))
+            .cloned()
+            .collect();
+        let now = self.now();
+        let mut plain = Vec::new();
+        for id in ids {
+            self.clients[c].held.remove(&id);
+            // A write-back of it that may still run would bring it back:
+            // given back with a tombstone until that write-back's deadline.
+            match self.clients[c].reasserting.remove(&id).filter(|until| *until >= now) {
+                Some(until) => self.compensate(c, &id, until)?,
+                None => plain.push(id),
+            }
+        }
+        if plain.is_empty() {
+            return Ok(());
+        }
+        let refs: Vec<&str> = plain.iter().map(String::as_str).collect();
+        let bytes = self.subject.encode_release(&refs, 10);
+        match self.call(&bytes)? {
+            Frame::Integer(_) => {
+                let at = self.time.1;
+                for id in plain {
+                    self.clients[c].released.push((at, id.clone()));
+                    self.dead.insert(id, self.epoch);
+                }
+            }
+            other => return Err(format!("RELEASE answered {other:?}")),
+        }
+        self.collect_messages()
+    }
+
+    fn compensate(&mut self, c: usize, id: &str, tombstone_until: u64) -> Result<(), String> {
+        let bytes = self.subject.encode_compensate(id, tombstone_until);
+        match self.call(&bytes)? {
+            Frame::BulkString(echo) if &echo[..] == id.as_bytes() => {
+                let at = self.time.1;
+                self.clients[c].released.push((at, id.to_string()));
+                self.dead.insert(id.to_string(), self.epoch);
+            }
+            other => return Err(format!("COMPENSATE answered {other:?}")),
+        }
+        self.collect_messages()
+    }
+
+    fn renew(&mut self, c: usize, pick: usize, held_back: bool) -> Result<(), String> {
+        self.recover_if_needed(c)?;
+        let Some(id) = nth(&self.clients[c].held, pick).map(|(id, _)| id.clone()) else {
+            return Ok(());
+        };
+        let setup = self.clients[c].setup.clone();
+        let sent = self.now();
+        let (expiry, valid_until) = (sent + setup.ttl + 1, sent + setup.liveness);
+        self.bound(&id, expiry);
+        let bytes = self.subject.encode_renew(&id, expiry, valid_until);
+        if held_back {
+            self.hold_back(c, &id, Kind::Renew, bytes, valid_until);
+            return Ok(());
+        }
+        self.confirm(c, &id, bytes, sent + setup.ttl - 1)
+    }
+
+    /// Sends a renewal of `id` (a holder's own, or the confirmation of a
+    /// hand-over): extended, its holder counts on it until `believed`.
+    fn confirm(&mut self, c: usize, id: &str, bytes: Bytes, believed: u64) -> Result<(), String> {
+        match self.call(&bytes)? {
+            Frame::Array(items) => match items.first() {
+                Some(Frame::Integer(1)) => {
+                    if let Some(held) = self.clients[c].held.get_mut(id) {
+                        held.believed = held.believed.max(believed);
+                    }
+                }
+                Some(Frame::Integer(0)) => {
+                    // Gone: its holder is told, and stops counting on it.
+                    self.clients[c].held.remove(id);
+                }
+                _ => {}
+            },
+            other => return Err(format!("RENEW answered {other:?}")),
+        }
+        Ok(())
+    }
+
+    fn leave(&mut self, id: &str) -> Result<(), String> {
+        let bytes = self.subject.encode_leave(id);
+        match self.call(&bytes)? {
+            Frame::Integer(_) => {
+                self.dead.insert(id.to_string(), self.epoch);
+            }
+            other => return Err(format!("LEAVE answered {other:?}")),
+        }
+        self.collect_messages()
+    }
+
+    /// The messages the last calls published (a `PING` on the subscribed
+    /// connection comes back after every message before it).
+    fn collect_messages(&mut self) -> Result<(), String> {
+        self.subscriber
+            .send_only(&[b"PING"])
+            .map_err(|e| format!("subscriber: {e}"))?;
+        loop {
+            let frame = self.subscriber.read_reply().map_err(|e| format!("subscriber: {e}"))?;
+            let Frame::Array(items) = frame else {
+                return Err(format!("subscriber: {frame:?}"));
+            };
+            match &items[..] {
+                [Frame::BulkString(kind), ..] if &kind[..] == b"pong" => return Ok(()),
+                [Frame::BulkString(kind), _, Frame::BulkString(payload)] if &kind[..] == b"smessage" => {
+                    let payload = String::from_utf8_lossy(payload).into_owned();
+                    // Tokens of hand-overs, in the order Redis made them.
+                    let words: Vec<&str> = payload.split(' ').collect();
+                    if words[0] == "H" {
+                        for pair in words[1..].chunks(2) {
+                            let token: i64 = pair[1].parse().map_err(|_| format!("bad message {payload}"))?;
+                            self.token(token)?;
+                            self.summary.hand_overs += 1;
+                            self.hand_over(pair[0])?;
+                        }
+                    }
+                    self.published.push(payload);
+                }
+                other => return Err(format!("subscriber: {other:?}")),
+            }
+        }
+    }
+
+    /// A release handed a slot to waiter `id`: the grant is made now (its
+    /// holder learns of it later), under its own limit.
+    fn hand_over(&mut self, id: &str) -> Result<(), String> {
+        let waiter = self
+            .clients
+            .iter()
+            .find_map(|client| client.waiters.get(id).map(|w| (w.units, w.limit)));
+        // The reservation lasts until its score (the waiter's entry's expiry).
+        let reserved = self.subject.score(&mut self.redis, id);
+        if let (Some((units, limit)), Some(until)) = (waiter, reserved) {
+            // Handed again (a failover took the first reservation): one slot.
+            self.handed.remove(id);
+            self.over_admission(id, units, limit)?;
+            self.handed.insert(id.to_string(), (units, until));
+        }
+        Ok(())
+    }
+
+    /// The client reads what was published since it last did.
+    fn messages(&mut self, c: usize) -> Result<(), String> {
+        if self.clients[c].needs_recovery {
+            return Ok(()); // its wake-up connection died with the server
+        }
+        let unread: Vec<String> = self.published[self.clients[c].cursor..].to_vec();
+        self.clients[c].cursor = self.published.len();
+        for payload in unread {
+            let words: Vec<String> = payload.split(' ').map(str::to_string).collect();
+            match words[0].as_str() {
+                "H" => {
+                    for pair in words[1..].chunks(2) {
+                        self.handed(c, &pair[0])?;
+                    }
+                }
+                "N" => {
+                    for id in &words[1..] {
+                        if let Some(w) = self.clients[c].waiters.get(id) {
+                            let (units, limit) = (w.units, w.limit);
+                            self.check_waiter(c, id.clone(), units, limit)?;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A release handed a slot to `id`: if it is one of this client's
+    /// waiters, its caller holds it now (until its entry would have
+    /// expired), and a renewal confirms it; if it is one of its ids that no
+    /// waiter and no holder has, it is given back.
+    fn handed(&mut self, c: usize, id: &str) -> Result<(), String> {
+        if let Some(waiter) = self.clients[c].waiters.remove(id) {
+            let setup = self.clients[c].setup.clone();
+            let believed = waiter.last_sent + setup.lifetime - 1;
+            self.granted(c, id, waiter.units, waiter.limit, believed, 0)?;
+            let sent = self.now();
+            let (expiry, valid_until) = (sent + setup.ttl + 1, sent + setup.liveness);
+            self.bound(id, expiry);
+            let bytes = self.subject.encode_renew(id, expiry, valid_until);
+            return self.confirm(c, id, bytes, sent + setup.ttl - 1);
+        }
+        if self.clients[c].owns(id) && !self.clients[c].held.contains_key(id) {
+            return self.leave(id);
+        }
+        Ok(())
+    }
+
+    fn hold_back(&mut self, c: usize, id: &str, kind: Kind, bytes: Bytes, valid_until: u64) {
+        self.summary.held_back += 1;
+        self.held_back.push(HeldBack {
+            client: c,
+            id: id.to_string(),
+            kind,
+            bytes,
+            valid_until,
+            delivered: false,
+            given_up: false,
+        });
+    }
+
+    fn deliver(&mut self, pick: usize) -> Result<(), String> {
+        let waiting: Vec<usize> = (0..self.held_back.len())
+            .filter(|&i| !self.held_back[i].delivered)
+            .collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let at = waiting[pick % waiting.len()];
+        self.held_back[at].delivered = true;
+        let bytes = self.held_back[at].bytes.clone();
+        self.summary.delivered_late += 1;
+        let reply = self.call(&bytes)?;
+        if let Kind::Acquire = self.held_back[at].kind {
+            // Its reply goes nowhere; a grant took a token all the same.
+            if let Frame::Array(items) = &reply {
+                if let [Frame::Integer(1), _, Frame::Integer(token), ..] = &items[..] {
+                    self.token(*token)?;
+                }
+            }
+        }
+        // Delivered and given up: nothing is left of it.
+        self.held_back.retain(|h| !(h.delivered && h.given_up));
+        self.collect_messages()
+    }
+
+    fn give_up(&mut self, c: usize) -> Result<(), String> {
+        let mine: Vec<usize> = (0..self.held_back.len())
+            .filter(|&i| self.held_back[i].client == c && !self.held_back[i].given_up)
+            .collect();
+        for i in mine {
+            self.held_back[i].given_up = true;
+            let (id, until) = (self.held_back[i].id.clone(), self.held_back[i].valid_until);
+            match self.held_back[i].kind {
+                Kind::Acquire => self.compensate(c, &id, until)?,
+                // A handshake whose write-back stalls is cut off at its
+                // deadline, and the next one recovers again (the loss is
+                // still there to find).
+                Kind::Reassert => self.clients[c].needs_recovery = true,
+                Kind::Renew => {}
+            }
+        }
+        self.held_back.retain(|h| !(h.delivered && h.given_up));
+        Ok(())
+    }
+
+    /// A failover or a flush: every connection breaks with the server, so
+    /// messages not read are lost, held-back bytes never arrive, and every
+    /// client recovers before it acts again.
+    fn lose_connections(&mut self) {
+        self.epoch += 1;
+        self.published.clear();
+        // Slots handed over stay handed if the data kept them (a waiter that
+        // learns of one later, at its check, was granted it then); those
+        // the loss took are no one's.
+        let handed: Vec<String> = self.handed.keys().cloned().collect();
+        for id in handed {
+            if self.subject.score(&mut self.redis, &id).is_none() {
+                self.handed.remove(&id);
+            }
+        }
+        for client in &mut self.clients {
+            client.cursor = 0;
+            client.needs_recovery = true;
+        }
+        for held in std::mem::take(&mut self.held_back) {
+            if !held.given_up {
+                if let (Kind::Reassert, Some(h)) = (&held.kind, self.clients[held.client].held.get_mut(&held.id)) {
+                    h.told_lost = true;
+                }
+            }
+        }
+    }
+
+    fn recover_if_needed(&mut self, c: usize) -> Result<(), String> {
+        if self.clients[c].needs_recovery {
+            self.recover(c, false)?;
+        }
+        Ok(())
+    }
+
+    /// What a client's handshake does after a loss: the hold, the releases
+    /// of the window again, each held lease written back.
+    fn recover(&mut self, c: usize, hold_back_one: bool) -> Result<(), String> {
+        self.clients[c].needs_recovery = false;
+        // Its wake-up connection subscribes again from now.
+        self.clients[c].cursor = self.published.len();
+        let now = self.now();
+        let hold = self.subject.encode_hold(WINDOW_MS);
+        self.call(&hold)?;
+        let again: Vec<String> = self.clients[c]
+            .released
+            .iter()
+            .filter(|(at, _)| now.saturating_sub(*at) <= WINDOW_MS)
+            .map(|(_, id)| id.clone())
+            .take(64)
+            .collect();
+        if !again.is_empty() {
+            let refs: Vec<&str> = again.iter().map(String::as_str).collect();
+            let bytes = self.subject.encode_release(&refs, 0);
+            self.call(&bytes)?;
+            self.collect_messages()?;
+        }
+        let setup = self.clients[c].setup.clone();
+        let held: Vec<(String, u64)> = self.clients[c]
+            .held
+            .iter()
+            .filter(|(_, h)| !h.told_lost && h.believed > now)
+            .map(|(id, h)| (id.clone(), h.believed))
+            .collect();
+        let limits = 1_000; // the limit is only for detecting over-admission here
+        let mut held_back = hold_back_one;
+        for (id, believed) in held {
+            let valid_until = now + setup.liveness;
+            let expiry = believed + 1;
+            self.bound(&id, expiry);
+            let bytes = self.subject.encode_reassert(&id, limits, expiry, valid_until);
+            let latest = self.clients[c].reasserting.entry(id.clone()).or_insert(valid_until);
+            *latest = (*latest).max(valid_until);
+            if held_back {
+                held_back = false;
+                self.hold_back(c, &id, Kind::Reassert, bytes, valid_until);
+                continue;
+            }
+            // Answered: but an earlier write-back cut off with its
+            // connection may still run, so the entry stays until given back.
+            let reply = self.call(&bytes)?;
+            match &reply {
+                Frame::Array(items) => match items.first() {
+                    Some(Frame::Integer(1..=3)) => {}
+                    Some(Frame::Integer(_)) => {
+                        if let Some(h) = self.clients[c].held.get_mut(&id) {
+                            h.told_lost = true;
+                        }
+                    }
+                    _ => return Err(format!("REASSERT answered {reply:?}")),
+                },
+                _ => return Err(format!("REASSERT answered {reply:?}")),
+            }
+        }
+        Ok(())
+    }
+
+    // ---- what is checked ---------------------------------------------------
+
+    fn bound(&mut self, id: &str, until: u64) {
+        let bound = self.bounds.entry(id.to_string()).or_insert(0);
+        *bound = (*bound).max(until);
+    }
+
+    fn token(&mut self, token: i64) -> Result<(), String> {
+        if token <= self.last_token {
+            return Err(format!("fencing token {token} after {}", self.last_token));
+        }
+        self.last_token = token;
+        Ok(())
+    }
+
+    /// Client `c`'s caller now holds `id`. Unless a release handed it to
+    /// it (checked then), the grant is made now.
+    fn granted(&mut self, c: usize, id: &str, units: u64, limit: u32, believed: u64, token: i64) -> Result<(), String> {
+        if token != 0 {
+            self.token(token)?;
+        }
+        self.summary.grants += 1;
+        if self.handed.remove(id).is_none() {
+            self.over_admission(id, units, limit)?;
+        }
+        self.clients[c].held.insert(
+            id.to_string(),
+            Held {
+                units,
+                believed,
+                told_lost: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// From the holders' view, a grant of `units` to `id` under `limit`
+    /// fits: the units every holder counts on, and those handed to waiters
+    /// that will count on them, with these, are at most `limit`.
+    fn over_admission(&self, id: &str, units: u64, limit: u32) -> Result<(), String> {
+        let at = self.time.1;
+        let counted: u64 = self
+            .clients
+            .iter()
+            .flat_map(|client| client.held.values())
+            .filter(|h| !h.told_lost && h.believed > at)
+            .map(|h| h.units)
+            .sum::<u64>()
+            + self
+                .handed
+                .values()
+                .filter(|(_, until)| *until > at)
+                .map(|(units, _)| units)
+                .sum::<u64>();
+        if counted + units > u64::from(limit) {
+            let holders: Vec<String> = self
+                .clients
+                .iter()
+                .flat_map(|client| {
+                    client
+                        .held
+                        .iter()
+                        .map(move |(id, h)| format!("c{} {id} {h:?}", client.index))
+                })
+                .collect();
+            return Err(format!(
+                "over-admission from the holders' view: {id} ({units} units, limit {limit}) granted while {counted} units are held or handed over: {holders:?} {:?}",
+                self.handed
+            ));
+        }
+        Ok(())
+    }
+
+    /// The invariants, after every step.
+    fn check(&mut self) -> Result<(), String> {
+        let now = self.now();
+        // Every key the scripts write expires.
+        for key in self.subject.all_keys(&mut self.redis) {
+            if Subject::pttl(&mut self.redis, &key) == -1 {
+                return Err(format!("{} has no expiry", String::from_utf8_lossy(&key)));
+            }
+        }
+        let members = scored(command(
+            &mut self.redis,
+            &[b"ZRANGE", self.subject.keys.leases(), b"0", b"-1", b"WITHSCORES"],
+        ));
+        let live: Vec<(String, u64)> = members.into_iter().filter(|(_, score)| *score > now).collect();
+        for (member, score) in &live {
+            let id = member.split('#').next().unwrap_or(member);
+            // No lease outlives what its requests asked for (or a
+            // reservation its waiter's entry allowed).
+            match self.bounds.get(id) {
+                Some(bound) if score <= bound => {}
+                Some(bound) => {
+                    return Err(format!("{member} lives until {score}, past its bound {bound}"));
+                }
+                None => return Err(format!("{member} was never asked for")),
+            }
+            // A lease given back does not come back (until the next
+            // failover, which recovery then repairs).
+            if self.dead.get(id) == Some(&self.epoch) {
+                return Err(format!("{member} came back after it was given back"));
+            }
+        }
+        // Every holder's lease is in Redis at least as long as its holder
+        // counts on it (once its client recovered from a loss: while its
+        // write-back is on its way, the hold keeps everyone else out).
+        for client in &self.clients {
+            if client.needs_recovery {
+                continue;
+            }
+            for (id, held) in &client.held {
+                let writing_back = self.held_back.iter().any(|h| {
+                    h.client == client.index && &h.id == id && matches!(h.kind, Kind::Reassert) && !h.delivered
+                });
+                if held.told_lost || held.believed <= now + 1 || writing_back {
+                    continue;
+                }
+                match live.iter().find(|(member, _)| member == id) {
+                    Some((_, score)) if *score >= held.believed => {}
+                    found => {
+                        return Err(format!(
+                            "c{} counts on {id} until {}, Redis has {found:?}",
+                            client.index, held.believed
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn nth<V>(map: &BTreeMap<String, V>, pick: usize) -> Option<(&String, &V)> {
+    if map.is_empty() {
+        return None;
+    }
+    map.iter().nth(pick % map.len())
+}
+
+/// A `ZRANGE ... WITHSCORES` reply as (member, score).
+fn scored(frame: Frame) -> Vec<(String, u64)> {
+    match frame {
+        Frame::Array(items) => items
+            .chunks(2)
+            .filter_map(|pair| match pair {
+                [Frame::BulkString(member), Frame::BulkString(score)] => Some((
+                    String::from_utf8_lossy(member).into_owned(),
+                    std::str::from_utf8(score).ok()?.parse::<f64>().ok()? as u64,
+                )),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A reply as the model's and Redis's can be compared: an acquire's
+/// fencing tokens as 1 (granted) or 0 (the model's clock has no
+/// microseconds, so only what tokens mean is compared), an error without
+/// the script position Redis adds.
+fn tokens_as_grants(frame: &Frame) -> Frame {
+    if let Frame::Error(message) = frame {
+        let text = message.split(" script: ").next().unwrap_or_default();
+        return Frame::Error(text.into());
+    }
+    let Frame::Array(items) = frame else {
+        return frame.clone();
+    };
+    if items.len() == 3 {
+        return frame.clone(); // a renewal: {status, id, reclaimed}
+    }
+    let looks_like_acquire = matches!(
+        &items[..],
+        [Frame::Integer(_), Frame::BulkString(_), Frame::Integer(_), ..]
+    );
+    if !looks_like_acquire {
+        return frame.clone();
+    }
+    let width = match items.len() {
+        4 | 6 => items.len(),
+        _ => 3,
+    };
+    let mut items = items.clone();
+    let len = items.len();
+    for group in items[..len - len % width].chunks_exact_mut(width) {
+        if let Frame::Integer(token) = &mut group[2] {
+            *token = i64::from(*token > 0);
+        }
+    }
+    Frame::Array(items)
+}
+
+/// Every key of the subject on a real server, rendered as the model renders
+/// its own (fencing counters by expiry only: their values are the clock's).
+fn dump(redis: &mut RespClient, subject: &Subject) -> Vec<(Bytes, String, Option<u64>)> {
+    let mut keys = subject.all_keys(redis);
+    keys.sort();
+    let mut out = Vec::new();
+    for key in keys {
+        let kind = match command(redis, &[b"TYPE", &key]) {
+            Frame::SimpleString(kind) => kind,
+            _ => continue,
+        };
+        let text = match &kind[..] {
+            b"zset" => {
+                let members: Vec<String> = scored(command(redis, &[b"ZRANGE", &key, b"0", b"-1", b"WITHSCORES"]))
+                    .into_iter()
+                    .map(|(m, s)| format!("{m}={s}"))
+                    .collect();
+                format!("zset:{}", members.join(","))
+            }
+            b"hash" => {
+                let mut fields: Vec<(String, String)> = match command(redis, &[b"HGETALL", &key]) {
+                    Frame::Array(items) => items
+                        .chunks(2)
+                        .filter_map(|pair| match pair {
+                            [Frame::BulkString(f), Frame::BulkString(v)] => Some((
+                                String::from_utf8_lossy(f).into_owned(),
+                                String::from_utf8_lossy(v).into_owned(),
+                            )),
+                            _ => None,
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                fields.sort();
+                let fields: Vec<String> = fields.into_iter().map(|(f, v)| format!("{f}={v}")).collect();
+                format!("hash:{}", fields.join(","))
+            }
+            b"string" => match command(redis, &[b"GET", &key]) {
+                Frame::BulkString(value) => format!("str:{}", String::from_utf8_lossy(&value)),
+                _ => continue,
+            },
+            _ => continue,
+        };
+        let when = match command(redis, &[b"PEXPIRETIME", &key]) {
+            Frame::Integer(-2) => continue, // expired while being read
+            Frame::Integer(at) if at >= 0 => Some(at as u64),
+            _ => None,
+        };
+        out.push((key, text, when));
+    }
+    normalize(out)
+}
+
+/// The same keys with the same values, and expiries at most `slack` ms
+/// apart: a script reads `TIME` once, but Redis dates the expiries it sets
+/// by its clock when each command runs, which may have moved on by a
+/// millisecond (the model dates them all by the script's `TIME`). Keys
+/// expiring within a few ms of `at` may be gone on one side and not yet on
+/// the other: they are left out.
+fn same_data(a: &[(Bytes, String, Option<u64>)], b: &[(Bytes, String, Option<u64>)], at: u64, slack: u64) -> bool {
+    // Reading a server's keys takes a few round trips after the call.
+    let expiring = at + slack + 5;
+    let lasting = |data: &[(Bytes, String, Option<u64>)]| -> Vec<(Bytes, String, Option<u64>)> {
+        data.iter()
+            .filter(|(_, _, when)| when.is_none_or(|when| when > expiring))
+            .cloned()
+            .collect()
+    };
+    let (a, b) = (lasting(a), lasting(b));
+    a.len() == b.len()
+        && a.iter().zip(&b).all(|((ka, va, wa), (kb, vb, wb))| {
+            ka == kb
+                && va == vb
+                && match (wa, wb) {
+                    (Some(x), Some(y)) => x.abs_diff(*y) <= slack,
+                    (None, None) => true,
+                    _ => false,
+                }
+        })
+}
+
+fn model_dump(model: &mut RedisModel) -> Vec<(Bytes, String, Option<u64>)> {
+    normalize(model.dump())
+}
+
+fn normalize(mut data: Vec<(Bytes, String, Option<u64>)>) -> Vec<(Bytes, String, Option<u64>)> {
+    for (key, text, _) in &mut data {
+        if key.ends_with(b":fence") {
+            *text = "str:(a token)".into();
+        }
+    }
+    data
+}
