@@ -147,6 +147,7 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         }
         let task = Caller {
             calm: plan.scenario.faults.is_calm(),
+            call_limits: plan.scenario.call_limits,
             who: format!("{name}/c{caller}"),
             limiter: limiter.clone(),
             renewing: renewing.clone(),
@@ -225,6 +226,8 @@ enum Hold {
 struct Caller {
     /// No faults: S9 holds a waiter to the wake-up bound.
     calm: bool,
+    /// Some acquires bring a limit below their key's.
+    call_limits: bool,
     who: String,
     limiter: Limiter,
     renewing: Limiter,
@@ -239,7 +242,10 @@ struct Caller {
 impl Caller {
     async fn run(mut self) {
         while Instant::now() < self.end {
-            let (key, limit) = self.keys[self.rng.range(0, self.keys.len() as u64) as usize];
+            let (key, mut limit) = self.keys[self.rng.range(0, self.keys.len() as u64) as usize];
+            if self.call_limits && limit > 1 && self.rng.chance(1, 3) {
+                limit -= 1;
+            }
             let subject = Key::new("load", key).expect("valid key");
             self.ledger.lock().unwrap().counters.acquires += 1;
             let started = Instant::now();

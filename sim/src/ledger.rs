@@ -115,6 +115,11 @@ impl Ledger {
 
     /// A caller starts holding a permit of `weight` units for `key` (S1:
     /// the units held at once never exceed the limit).
+    /// `who` holds `weight` units of `key`: with them, the units held must
+    /// fit the key's limit. (A grant under a lower per-call limit is held to
+    /// that limit at the instant the server made it: `server_fairness`,
+    /// from the server's records. Counted here, when its caller got it,
+    /// a grant under a higher limit made just after it may already count.)
     pub fn hold(&mut self, at: Duration, who: &str, key: &'static str, lease: Option<String>, weight: u32) {
         if let Some(lease) = lease {
             self.let_go.remove(&lease);

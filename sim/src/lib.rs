@@ -60,10 +60,13 @@ pub enum Bug {
     /// Kept-alive leases are renewed only once their expiry has come: no
     /// margin for one failed attempt.
     KeepAliveWithoutMargin,
+    /// The scripts judge every waiter under the limit the last one
+    /// recorded, not its own (injected into the simulated Redis).
+    LastLimitForAll,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 9] = [
+    pub const ALL: [Bug; 10] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
@@ -73,6 +76,7 @@ impl Bug {
         Bug::NoWakeUp,
         Bug::AcquireIgnoresQueue,
         Bug::KeepAliveWithoutMargin,
+        Bug::LastLimitForAll,
     ];
 
     pub fn name(self) -> &'static str {
@@ -86,6 +90,7 @@ impl Bug {
             Bug::NoWakeUp => "no-wake-up",
             Bug::AcquireIgnoresQueue => "acquire-ignores-queue",
             Bug::KeepAliveWithoutMargin => "keep-alive-without-margin",
+            Bug::LastLimitForAll => "last-limit-for-all",
         }
     }
 

@@ -28,6 +28,10 @@ pub struct Scenario {
     /// whose response body streams; clients hang up mid-body or give up
     /// mid-acquire (`http_callers`).
     pub tower: bool,
+    /// One acquire in three brings a per-call limit one below its key's
+    /// (a lower class of request, or a rolling change of the limit): waiters
+    /// of two limits share each queue, and S1 holds each grant to its own.
+    pub call_limits: bool,
 }
 
 /// Which faults the seed's schedule may inject, and how often.
@@ -116,6 +120,7 @@ pub const SCENARIOS: &[Scenario] = &[
         lease_ttl: LONG_TTL,
         cluster: false,
         tower: false,
+        call_limits: false,
     },
     Scenario {
         name: "stalls",
@@ -133,6 +138,7 @@ pub const SCENARIOS: &[Scenario] = &[
         lease_ttl: LONG_TTL,
         cluster: false,
         tower: false,
+        call_limits: false,
     },
     Scenario {
         name: "partitions",
@@ -150,6 +156,7 @@ pub const SCENARIOS: &[Scenario] = &[
         lease_ttl: LONG_TTL,
         cluster: false,
         tower: false,
+        call_limits: false,
     },
     Scenario {
         name: "resets",
@@ -167,6 +174,7 @@ pub const SCENARIOS: &[Scenario] = &[
         lease_ttl: LONG_TTL,
         cluster: false,
         tower: false,
+        call_limits: false,
     },
     Scenario {
         name: "reply-loss",
@@ -183,6 +191,7 @@ pub const SCENARIOS: &[Scenario] = &[
         lease_ttl: LONG_TTL,
         cluster: false,
         tower: false,
+        call_limits: false,
     },
     Scenario {
         name: "mixed",
@@ -203,6 +212,7 @@ pub const SCENARIOS: &[Scenario] = &[
         lease_ttl: LONG_TTL,
         cluster: false,
         tower: false,
+        call_limits: false,
     },
     Scenario {
         name: "bounce",
@@ -220,6 +230,7 @@ pub const SCENARIOS: &[Scenario] = &[
         lease_ttl: LONG_TTL,
         cluster: false,
         tower: false,
+        call_limits: false,
     },
     Scenario {
         name: "failover",
@@ -239,6 +250,7 @@ pub const SCENARIOS: &[Scenario] = &[
         lease_ttl: LONG_TTL,
         cluster: false,
         tower: false,
+        call_limits: false,
     },
     Scenario {
         name: "ghosts",
@@ -258,6 +270,7 @@ pub const SCENARIOS: &[Scenario] = &[
         lease_ttl: Duration::from_secs(2),
         cluster: false,
         tower: false,
+        call_limits: false,
     },
     Scenario {
         name: "cluster",
@@ -277,6 +290,7 @@ pub const SCENARIOS: &[Scenario] = &[
         lease_ttl: LONG_TTL,
         cluster: true,
         tower: false,
+        call_limits: false,
     },
     Scenario {
         name: "tower",
@@ -295,6 +309,27 @@ pub const SCENARIOS: &[Scenario] = &[
         lease_ttl: LONG_TTL,
         cluster: false,
         tower: true,
+        call_limits: false,
+    },
+    Scenario {
+        name: "composed",
+        about: "where features meet: waiting acquires of two limits on each key, weights, keep-alive, through failovers to a lagging replica, restarts and lost replies",
+        clients: 3,
+        callers: 12,
+        keys: KEYS,
+        active: Duration::from_secs(6),
+        faults: Faults {
+            jitter: true,
+            lagging_failover: true,
+            bounce: true,
+            reply_loss: true,
+            ..Faults::NONE
+        },
+        exact: true,
+        lease_ttl: LONG_TTL,
+        cluster: false,
+        tower: false,
+        call_limits: true,
     },
 ];
 

@@ -47,6 +47,8 @@ pub struct ServerState {
     wakes: tokio::sync::broadcast::Sender<(usize, bytes::Bytes, bytes::Bytes)>,
     /// The injected script bug `acquire-ignores-queue`.
     pub ignore_queue: bool,
+    /// The injected script bug `last-limit-for-all`.
+    pub last_limit_for_all: bool,
 }
 
 /// The primary's data after each batch of commands, by virtual millisecond.
@@ -70,6 +72,7 @@ impl ServerState {
             replica: None,
             wakes: tokio::sync::broadcast::Sender::new(4096),
             ignore_queue: false,
+            last_limit_for_all: false,
         }
     }
 
@@ -202,6 +205,7 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
             let mut model = state.model.lock().unwrap();
             model.now_ms = EPOCH_MS + (state.elapsed_ms)();
             model.ignore_queue = state.ignore_queue;
+            model.last_limit_for_all = state.last_limit_for_all;
             let replies = match &state.cluster {
                 Some(cluster) => {
                     let cluster = cluster.lock().unwrap();

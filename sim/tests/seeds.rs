@@ -141,3 +141,10 @@ fn a_keep_alive_without_a_renewal_margin_is_caught_within_200_seeds() {
         "the simulator cannot see kept-alive leases lost with Redis up"
     );
 }
+
+#[test]
+fn judging_waiters_under_the_last_recorded_limit_is_caught_within_50_seeds() {
+    // Only the composed scenario mixes limits in a queue (one seed in 12).
+    let caught = seeds_to_catch(Bug::LastLimitForAll, 50);
+    assert!(caught.is_some(), "the simulator cannot see per-call limits over-run");
+}

@@ -513,7 +513,7 @@ impl Client {
     /// an outcome not yet taken with `poll_event` is withdrawn, and a lease
     /// Redis grants it, before or after this call, is released.
     pub fn abandon(&mut self, now: Instant, request: RequestId) {
-        if self.stop_waiting(request) {
+        if self.stop_waiting(now, request) {
             self.unsend(request);
             self.send_leaves(now);
             return;
@@ -558,9 +558,6 @@ impl Client {
         // release (releases are written first): no wake-up round trip.
         if let Some(channel) = channel {
             self.on_wake(now, &channel, 1);
-            // A woken waiter whose node has failed since gives up here, and
-            // owes its queue entry back: nothing else may come to write it.
-            self.send_leaves(now);
         }
     }
 
@@ -657,7 +654,7 @@ impl Client {
                 // It was queued, and no slot came in time: that is the
                 // limit's answer. (A waiter Redis never answered is as
                 // unavailable as any other request.)
-                self.finish(request, Outcome::Exceeded);
+                self.finish(now, request, Outcome::Exceeded);
             } else {
                 self.fail(now, request, Unavailable::Timeout);
             }

@@ -11,15 +11,16 @@ use crate::UnavailablePolicy;
 
 impl Client {
     /// Forgets `request`'s caller; whether it was still waiting.
-    pub(super) fn stop_waiting(&mut self, request: RequestId) -> bool {
+    pub(super) fn stop_waiting(&mut self, now: Instant, request: RequestId) -> bool {
         // A waiter that leaves without a grant gives its queue place back.
-        self.waiters.remove(request, false);
+        let until = self.leave_until(now);
+        self.waiters.remove(request, false, now, until);
         self.callers.remove(request).is_some()
     }
 
     /// Delivers `outcome` if the caller still waits. Returns whether it did.
-    pub(super) fn finish(&mut self, request: RequestId, outcome: Outcome) -> bool {
-        if !self.stop_waiting(request) {
+    pub(super) fn finish(&mut self, now: Instant, request: RequestId, outcome: Outcome) -> bool {
+        if !self.stop_waiting(now, request) {
             return false;
         }
         match &outcome {
@@ -60,10 +61,10 @@ impl Client {
     /// Delivers a renewal's outcome if its caller still waits.
     pub(super) fn finish_renewal(&mut self, now: Instant, request: RequestId, renewal: Renewal) {
         if self.callers.awaits(request) == Some(Awaits::HandOver) {
-            self.stop_waiting(request);
+            self.stop_waiting(now, request);
             return self.handed_confirmed(now, request, matches!(renewal, Renewal::Extended(_)));
         }
-        if !self.stop_waiting(request) {
+        if !self.stop_waiting(now, request) {
             return;
         }
         if self.keep_alive.is_renewal(request) {
@@ -82,8 +83,13 @@ impl Client {
     }
 
     /// Delivers an inspection's outcome if its caller still waits.
-    pub(super) fn finish_inspection(&mut self, request: RequestId, inspection: Result<Inspection, Unavailable>) {
-        if self.stop_waiting(request) {
+    pub(super) fn finish_inspection(
+        &mut self,
+        now: Instant,
+        request: RequestId,
+        inspection: Result<Inspection, Unavailable>,
+    ) {
+        if self.stop_waiting(now, request) {
             self.events.push_back(Event::Inspected(request, inspection));
         }
     }
@@ -92,7 +98,7 @@ impl Client {
     /// renewal or an inspection is simply unavailable).
     pub(super) fn fail(&mut self, now: Instant, request: RequestId, reason: Unavailable) {
         if self.callers.awaits(request) == Some(Awaits::Inspection) {
-            return self.finish_inspection(request, Err(reason));
+            return self.finish_inspection(now, request, Err(reason));
         }
         if matches!(
             self.callers.awaits(request),
@@ -104,7 +110,7 @@ impl Client {
             UnavailablePolicy::Deny => Outcome::Unavailable(reason),
             UnavailablePolicy::Allow => Outcome::FailOpen(reason),
         };
-        self.finish(request, outcome);
+        self.finish(now, request, outcome);
     }
 
     /// The request's fate is unknown: tell the caller, and release what an

@@ -34,7 +34,7 @@ impl Client {
             return; // Its caller is gone and nothing ran: nothing to do.
         }
         if self.bug_redirect_as_denial() && matches!(op, Op::Acquire(_)) {
-            self.finish(request, crate::event::Outcome::Exceeded);
+            self.finish(now, request, crate::event::Outcome::Exceeded);
             return;
         }
         let call = op.call_mut();

@@ -274,13 +274,14 @@ impl Client {
             }
             0 => {
                 let expected = std::time::Duration::from_millis(expected_ms);
-                self.finish(op.call.request, Outcome::Shed(expected));
+                self.finish(now, op.call.request, Outcome::Shed(expected));
                 Ok(())
             }
             // It ran too late: its queue entry (if any) is not needed.
             STALE => {
                 self.fail(now, op.call.request, Unavailable::Stale);
-                self.waiters.leave(op.call.keys, op.call.lease_bytes);
+                let until = self.leave_until(now);
+                self.waiters.leave(op.call.keys, op.call.lease_bytes, now, until);
                 Ok(())
             }
             _ => self.on_acquire_status(now, node, op, status, token),
@@ -318,7 +319,7 @@ impl Client {
             1 => self.compensate(now, op, false),
             0 => {
                 if waiting {
-                    self.finish(request, Outcome::Exceeded);
+                    self.finish(now, request, Outcome::Exceeded);
                 }
             }
             // The id was tombstoned: no lease exists. We never reuse a
@@ -380,7 +381,7 @@ impl Client {
             let frame = Frame::Array(items);
             return Err(self.ambiguous(now, Op::Inspect(op), unexpected("inspect", &frame)));
         };
-        self.finish_inspection(op.call.request, Ok(inspection));
+        self.finish_inspection(now, op.call.request, Ok(inspection));
         Ok(())
     }
 
@@ -520,7 +521,7 @@ impl Client {
             return self.compensate(now, op, false);
         }
         // The grant took it out of its queue: nothing to leave.
-        self.waiters.remove(request, true);
+        self.waiters.remove(request, true, now, now);
         let call = op.call;
         let expires_at = lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl);
         let lease = Lease {
@@ -532,7 +533,7 @@ impl Client {
             release_until: expires_at,
         };
         self.held.insert(now, &lease, op.limit);
-        self.finish(request, Outcome::Granted(lease));
+        self.finish(now, request, Outcome::Granted(lease));
     }
 
     fn all_ambiguous(&mut self, now: Instant, ops: Vec<AcquireOp>, error: ConnectionError) -> ConnectionError {

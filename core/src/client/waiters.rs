@@ -42,6 +42,19 @@ struct Entry {
     queued: bool,
 }
 
+/// A `LEAVE` owed for a queue entry whose waiter is done with it.
+#[derive(Debug)]
+struct OwedLeave {
+    keys: SubjectKeys,
+    lease: Bytes,
+    /// When it was owed, until a first attempt: `poll_timeout` names it, so
+    /// a driver sends it at once whatever call made it owed.
+    due: Option<Instant>,
+    /// When it stops mattering: the entry, or a slot a release handed it,
+    /// has expired on its own by then.
+    until: Instant,
+}
+
 /// Every waiting acquire (parked or in flight), by request and by channel,
 /// and the queue entries to take back.
 #[derive(Debug, Default)]
@@ -50,10 +63,8 @@ pub(super) struct Waiters {
     by_channel: HashMap<Bytes, VecDeque<RequestId>>,
     checks: BTreeSet<(Instant, RequestId)>,
     /// Queue entries whose callers left: `LEAVE`s to send, kept while
-    /// their node is not ready (until `drop_leaves` says they are moot).
-    /// With when it stops mattering (set when first tried): by then the
-    /// entry, or a slot a release handed it, has expired on its own.
-    leaving: Vec<(SubjectKeys, Bytes, Option<Instant>)>,
+    /// their node is not ready, until they are moot.
+    leaving: Vec<OwedLeave>,
     /// Channels that gained their first waiter or lost their last one.
     changed: HashSet<Bytes>,
     /// Hand-overs waiting for their confirmation (with `replica_acks`): by
@@ -93,8 +104,9 @@ impl Waiters {
     }
 
     /// Forgets `request`. If the server may still queue it, a `LEAVE` is
-    /// owed, unless `granted` (the grant took it out of the queue).
-    pub(super) fn remove(&mut self, request: RequestId, granted: bool) {
+    /// owed from `now` until `until`, unless `granted` (the grant took it
+    /// out of the queue).
+    pub(super) fn remove(&mut self, request: RequestId, granted: bool, now: Instant, until: Instant) {
         let Some(entry) = self.entries.remove(&request) else {
             return;
         };
@@ -102,7 +114,7 @@ impl Waiters {
             self.checks.remove(&(at, request));
         }
         if entry.queued && !granted {
-            self.leaving.push((entry.keys, entry.lease, None));
+            self.leave(entry.keys, entry.lease, now, until);
         }
         if let Some(waiting) = self.by_channel.get_mut(&entry.channel) {
             waiting.retain(|r| *r != request);
@@ -199,10 +211,11 @@ impl Waiters {
             .map(|(_, request)| *request)
     }
 
-    /// The next parked waiter's own check, or the next `LEAVE` that stops
-    /// mattering (so that a limiter waiting to drain is woken to drop it).
+    /// The next parked waiter's own check, a `LEAVE` owed and not tried
+    /// yet (due at once), or the next one that stops mattering (so that a
+    /// limiter waiting to drain is woken to drop it).
     pub(super) fn next_check(&self) -> Option<Instant> {
-        let leave = self.leaving.iter().filter_map(|(_, _, until)| *until).min();
+        let leave = self.leaving.iter().map(|owed| owed.due.unwrap_or(owed.until)).min();
         self.checks.first().map(|(at, _)| *at).into_iter().chain(leave).min()
     }
 
@@ -225,14 +238,25 @@ impl Waiters {
         })
     }
 
-    /// A queue entry to take back (its waiter is done with it).
-    pub(super) fn leave(&mut self, keys: SubjectKeys, lease: Bytes) {
-        self.leaving.push((keys, lease, None));
+    /// A queue entry to take back (its waiter is done with it), owed from
+    /// `now`; it stops mattering at `until`.
+    pub(super) fn leave(&mut self, keys: SubjectKeys, lease: Bytes, now: Instant, until: Instant) {
+        self.leaving.push(OwedLeave {
+            keys,
+            lease,
+            due: Some(now),
+            until,
+        });
     }
 
     /// A `LEAVE` that did not get through, to try again until `until`.
     pub(super) fn leave_again(&mut self, keys: SubjectKeys, lease: Bytes, until: Instant) {
-        self.leaving.push((keys, lease, Some(until)));
+        self.leaving.push(OwedLeave {
+            keys,
+            lease,
+            due: None,
+            until,
+        });
     }
 
     pub(super) fn take_changed(&mut self) -> HashSet<Bytes> {
@@ -251,7 +275,8 @@ impl Client {
     pub(super) fn park(&mut self, now: Instant, op: AcquireOp) {
         let request = op.call.request;
         if !self.waiters.contains(request) {
-            self.waiters.leave(op.call.keys, op.call.lease_bytes);
+            let until = self.leave_until(now);
+            self.waiters.leave(op.call.keys, op.call.lease_bytes, now, until);
             return;
         }
         let next_check = now + self.config.waiter_recheck();
@@ -308,7 +333,7 @@ impl Client {
         }
         for (lease, token) in handed {
             let Some(request) = self.waiters.find(channel, &lease) else {
-                self.leave_unclaimed(channel, lease);
+                self.leave_unclaimed(now, channel, lease);
                 continue;
             };
             match self.waiters.unpark(request) {
@@ -325,7 +350,7 @@ impl Client {
     /// and a release has just turned into a reservation: nobody will claim
     /// it, so it goes now instead of blocking the slot for a waiter's
     /// lifetime.
-    fn leave_unclaimed(&mut self, channel: &[u8], lease: Bytes) {
+    fn leave_unclaimed(&mut self, now: Instant, channel: &[u8], lease: Bytes) {
         let Some(id) = LeaseId::parse(&lease) else {
             return;
         };
@@ -333,7 +358,8 @@ impl Client {
             return;
         }
         if let Some(keys) = SubjectKeys::of_wake_channel(channel) {
-            self.waiters.leave(keys, lease);
+            let until = self.leave_until(now);
+            self.waiters.leave(keys, lease, now, until);
         }
     }
 
@@ -356,7 +382,7 @@ impl Client {
             // the lease a TTL from then: releases keep trying until that.
             release_until: now + self.config.request_liveness + self.config.lease_ttl,
         };
-        self.waiters.remove(request, true);
+        self.waiters.remove(request, true, now, now);
         self.held.insert(now, &lease, op.limit);
         // The renewal answers no caller: its outcome only updates the held
         // lease (or finds it given back already).
@@ -368,7 +394,7 @@ impl Client {
             token,
             granted_at: now,
         };
-        self.finish(request, Outcome::Granted(lease));
+        self.finish(now, request, Outcome::Granted(lease));
         self.route_op(now, Op::Renew(confirm));
     }
 
@@ -436,28 +462,29 @@ impl Client {
     /// drains owes them like releases.
     pub(super) fn send_leaves(&mut self, now: Instant) {
         let mut waiting = Vec::new();
-        let lifetime = self.config.waiter_lifetime();
-        for (keys, lease, until) in std::mem::take(&mut self.waiters.leaving) {
-            let until = until.unwrap_or(now + lifetime);
-            if until <= now {
+        for mut owed in std::mem::take(&mut self.waiters.leaving) {
+            if owed.until <= now {
                 continue; // expired on its own by now
             }
-            let node = match self.topology.route(keys.slot()) {
-                Route::Node(node) => node,
-                Route::AwaitTopology | Route::NoOwner => {
-                    waiting.push((keys, lease, Some(until)));
-                    continue;
-                }
+            let ready = match self.topology.route(owed.keys.slot()) {
+                Route::Node(node) => Some(node).filter(|node| self.nodes[*node].is_ready()),
+                Route::AwaitTopology | Route::NoOwner => None,
             };
-            if self.nodes[node].is_ready() {
-                self.stats.waiters_left += 1;
-                let deadline = now + self.config.request_liveness;
-                self.send(node, Request::Leave(keys, lease, until), deadline);
-            } else {
-                waiting.push((keys, lease, Some(until)));
-            }
+            let Some(node) = ready else {
+                owed.due = None; // until the node is ready, or the entry gone
+                waiting.push(owed);
+                continue;
+            };
+            self.stats.waiters_left += 1;
+            let deadline = now + self.config.request_liveness;
+            self.send(node, Request::Leave(owed.keys, owed.lease, owed.until), deadline);
         }
         self.waiters.leaving = waiting;
+    }
+
+    /// How long a queue entry may outlive its waiter: its lifetime.
+    pub(super) fn leave_until(&self, now: Instant) -> Instant {
+        now + self.config.waiter_lifetime()
     }
 
     /// `LEAVE`s not written yet.

@@ -75,6 +75,9 @@ pub struct RedisModel {
     /// A deliberate script bug, for the simulator's self-test: fail-fast
     /// acquires ignore the wait queue (newcomers take waiters' slots).
     pub ignore_queue: bool,
+    /// Another: every waiter is judged under the limit the last one recorded
+    /// (`limit`), not its own.
+    pub last_limit_for_all: bool,
     /// `ACQUIRE_MANY` calls executed.
     pub batches: usize,
     /// Release commands executed (`RELEASE` scripts and `ZREM`s).

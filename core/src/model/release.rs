@@ -108,7 +108,10 @@ impl RedisModel {
             } else if let Some(own) = own {
                 let units = weight(&id).unwrap_or(1);
                 if own > blocked && used + units <= own {
-                    served.push((id, (used - start, own.saturating_sub(start))));
+                    // Recorded under the waiter's own limit, whatever the
+                    // (injected) bug judged it by.
+                    let true_own = self.own_limit(holds, &id).unwrap_or(own);
+                    served.push((id, (used - start, true_own.saturating_sub(start))));
                     used += units;
                 } else {
                     blocked = blocked.max(own);

@@ -169,6 +169,14 @@ impl RedisModel {
     /// A limit kept in the held hash under `field` (a waiter's id, or
     /// `limit`: the last recorded).
     pub(super) fn limit_of(&mut self, holds: &Bytes, field: &[u8]) -> Option<u64> {
+        if self.last_limit_for_all && field != b"limit" {
+            return None;
+        }
+        self.own_limit(holds, field)
+    }
+
+    /// The limit kept under `field`, bugs aside.
+    pub(super) fn own_limit(&mut self, holds: &Bytes, field: &[u8]) -> Option<u64> {
         self.store
             .hget(holds, field)
             .and_then(|l| lua_number(&l))
