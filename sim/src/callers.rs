@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use inflight_core::InjectedBugs;
 use inflight_tokio::{
-    Acquire, Builder, Connector, Error, Key, Limiter, Permit, ReleasePolicy, RenewError, UnavailablePolicy,
+    Acquire, Builder, Connector, Error, Key, Limiter, Permit, Recovery, ReleasePolicy, RenewError, UnavailablePolicy,
 };
 use tokio::time::Instant;
 
@@ -45,6 +45,17 @@ pub const S10_WINDOW: Duration = Duration::from_millis(500 + 200 + 250 + 150);
 /// How long a waiter keeps its place without checking in (the limiters'
 /// default).
 pub const WAITER_LIFETIME: Duration = Duration::from_secs(1);
+
+/// Idle connections are probed this often while leases are held.
+pub const IDLE_PROBE: Duration = Duration::from_millis(200);
+
+/// New grants are held this long after a loss: the backoff cap plus the
+/// connect timeout. Every simulated restart and failover breaks the
+/// connections, so each limiter notices at once and is back within this;
+/// the default window also counts the idle probe and the liveness, for a
+/// host that dies silently (1.2 s here), which would hold grants through
+/// most of a scenario whose faults come every 0.2–1.2 s.
+pub const RECOVERY_WINDOW: Duration = Duration::from_millis(500);
 
 /// S9 in fault-free runs: a free slot reaches a waiter first in line within
 /// this (a release's wake-up and one round trip, with a few ticks to spare),
@@ -112,6 +123,10 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         .connect_timeout(Duration::from_millis(300))
         .max_in_flight(8)
         .waiter_lifetime(WAITER_LIFETIME)
+        .idle_probe(IDLE_PROBE)
+        .recovery(Recovery::Reassert {
+            window: Some(RECOVERY_WINDOW),
+        })
         .on_unavailable(policy)
         .simulation_entropy(plan.rng.entropy())
         .inject_bugs(plan.bugs);

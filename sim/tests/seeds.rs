@@ -82,7 +82,7 @@ fn a_missing_late_grant_compensation_is_caught_within_200_seeds() {
 #[test]
 fn a_missing_echo_check_is_caught_within_100_seeds() {
     // Rare by nature (a reply lost while the misread one matters): the
-    // first catch is seed 37 (reply-loss).
+    // first catch is seed 47 (composed; reply-loss 37 in regressions.txt).
     let caught = seeds_to_catch(Bug::NoEchoCheck, 100);
     assert!(caught.is_some(), "the simulator cannot see misattributed replies");
 }
@@ -92,7 +92,7 @@ fn a_missing_stale_check_is_caught_within_300_seeds() {
     // Rare by nature (bytes held back past a request's bounds, then a grant
     // nobody accounts for). The bug switches off both bounds (valid-until
     // and the absolute expiry): either one alone keeps the late acquire from
-    // taking a slot. The first catch is seed 27 (mixed).
+    // taking a slot. The first catch is seed 20 (ghosts).
     let caught = seeds_to_catch(Bug::NoStaleCheck, 300);
     assert!(caught.is_some(), "the simulator cannot see ghost leases");
 }

@@ -92,6 +92,16 @@ pub(super) fn eviction(info: &[u8]) -> Option<String> {
     policy.filter(|policy| limited && policy != "noeviction")
 }
 
+/// The server's version when an `INFO` text says it is older than Redis
+/// 7.0, whose commands the scripts use (`SET … GET`, `ZADD … GT`,
+/// `ZMSCORE`, `SPUBLISH`). Valkey reports `redis_version` 7.2.4 and up.
+pub(super) fn too_old(info: &[u8]) -> Option<String> {
+    info_fields(info).find_map(|(name, value)| {
+        let major: u32 = std::str::from_utf8(value).ok()?.split('.').next()?.parse().ok()?;
+        (name == b"redis_version" && major < 7).then(|| String::from_utf8_lossy(value).into_owned())
+    })
+}
+
 /// What an `INFO` text says of `cluster_enabled`, if anything.
 pub(super) fn cluster_enabled(info: &[u8]) -> Option<bool> {
     info_fields(info).find_map(|field| match field {
@@ -180,6 +190,14 @@ mod tests {
         let before = identity("r1", "x", "", "m1");
         assert_eq!(Identity::default().loss_since(&before), None);
         assert_eq!(identity("r1", "x", "", "m1").loss_since(&Identity::default()), None);
+    }
+
+    #[test]
+    fn a_server_older_than_redis_7_is_named() {
+        assert_eq!(too_old(b"# Server\r\nredis_version:6.2.14\r\n"), Some("6.2.14".into()));
+        assert_eq!(too_old(b"# Server\r\nredis_version:7.0.15\r\n"), None);
+        assert_eq!(too_old(b"# Server\r\nredis_version:8.2.1\r\n"), None);
+        assert_eq!(too_old(b"# Server\r\nrun_id:x\r\n"), None, "not said: tried");
     }
 
     #[test]

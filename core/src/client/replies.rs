@@ -99,6 +99,11 @@ impl Client {
                 (Some(false), true) => return Err(ConnectionError::NotCluster),
                 _ => {
                     refused_replica(conn)?;
+                    if let Some(version) = identity::too_old(info) {
+                        return Err(ConnectionError::Handshake(format!(
+                            "Redis {version} is too old: inflight needs Redis 7.0 or later"
+                        )));
+                    }
                     conn.identity.learn_info(info);
                     if let Some(policy) = identity::eviction(info) {
                         if !self.config.allow_eviction {
