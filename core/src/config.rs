@@ -245,7 +245,7 @@ pub enum ConfigError {
         field: &'static str,
     },
     /// A duration below what the other settings require.
-    #[error("{field} must be at least {min_ms} ms (it is {actual_ms} ms)")]
+    #[error("{field} must be at least {min_ms} ms ({because}); it is {actual_ms} ms")]
     TooShort {
         /// The setting, as named in [`Config`].
         field: &'static str,
@@ -253,6 +253,8 @@ pub enum ConfigError {
         min_ms: u128,
         /// What it is, in milliseconds.
         actual_ms: u128,
+        /// Where the bound comes from.
+        because: &'static str,
     },
     /// A value outside what can work.
     #[error("{field} is out of range: {reason}")]
@@ -376,18 +378,43 @@ impl Config {
 
     /// Durations against each other and against what Redis can express.
     fn check_durations(&self) -> Result<(), ConfigError> {
+        // Every deadline is an instant some of these durations from now:
+        // bounded, their sums stay far inside what an `Instant` holds.
+        let bounded = [
+            ("lease_ttl", self.lease_ttl),
+            ("acquire_timeout", self.acquire_timeout),
+            ("request_liveness", self.request_liveness),
+            ("connect_timeout", self.connect_timeout),
+            ("reconnect_initial_backoff", self.reconnect_initial_backoff),
+            ("reconnect_max_backoff", self.reconnect_max_backoff),
+            ("release.initial_backoff", self.release.initial_backoff),
+            ("release.max_backoff", self.release.max_backoff),
+            ("waiter_lifetime", self.waiter_lifetime),
+            ("idle_probe", self.idle_probe),
+        ];
+        for (field, value) in bounded {
+            if value > MAX_DURATION {
+                return Err(ConfigError::OutOfRange {
+                    field,
+                    reason: "longer than a year",
+                });
+            }
+        }
+        if let Recovery::Reassert { window: Some(window) } = self.recovery {
+            if window > MAX_DURATION {
+                return Err(ConfigError::OutOfRange {
+                    field: "recovery.window",
+                    reason: "longer than a year",
+                });
+            }
+        }
         // Redis expiries are whole milliseconds; a sub-millisecond TTL is zero there.
         if self.lease_ttl < Duration::from_millis(1) {
             return Err(ConfigError::TooShort {
                 field: "lease_ttl",
                 min_ms: 1,
                 actual_ms: self.lease_ttl.as_millis(),
-            });
-        }
-        if self.lease_ttl > Duration::from_secs(365 * 24 * 3600) {
-            return Err(ConfigError::OutOfRange {
-                field: "lease_ttl",
-                reason: "longer than a year",
+                because: "Redis counts expiries in whole milliseconds",
             });
         }
         // A grant is delivered within the acquire timeout of its request, so
@@ -398,6 +425,7 @@ impl Config {
                 field: "lease_ttl",
                 min_ms: self.acquire_timeout.as_millis() + 1,
                 actual_ms: self.lease_ttl.as_millis(),
+                because: "longer than the acquire timeout (`timeout`), so that no grant is delivered already expired",
             });
         }
         if self.request_liveness < self.acquire_timeout {
@@ -405,6 +433,7 @@ impl Config {
                 field: "request_liveness",
                 min_ms: self.acquire_timeout.as_millis(),
                 actual_ms: self.request_liveness.as_millis(),
+                because: "at least the acquire timeout (`timeout`): a caller that stops waiting must not condemn a healthy connection",
             });
         }
         if let Some(acks) = self.replica_acks {
@@ -426,6 +455,7 @@ impl Config {
                     field: "recovery.window",
                     min_ms: 1,
                     actual_ms: window.as_millis(),
+                    because: "the hold key's expiry is in whole milliseconds",
                 });
             }
         }
@@ -466,6 +496,11 @@ impl Config {
         Ok(())
     }
 }
+
+/// The longest any duration setting may be: a year. Longer ones are refused
+/// (`ConfigError::OutOfRange`), so that no deadline computed from them can
+/// overflow; a per-call wait longer than this is cut to it.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// A limit as given by a user: refused when zero.
 pub fn limit(value: u32) -> Result<NonZeroU32, ConfigError> {
@@ -511,13 +546,19 @@ mod tests {
             ConfigError::TooShort { .. }
         ));
         // A lease that could run out before its grant is even delivered.
-        assert_eq!(
+        assert!(matches!(
             bad(|c| c.lease_ttl = c.acquire_timeout),
             ConfigError::TooShort {
                 field: "lease_ttl",
                 min_ms: 251,
-                actual_ms: 250
+                actual_ms: 250,
+                ..
             }
+        ));
+        assert_eq!(
+            bad(|c| c.lease_ttl = c.acquire_timeout).to_string(),
+            "lease_ttl must be at least 251 ms (longer than the acquire timeout (`timeout`), so that no grant \
+             is delivered already expired); it is 250 ms"
         );
         assert!(matches!(
             bad(|c| c.key_prefix = "a{b".into()),

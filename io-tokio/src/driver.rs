@@ -181,8 +181,9 @@ impl<C: Connector> Driver<C> {
                 wait,
                 reply,
             } => {
-                // The caller's deadline, on the core's clock.
-                let until = wait.map(|wait| now + wait);
+                // The caller's deadline, on the core's clock: "wait forever"
+                // (`Duration::MAX`) waits as long as any deadline may be.
+                let until = wait.map(|wait| now + wait.min(inflight_core::config::MAX_DURATION));
                 let request = match self.client.acquire_claim(now, keys, limit, &claim, until) {
                     Ok(request) => request,
                     Err(error) => {

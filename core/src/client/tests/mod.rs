@@ -12,6 +12,7 @@ mod batching;
 #[cfg(feature = "model")]
 mod cluster;
 mod connections;
+mod durations;
 mod keep_alive;
 mod recovery;
 mod releases;
