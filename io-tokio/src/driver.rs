@@ -100,7 +100,7 @@ impl<C: Connector> Driver<C> {
             startup: (!lazy).then_some(startup),
             last_io_error: None,
             failed_start: false,
-            published: telemetry::Published::default(),
+            published: telemetry::Published::register(&metric_labels),
             metric_labels,
             stats: stats_tx,
         };

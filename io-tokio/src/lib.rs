@@ -61,15 +61,33 @@
 //! ([`inflight_core::Client`]), not in the caller's future.
 //!
 //! ## Metrics (crate `metrics`)
-//! Counters `inflight_acquire_{granted,denied,unavailable,fail_open}_total`,
-//! `inflight_compensations_total`, `inflight_release_retries_total`,
-//! `inflight_releases_abandoned_total`, `inflight_connections_replaced_total`,
+//! Every series exists, at 0, from a limiter's start (also a lazy one that
+//! never connects), is described (unit, help), and carries a `namespace`
+//! label when `Builder::metrics_namespace` is set; never the subject. Names
+//! are in [`metric_names`]; `docs/operations.md` says what each one means
+//! for an alert.
+//!
+//! Counters: `inflight_acquire_granted_total`, `inflight_acquire_denied_total`,
+//! `inflight_acquire_unavailable_total`, `inflight_acquire_fail_open_total`,
+//! `inflight_acquire_shed_total`, `inflight_acquire_recovering_total`,
+//! `inflight_acquire_not_replicated_total`, `inflight_compensations_total`,
+//! `inflight_release_retries_total`, `inflight_releases_abandoned_total`,
 //! `inflight_renewals_total`, `inflight_leases_lost_total`,
-//! `inflight_cluster_{moved,ask,try_again,topology_refreshes}_total`; the histogram
-//! `inflight_acquire_seconds` labelled by `outcome`; the gauges
-//! `inflight_connections_up` and `inflight_acquires_in_flight`. All are
-//! described (unit, help) when a limiter starts, and carry a `namespace` label
-//! when `Builder::metrics_namespace` is set. Names are in [`metric_names`].
+//! `inflight_keep_alive_renewals_total`, `inflight_keep_alive_lost_total`,
+//! `inflight_wake_ups_total`, `inflight_reclaimed_units_total`,
+//! `inflight_connections_replaced_total`, `inflight_server_warnings_total`,
+//! `inflight_data_loss_detected_total`, `inflight_leases_restored_total`,
+//! `inflight_over_admissions_detected_total`, `inflight_cluster_moved_total`,
+//! `inflight_cluster_ask_total`, `inflight_cluster_try_again_total`,
+//! `inflight_cluster_topology_refreshes_total`.
+//!
+//! Gauges (each the sum over the process's limiters with the same labels,
+//! set, never below 0): `inflight_connections_up`,
+//! `inflight_acquires_in_flight`, `inflight_acquires_waiting`.
+//!
+//! Histograms: `inflight_acquire_seconds` (labelled `outcome`: `granted`,
+//! `denied`, `shed`, `unavailable`, `fail_open`),
+//! `inflight_acquire_wait_seconds`.
 //!
 //! ## Tracing
 //! `warn` for a retired connection, a failed reconnect, a release that gave up

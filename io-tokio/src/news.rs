@@ -88,6 +88,23 @@ impl News {
         sender.subscribe()
     }
 
+    /// Why `lease` is known lost, if it is: a verdict its watchers were
+    /// told, or a write-back that failed (watched or not).
+    pub(crate) fn loss(&self, lease: &LeaseId) -> Option<Lost> {
+        let told = self
+            .watched
+            .lock()
+            .ok()
+            .and_then(|watched| watched.get(lease).and_then(|sender| sender.borrow().lost));
+        told.or_else(|| (self.reassertion(lease) == Some(Reassertion::Unconfirmed)).then_some(Lost::Unconfirmed))
+    }
+
+    /// Whether the driver renews `lease` (its expiry alone is no loss).
+    pub(crate) fn kept_alive(&self, lease: &LeaseId) -> bool {
+        let watched = self.watched.lock();
+        watched.is_ok_and(|watched| watched.get(lease).is_some_and(|sender| sender.borrow().kept_alive))
+    }
+
     /// The expiry the driver knows for a watched lease (kept alive: moved by
     /// its renewals).
     pub(crate) fn expires_at(&self, lease: &LeaseId) -> Option<Instant> {
@@ -197,5 +214,23 @@ mod tests {
         news.lose(&lease(4), Lost::Gone);
         news.let_go(&lease(4), Lost::Released);
         assert_eq!(lost(gone).await, Lost::Gone);
+    }
+
+    #[test]
+    fn a_loss_is_known_to_the_permit_whether_or_not_anyone_watched() {
+        let news = News::default();
+        let later = Instant::now() + std::time::Duration::from_secs(60);
+        // A write-back that failed, never watched.
+        news.reasserted(lease(1), Reassertion::Unconfirmed);
+        assert_eq!(news.loss(&lease(1)), Some(Lost::Unconfirmed));
+        // Restored: not lost.
+        news.reasserted(lease(2), Reassertion::Restored);
+        assert_eq!(news.loss(&lease(2)), None);
+        // Kept alive and found gone: lost, and kept alive no longer matters.
+        let _watch = news.watch(&lease(3), later, true);
+        assert!(news.kept_alive(&lease(3)));
+        assert_eq!(news.loss(&lease(3)), None);
+        news.lose(&lease(3), Lost::Gone);
+        assert_eq!(news.loss(&lease(3)), Some(Lost::Gone));
     }
 }

@@ -27,46 +27,69 @@ impl Permit {
         Self { lease: None }
     }
 
+    /// The lease, while the permit holds one that is not known lost.
     fn lease(&self) -> Option<&Lease> {
-        self.lease.as_ref().map(HeldLease::lease)
+        let held = self.lease.as_ref()?;
+        Self::loss_of(held).is_none().then(|| held.lease())
     }
 
-    /// `false` for a fail-open permit that holds no slot (or one whose lease
-    /// was found lost).
+    fn loss_of(held: &HeldLease) -> Option<Lost> {
+        let lease = held.lease();
+        held.news().loss(lease.id()).or_else(|| {
+            // Not renewed by the driver: past its expiry it may be gone,
+            // as `lost()` says at that instant.
+            let expired = !held.news().kept_alive(lease.id()) && std::time::Instant::now() >= lease.expires_at();
+            expired.then_some(Lost::Expired)
+        })
+    }
+
+    /// Why the lease is known lost, if it is: found gone by a renewal
+    /// (`Gone`), past its expiry without a renewal (`Expired`), or not
+    /// confirmed after Redis lost lease data (`Unconfirmed`); what
+    /// [`Permit::lost`] resolves with, asked now. A lost permit holds
+    /// nothing: `is_enforced()` is false, `weight()` 0, and `lease_id()`,
+    /// `expires_at()` and `fencing_token()` are `None` (a holder that
+    /// lost its lease must not write with its token). `None` for a
+    /// fail-open permit.
+    pub fn loss(&self) -> Option<Lost> {
+        self.lease.as_ref().and_then(Self::loss_of)
+    }
+
+    /// Whether the permit holds a slot in Redis: `false` for a fail-open
+    /// permit, and once its lease is known lost ([`Permit::loss`]).
     pub fn is_enforced(&self) -> bool {
         self.lease().is_some()
     }
 
-    /// The lease's id in Redis; `None` for an unenforced (fail-open) permit.
+    /// The lease's id in Redis, rendered as Redis and `inflight holders`
+    /// show it; `None` for a fail-open permit or a lost lease.
     pub fn lease_id(&self) -> Option<LeaseId> {
         self.lease().map(|lease| lease.id().clone())
     }
 
     /// How many units of its key's limit the permit holds (1 unless it was
-    /// acquired with `Acquire::weight`); 0 for a fail-open permit.
+    /// acquired with `Acquire::weight`); 0 for a fail-open permit or a lost
+    /// lease.
     pub fn weight(&self) -> u32 {
         self.lease().map_or(0, Lease::weight)
     }
 
     /// Until when Redis surely keeps the lease without a renewal: the lease
     /// TTL from when it was acquired or last renewed, less a margin for
-    /// clock rates. `None` if nothing is held.
+    /// clock rates. `None` if nothing is held (fail-open, or lost).
     pub fn expires_at(&self) -> Option<std::time::Instant> {
-        let held = self.lease.as_ref()?;
-        let own = held.lease().expires_at();
+        let lease = self.lease()?;
+        let own = lease.expires_at();
         // Kept alive: the driver's renewals moved it.
-        Some(
-            held.news()
-                .expires_at(held.lease().id())
-                .map_or(own, |known| known.max(own)),
-        )
+        let news = self.lease.as_ref()?.news();
+        Some(news.expires_at(lease.id()).map_or(own, |known| known.max(own)))
     }
 
     /// The grant's fencing token: strictly greater than every token granted
     /// before it for the same key, across the fleet. Pass it to the resource
     /// the permit guards; a resource that refuses tokens lower than the
     /// highest it has seen cannot be written by a holder that was paused
-    /// past its lease. `None` for a fail-open permit.
+    /// past its lease. `None` for a fail-open permit or a lost lease.
     pub fn fencing_token(&self) -> Option<u64> {
         self.lease().map(Lease::fencing_token)
     }

@@ -5,6 +5,9 @@
 //! `namespace="…"` when the builder was given one. Never the subject: its
 //! values are unbounded, and so would be the series.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use inflight_core::Stats;
 use metrics::{Label, Unit};
 
@@ -75,6 +78,39 @@ pub mod names {
     pub const CONNECTIONS_UP: &str = "inflight_connections_up";
     /// Gauge: acquires (and renewals) waiting for a connection or a reply.
     pub const ACQUIRES_IN_FLIGHT: &str = "inflight_acquires_in_flight";
+
+    /// Every counter, in the order `docs/operations.md` lists them.
+    pub const COUNTERS: [&str; 25] = [
+        GRANTED,
+        DENIED,
+        UNAVAILABLE,
+        FAIL_OPEN,
+        SHED,
+        RECOVERING,
+        NOT_REPLICATED,
+        COMPENSATED,
+        RELEASE_RETRIED,
+        RELEASE_ABANDONED,
+        RENEWED,
+        LEASE_LOST,
+        KEPT_ALIVE,
+        KEEP_ALIVE_LOST,
+        WAKE_UPS,
+        RECLAIMED,
+        CONNECTION_REPLACED,
+        SERVER_WARNINGS,
+        DATA_LOSS,
+        LEASES_RESTORED,
+        OVER_ADMISSIONS,
+        MOVED,
+        ASKED,
+        TRY_AGAIN,
+        TOPOLOGY_REFRESHED,
+    ];
+    /// Every gauge.
+    pub const GAUGES: [&str; 3] = [CONNECTIONS_UP, ACQUIRES_IN_FLIGHT, WAITING];
+    /// Every histogram.
+    pub const HISTOGRAMS: [&str; 2] = [ACQUIRE_SECONDS, WAIT_SECONDS];
 }
 
 /// A counter: its name, its help text, and its figure in [`Stats`].
@@ -200,6 +236,16 @@ const COUNTERS: [CounterSpec; 25] = [
     ),
 ];
 
+#[cfg(test)]
+#[test]
+fn the_published_counters_are_the_listed_ones() {
+    let mut published: Vec<&str> = COUNTERS.iter().map(|(name, _, _)| *name).collect();
+    let mut listed = names::COUNTERS.to_vec();
+    published.sort_unstable();
+    listed.sort_unstable();
+    assert_eq!(published, listed);
+}
+
 /// Tells the installed recorder the unit and meaning of every metric. Cheap
 /// and idempotent; called at each limiter's start, so a recorder installed
 /// before any limiter learns them all.
@@ -277,10 +323,8 @@ pub(crate) fn record_acquire(labels: &[Label], outcome: AcquireOutcome, seconds:
     histogram.record(seconds);
 }
 
-/// What one driver has published so far, so that each report sends deltas.
-/// Gauges move by increments, so that limiters sharing one recorder (and
-/// one label set) add up instead of overwriting each other.
-#[derive(Default)]
+/// What one driver has published so far, so that each report sends deltas
+/// of the counters and its share of the gauges.
 pub(crate) struct Published {
     stats: Stats,
     connections_up: usize,
@@ -289,6 +333,30 @@ pub(crate) struct Published {
 }
 
 impl Published {
+    /// Registers every counter and gauge of `labels` at its current value
+    /// (zero for a fresh process), so that a limiter that never connects
+    /// still shows `inflight_connections_up 0`, and a counter is a series
+    /// from the start, not from its first increment.
+    pub(crate) fn register(labels: &[Label]) -> Self {
+        for (name, _, _) in COUNTERS {
+            metrics::counter!(name, labels.to_vec()).increment(0);
+        }
+        for outcome in ["granted", "denied", "shed", "unavailable", "fail_open"] {
+            let mut labels = labels.to_vec();
+            labels.push(Label::new("outcome", outcome));
+            let _ = metrics::histogram!(names::ACQUIRE_SECONDS, labels);
+        }
+        let _ = metrics::histogram!(names::WAIT_SECONDS, labels.to_vec());
+        let mut published = Self {
+            stats: Stats::default(),
+            connections_up: 0,
+            in_flight: 0,
+            waiting: 0,
+        };
+        published.withdraw(labels);
+        published
+    }
+
     /// Publishes what changed since the last call; whether the counters did.
     pub(crate) fn report(
         &mut self,
@@ -308,25 +376,38 @@ impl Published {
             }
             self.stats = stats;
         }
-        move_gauge(names::CONNECTIONS_UP, labels, &mut self.connections_up, connections_up);
-        move_gauge(names::ACQUIRES_IN_FLIGHT, labels, &mut self.in_flight, in_flight);
-        move_gauge(names::WAITING, labels, &mut self.waiting, waiting);
+        share(names::CONNECTIONS_UP, labels, &mut self.connections_up, connections_up);
+        share(names::ACQUIRES_IN_FLIGHT, labels, &mut self.in_flight, in_flight);
+        share(names::WAITING, labels, &mut self.waiting, waiting);
         changed
     }
 
     /// Takes this driver's share out of the gauges (it is stopping).
     pub(crate) fn withdraw(&mut self, labels: &[Label]) {
-        move_gauge(names::CONNECTIONS_UP, labels, &mut self.connections_up, 0);
-        move_gauge(names::ACQUIRES_IN_FLIGHT, labels, &mut self.in_flight, 0);
-        move_gauge(names::WAITING, labels, &mut self.waiting, 0);
+        share(names::CONNECTIONS_UP, labels, &mut self.connections_up, 0);
+        share(names::ACQUIRES_IN_FLIGHT, labels, &mut self.in_flight, 0);
+        share(names::WAITING, labels, &mut self.waiting, 0);
     }
 }
 
-fn move_gauge(name: &'static str, labels: &[Label], published: &mut usize, now: usize) {
-    if now > *published {
-        metrics::gauge!(name, labels.to_vec()).increment((now - *published) as f64);
-    } else if now < *published {
-        metrics::gauge!(name, labels.to_vec()).decrement((*published - now) as f64);
-    }
+/// The gauges' totals in this process: each gauge sums the shares of every
+/// driver with its labels, and is *set* to that sum, never moved by
+/// increments. A recorder installed after a limiter started, or one that
+/// resets gauges when it reads them, still reads the true figure at the
+/// next report, and a gauge cannot go below zero.
+type Totals = HashMap<(&'static str, Vec<Label>), usize>;
+
+static TOTALS: Mutex<Option<Totals>> = Mutex::new(None);
+
+/// Moves one driver's share of a gauge from `*published` to `now`.
+fn share(name: &'static str, labels: &[Label], published: &mut usize, now: usize) {
+    let mut totals = TOTALS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let total = totals
+        .get_or_insert_with(HashMap::new)
+        .entry((name, labels.to_vec()))
+        .or_insert(0);
+    // Shares only this driver moves: `published` is part of `total`.
+    *total = total.saturating_sub(*published) + now;
+    metrics::gauge!(name, labels.to_vec()).set(*total as f64);
     *published = now;
 }

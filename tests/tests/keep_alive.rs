@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use inflight_core::key::SubjectKeys;
 use inflight_core::resp::Frame;
 use inflight_tests::RedisServer;
-use inflight_tokio::{Acquire, Builder, Key, Limiter, Lost};
+use inflight_tokio::{Acquire, Builder, Key, Limiter, Lost, Permit};
 
 const PREFIX: &str = "alive";
 const TTL: Duration = Duration::from_millis(600);
@@ -78,6 +78,16 @@ async fn a_kept_alive_permit_outlives_many_ttls_while_held_in_another_task() {
     limiter.drain().await;
 }
 
+/// A permit whose loss is known says so through every accessor.
+fn assert_lost(permit: &Permit, reason: Lost) {
+    assert_eq!(permit.loss(), Some(reason));
+    assert!(!permit.is_enforced());
+    assert_eq!(permit.expires_at(), None);
+    assert_eq!(permit.lease_id(), None);
+    assert_eq!(permit.fencing_token(), None);
+    assert_eq!(permit.weight(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_deleted_behind_its_holders_back_is_signalled_gone_within_a_renewal_period() {
     let server = RedisServer::start();
@@ -97,6 +107,8 @@ async fn a_lease_deleted_behind_its_holders_back_is_signalled_gone_within_a_rene
     println!("lease deleted -> signalled after {:?}", deleted.elapsed());
     assert!(deleted.elapsed() <= TTL / 3 + Duration::from_millis(150));
     assert_eq!(limiter.stats().keep_alive_lost, 1);
+    // The loss is final: every accessor says the permit holds nothing.
+    assert_lost(&permit, Lost::Gone);
     drop(permit); // nothing left to release; no error, no panic
     limiter.drain().await;
 }
@@ -117,6 +129,7 @@ async fn redis_unreachable_past_the_expiry_is_signalled_before_the_lease_could_b
     let signalled = Instant::now();
     server.resume();
     assert_eq!(reason.expect("signalled"), Lost::Expired);
+    assert_lost(&permit, Lost::Expired);
     // The signal comes no later than the expiry the holder was told (and
     // the scripts count a lease live until then): before anyone else could
     // be granted its slot.
@@ -139,12 +152,14 @@ async fn a_plain_permits_signal_fires_at_its_expiry_and_a_renewal_moves_it() {
     permit.renew().await.unwrap();
     let expires_at = permit.expires_at().unwrap();
     let lost = permit.lost();
+    assert!(permit.is_enforced() && permit.loss().is_none());
     assert_eq!(tokio::time::timeout(TTL * 2, lost).await.unwrap(), Lost::Expired);
     let now = Instant::now();
     assert!(
         now + Duration::from_millis(5) >= expires_at,
         "not before the renewed expiry"
     );
+    assert_lost(&permit, Lost::Expired);
     drop(permit);
     limiter.drain().await;
 }
