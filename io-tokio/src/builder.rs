@@ -14,6 +14,10 @@ use crate::error::ConnectError;
 use crate::limiter::{Limiter, RetryHints, Settings};
 use crate::telemetry;
 
+/// How long `Limiter::drain` waits by default: within a usual shutdown
+/// grace period, with room for the process's other work.
+const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Whether `connect` waits for the first connection.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Start {
@@ -51,6 +55,8 @@ pub struct Builder {
     holder_label: Option<String>,
     /// Keep every permit alive unless its acquire says otherwise.
     keep_alive: bool,
+    /// How long `Limiter::drain` waits for what is owed.
+    drain_timeout: Duration,
     tcp: TcpConnector,
     #[cfg(all(feature = "tls", not(madsim)))]
     tls: crate::tls::TlsOptions,
@@ -79,6 +85,7 @@ impl std::fmt::Debug for Builder {
             .field("metrics_namespace", &self.metrics_namespace)
             .field("holder_label", &self.holder_label)
             .field("keep_alive", &self.keep_alive)
+            .field("drain_timeout", &self.drain_timeout)
             .field("tcp", &self.tcp);
         #[cfg(all(feature = "tls", not(madsim)))]
         debug.field("tls", &self.tls);
@@ -99,6 +106,7 @@ impl Builder {
             metrics_namespace: None,
             holder_label: None,
             keep_alive: false,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             tcp: TcpConnector::new(),
             #[cfg(feature = "fault-injection")]
             bugs: Default::default(),
@@ -237,6 +245,15 @@ impl Builder {
     /// `Acquire::keep_alive` decides per call): see [`Permit::keep_alive`](crate::Permit::keep_alive).
     pub fn keep_alive(mut self, keep_alive: bool) -> Self {
         self.keep_alive = keep_alive;
+        self
+    }
+
+    /// How long [`Limiter::drain`](crate::Limiter::drain) waits for the
+    /// releases it owes before it returns with what is left (default 5 s;
+    /// at most a year, or `connect` refuses it). With Redis down, the
+    /// releases it gives up on come back at their lease TTL.
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = timeout;
         self
     }
 
@@ -419,6 +436,13 @@ impl Builder {
             .liveness
             .unwrap_or_else(|| Config::default_request_liveness(config.acquire_timeout));
         config.validate()?;
+        if self.drain_timeout > inflight_core::config::MAX_DURATION {
+            return Err(inflight_core::ConfigError::OutOfRange {
+                field: "drain_timeout",
+                reason: "longer than a year",
+            }
+            .into());
+        }
         config.holder_label = self.holder_label.as_deref().map(Label::new).transpose()?;
         let entropy = match self.entropy {
             Some(entropy) => entropy,
@@ -454,6 +478,7 @@ impl Builder {
             metric_labels,
             hints,
             keep_alive: self.keep_alive,
+            drain_timeout: self.drain_timeout,
         };
         Ok(Limiter::new(spawned.commands, spawned.stats, settings))
     }

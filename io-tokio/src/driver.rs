@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::clock::{now, timer_at};
 use crate::connector::Connector;
+use crate::drained::Drained;
 use crate::error::{ConnectError, Error, ReleaseError, RenewError};
 use crate::mailbox::{Command, HeldLease};
 use crate::news::{Lost, SharedNews};
@@ -58,7 +59,8 @@ pub(crate) struct Driver<C: Connector> {
     release_waiters: HashMap<LeaseId, oneshot::Sender<Result<(), ReleaseError>>>,
     /// What the driver learns of held leases, for their permits.
     news: SharedNews,
-    drain_waiters: Vec<oneshot::Sender<()>>,
+    /// Callers of `Limiter::drain`: when they began, until when they wait.
+    drain_waiters: Vec<(Instant, Instant, oneshot::Sender<Drained>)>,
     startup: Option<Startup>,
     last_io_error: Option<String>,
     /// The first connection failed: `connect` returned an error, nobody holds
@@ -127,7 +129,10 @@ impl<C: Connector> Driver<C> {
                 tracing::debug!("inflight driver: no handles left and nothing owed; stopping");
                 break;
             }
-            let deadline = self.client.poll_timeout();
+            let deadline = match (self.client.poll_timeout(), self.drain_deadline()) {
+                (Some(core), Some(drain)) => Some(core.min(drain)),
+                (core, drain) => core.or(drain),
+            };
             let sleep = tokio::time::sleep_until(timer_at(deadline));
             tokio::select! {
                 biased;
@@ -163,6 +168,41 @@ impl<C: Connector> Driver<C> {
         for (_, attempt) in self.connecting.drain() {
             attempt.abort();
         }
+    }
+
+    /// Answers the drains that are over: the driver owes nothing, or their
+    /// time ran out (then with what it still owes).
+    fn settle_drains(&mut self) {
+        if self.drain_waiters.is_empty() {
+            return;
+        }
+        let now = now();
+        let idle = self.idle();
+        let owed = self.client.outstanding_releases();
+        let in_flight = self.client.in_flight_acquires();
+        let mut waiting = Vec::with_capacity(self.drain_waiters.len());
+        for (started, deadline, done) in self.drain_waiters.drain(..) {
+            if idle || deadline <= now {
+                let waited = now.saturating_duration_since(started);
+                if !idle {
+                    tracing::warn!(
+                        owed,
+                        in_flight,
+                        ?waited,
+                        "inflight: drain gave up with releases still owed; their leases come back at their TTL"
+                    );
+                }
+                let _ = done.send(Drained::new(waited, owed, in_flight));
+            } else {
+                waiting.push((started, deadline, done));
+            }
+        }
+        self.drain_waiters = waiting;
+    }
+
+    /// The soonest drain deadline, for the driver's timer.
+    fn drain_deadline(&self) -> Option<Instant> {
+        self.drain_waiters.iter().map(|(_, deadline, _)| *deadline).min()
     }
 
     fn idle(&self) -> bool {
@@ -224,7 +264,11 @@ impl<C: Connector> Driver<C> {
                 }
                 self.client.release(now, lease);
             }
-            Command::Drain { done } => self.drain_waiters.push(done),
+            Command::Drain {
+                done,
+                started,
+                deadline,
+            } => self.drain_waiters.push((started, deadline, done)),
         }
     }
 
@@ -301,11 +345,7 @@ impl<C: Connector> Driver<C> {
                 break;
             }
         }
-        if !self.drain_waiters.is_empty() && self.idle() {
-            for done in self.drain_waiters.drain(..) {
-                let _ = done.send(());
-            }
-        }
+        self.settle_drains();
         self.report_metrics();
     }
 

@@ -103,6 +103,7 @@ mod builder;
 pub mod cli;
 mod clock;
 mod connector;
+mod drained;
 mod driver;
 mod error;
 mod limiter;
@@ -121,6 +122,7 @@ pub use builder::Builder;
 #[cfg(all(unix, not(madsim)))]
 pub use connector::UnixConnector;
 pub use connector::{tcp_endpoint, Connector, TcpConnector};
+pub use drained::Drained;
 pub use error::{ConnectError, Error, ReleaseError, RenewError};
 pub use inflight_core::{
     ClaimError, ConfigError, ConnectionError, DataLoss, Endpoint, Holder, Key, KeyError, Label, LabelError, LeaseId,

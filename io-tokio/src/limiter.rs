@@ -9,6 +9,7 @@ use inflight_core::{Claim, Holder, Inspection, Key, Label, Stats, Unavailable, U
 use tokio::sync::{oneshot, watch};
 
 use crate::builder::Builder;
+use crate::drained::Drained;
 use crate::error::Error;
 use crate::mailbox::{answer, next_ticket, Command, Commands};
 use crate::permit::Permit;
@@ -32,6 +33,8 @@ struct Shared {
     hints: RetryHints,
     /// Permits are kept alive unless an acquire says otherwise.
     keep_alive: bool,
+    /// How long `drain` waits for what is owed.
+    drain_timeout: Duration,
 }
 
 /// How one acquire asks: the default is the limiter's default limit, weight
@@ -113,6 +116,7 @@ pub(crate) struct Settings {
     pub(crate) metric_labels: Vec<metrics::Label>,
     pub(crate) hints: RetryHints,
     pub(crate) keep_alive: bool,
+    pub(crate) drain_timeout: Duration,
 }
 
 /// What the settings say about when a refused request may succeed.
@@ -154,6 +158,7 @@ impl Limiter {
             metric_labels,
             hints,
             keep_alive,
+            drain_timeout,
         } = settings;
         Self {
             shared: Arc::new(Shared {
@@ -165,6 +170,7 @@ impl Limiter {
                 metric_labels,
                 hints,
                 keep_alive,
+                drain_timeout,
             }),
         }
     }
@@ -333,13 +339,29 @@ impl Limiter {
     /// For shutdown: gives up this handle and waits until the driver owes
     /// nothing (every release and compensation done or given up, no acquire
     /// in flight), so a process can exit without stranding leases until their
-    /// TTL. The driver is shared by all clones: work that other clones are
-    /// still doing keeps this waiting, so drain the last handle, after the
-    /// work has stopped.
-    pub async fn drain(self) {
+    /// TTL; but no longer than the drain timeout (`Builder::drain_timeout`,
+    /// 5 s by default), so a shutdown with Redis down is not held up by
+    /// releases that cannot get through. [`Drained`] says which: complete,
+    /// or what was still owed (those leases come back at their TTL).
+    ///
+    /// The driver is shared by all clones: work that other clones are still
+    /// doing keeps this waiting, so drain the last handle, after the work
+    /// has stopped.
+    pub async fn drain(self) -> Drained {
+        let started = crate::clock::now();
+        let deadline = started + self.shared.drain_timeout;
         let (done, drained) = oneshot::channel();
-        if self.shared.commands.send(Command::Drain { done }).is_ok() {
-            let _ = drained.await;
+        let command = Command::Drain {
+            done,
+            started,
+            deadline,
+        };
+        if self.shared.commands.send(command).is_err() {
+            // The driver stopped: it owes nothing it could still do.
+            return Drained::new(Duration::ZERO, 0, 0);
         }
+        drained
+            .await
+            .unwrap_or_else(|_| Drained::new(crate::clock::now() - started, 0, 0))
     }
 }

@@ -5,11 +5,13 @@
 
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use inflight_core::key::SubjectKeys;
 use inflight_core::{Claim, Inspection, Lease, Reassertion};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::drained::Drained;
 use crate::error::{Error, ReleaseError, RenewError};
 use crate::news::{Lost, SharedNews};
 
@@ -55,9 +57,12 @@ pub(crate) enum Command {
         lease: Lease,
         done: Option<oneshot::Sender<Result<(), ReleaseError>>>,
     },
-    /// Answer once the driver owes nothing (see `Limiter::drain`).
+    /// Answer once the driver owes nothing, or at `deadline` with what it
+    /// still owes (see `Limiter::drain`).
     Drain {
-        done: oneshot::Sender<()>,
+        done: oneshot::Sender<Drained>,
+        started: Instant,
+        deadline: Instant,
     },
 }
 

@@ -345,6 +345,49 @@ async fn a_release_that_cannot_succeed_gives_up_within_the_ttl_and_says_so() {
     );
 }
 
+/// `drain` with Redis down returns at its timeout and says what it left,
+/// instead of waiting out the owed release (up to the lease TTL); with Redis
+/// up it returns as soon as everything is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_is_bounded_with_redis_down_and_says_what_it_left() {
+    let mut server = RedisServer::start();
+    // Healthy: complete, at once.
+    let limiter = builder(&server.url()).connect().await.unwrap();
+    drop(limiter.acquire(&key("drained")).await.unwrap());
+    let drained = limiter.drain().await;
+    assert!(drained.is_complete(), "{drained}");
+    assert_eq!(live(&server, "drained"), 0);
+
+    // Redis gone with a lease held (a 30 s TTL): the release cannot get
+    // through, and the drain gives up at its timeout.
+    let timeout = Duration::from_millis(400);
+    let limiter = builder(&server.url()).drain_timeout(timeout).connect().await.unwrap();
+    let permit = limiter.acquire(&key("stranded")).await.unwrap();
+    server.stop();
+    drop(permit);
+    let started = Instant::now();
+    let drained = limiter.drain().await;
+    let took = started.elapsed();
+    println!("{drained}");
+    assert!(!drained.is_complete());
+    assert_eq!(drained.releases_owed(), 1, "{drained}");
+    assert_eq!(drained.acquires_in_flight(), 0, "{drained}");
+    assert!(
+        took >= timeout && took < Duration::from_secs(3),
+        "returned after {took:?}"
+    );
+    assert!(drained.to_string().contains("1 releases still owed"), "{drained}");
+    server.start_again();
+
+    // A drain timeout longer than a year is refused at connect.
+    let error = builder(&server.url())
+        .drain_timeout(Duration::MAX)
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("drain_timeout"), "{error}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_fails_clearly_on_bad_config_wrong_password_and_no_server() {
     let server = RedisServer::start_with_password("s3cret");
