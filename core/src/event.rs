@@ -162,15 +162,18 @@ pub enum Unavailable {
     /// `max_in_flight` acquires were already waiting: failed fast.
     #[error("too many acquires in flight on the connection")]
     Overloaded,
-    /// No connection, and the last attempt to make one failed for this reason.
-    #[error("not connected to Redis: {0}")]
-    NotConnected(ConnectionError),
-    /// The connection was lost (for this reason) before the reply came.
-    #[error("the connection was lost before the reply: {0}")]
-    ConnectionLost(ConnectionError),
-    /// Redis refused the command; [`ServerError::kind`] says why.
-    #[error("Redis answered with an error: {0}")]
-    Server(ServerError),
+    /// No connection, and the last attempt to make one failed for this
+    /// reason (its `source`).
+    #[error("not connected to Redis")]
+    NotConnected(#[source] ConnectionError),
+    /// The connection was lost (for this reason, its `source`) before the
+    /// reply came.
+    #[error("the connection was lost before the reply")]
+    ConnectionLost(#[source] ConnectionError),
+    /// Redis refused the command (its `source`); [`ServerError::kind`] says
+    /// why.
+    #[error("Redis answered with an error")]
+    Server(#[source] ServerError),
     /// No cluster primary serves the subject's slot for now (the cluster is
     /// failing over or being resharded).
     #[error("no Redis Cluster primary serves the key's slot for now")]
@@ -205,6 +208,10 @@ pub enum ConnectionError {
     /// The socket closed (or could not be opened).
     #[error("the connection closed")]
     Closed,
+    /// The socket failed (or could not be opened), in the operating
+    /// system's (or TLS's) words: `Connection refused (os error 111)`.
+    #[error("{0}")]
+    Io(String),
     /// Connecting and the handshake took longer than `connect_timeout`.
     #[error("connecting and the handshake took longer than the connect timeout")]
     ConnectTimeout,

@@ -297,11 +297,14 @@ impl<C: Connector> Driver<C> {
     }
 
     fn closed(&mut self, now: Instant, id: ConnectionId, error: Option<String>) {
-        if error.is_some() {
-            self.last_io_error = error;
-        }
         self.forget(id);
-        self.client.handle_closed(now, id);
+        match error {
+            Some(reason) => {
+                self.last_io_error = Some(reason.clone());
+                self.client.handle_failed(now, id, reason);
+            }
+            None => self.client.handle_closed(now, id),
+        }
     }
 
     /// Drops connection `id`: its socket, or its attempt if still connecting.
@@ -440,9 +443,13 @@ impl<C: Connector> Driver<C> {
                     Err(Error::Stopped)
                 }
             },
-            Outcome::Exceeded => Err(Error::Exceeded { retry_after: None }),
+            Outcome::Exceeded => Err(Error::Exceeded {
+                retry_after: self.news.holds.retry_after(),
+                shed: false,
+            }),
             Outcome::Shed(expected) => Err(Error::Exceeded {
-                retry_after: Some(expected),
+                retry_after: expected,
+                shed: true,
             }),
             Outcome::Unavailable(reason) => Err(Error::Unavailable { reason }),
             Outcome::FailOpen(reason) => {

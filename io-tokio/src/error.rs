@@ -1,44 +1,115 @@
 //! Errors a user of the limiter sees, each saying what can be done about it.
 
+use std::fmt;
 use std::time::Duration;
 
 use inflight_core::{ClaimError, ConfigError, ConnectionError, LabelError, ReleaseFailure, Unavailable};
 
 /// Why an acquire did not return a permit.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Its `Display` says what happened and why, one level deep ("the limiter
+/// is unavailable: not connected to Redis"); [`source`](std::error::Error::source)
+/// goes on from there ("Connection refused (os error 111)"), so an error
+/// reporter that walks the chain prints each cause once.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
     /// The key already has `limit` requests in flight across the fleet
     /// (for a waiting acquire: no slot came before its deadline, or none is
-    /// expected to). Shed the request (e.g. HTTP 429).
-    #[error("the in-flight limit for this key is reached")]
+    /// expected to). Shed the request (e.g. HTTP 429 with `retry_after` as
+    /// its `Retry-After`).
     Exceeded {
-        /// A waiting acquire refused at once: the server's estimate of the
-        /// wait for a slot (the queue ahead at the subject's recent hold
-        /// time), which was longer than the caller could wait. `None` for a
-        /// plain denial or a deadline that passed.
-        retry_after: Option<Duration>,
+        /// When trying again may succeed. For a shed wait, Redis's estimate
+        /// of the wait (the units queued ahead at the subject's average
+        /// hold, fleet-wide); otherwise how long this limiter's permits
+        /// have held their slots on average (a slot of a full key frees
+        /// about that soon), or one second before any was given back.
+        retry_after: Duration,
+        /// A waiting acquire left its queue before its deadline because
+        /// Redis expected the wait to outlast it: at once, or at a later
+        /// check when the queue ahead moved slower than expected.
+        shed: bool,
     },
     /// Redis gave no trustworthy answer in time, and the policy is `Deny`.
     /// Shed the request (e.g. HTTP 503); the limiter recovers on its own.
-    #[error("the limiter is unavailable: {reason}")]
     Unavailable {
         /// Why there was no trustworthy answer.
         reason: Unavailable,
     },
     /// The limiter's driver task has stopped (its runtime shut down).
-    #[error("the limiter's driver has stopped")]
     Stopped,
     /// A per-call limit of zero.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
+    Config(ConfigError),
     /// A weight of zero, above `MAX_WEIGHT` or above the key's limit.
-    #[error(transparent)]
-    Claim(#[from] ClaimError),
+    Claim(ClaimError),
     /// A holder label that cannot be stored (empty, too long, a character
     /// outside the accepted set).
-    #[error(transparent)]
-    Label(#[from] LabelError),
+    Label(LabelError),
+}
+
+impl Error {
+    /// Whether the key was full (`Exceeded`): the limit doing its job, as
+    /// opposed to the limiter failing to decide.
+    pub fn is_exceeded(&self) -> bool {
+        matches!(self, Error::Exceeded { .. })
+    }
+
+    /// When an `Exceeded` request may succeed if tried again (see
+    /// [`Error::Exceeded`]); `None` for other errors, whose hints come from
+    /// the limiter's settings: [`Limiter::retry_after`](crate::Limiter::retry_after).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Exceeded { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Exceeded { shed: false, .. } => f.write_str("the in-flight limit for this key is reached"),
+            Error::Exceeded { shed: true, .. } => {
+                f.write_str("the in-flight limit for this key is reached, and the wait for a slot is expected to outlast the deadline")
+            }
+            Error::Unavailable { reason } => write!(f, "the limiter is unavailable: {reason}"),
+            Error::Stopped => f.write_str("the limiter's driver has stopped"),
+            Error::Config(error) => error.fmt(f),
+            Error::Claim(error) => error.fmt(f),
+            Error::Label(error) => error.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // The reason's own words are in this message: its cause comes next.
+        match self {
+            Error::Unavailable { reason } => reason.source(),
+            Error::Config(error) => error.source(),
+            Error::Claim(error) => error.source(),
+            Error::Label(error) => error.source(),
+            Error::Exceeded { .. } | Error::Stopped => None,
+        }
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(error: ConfigError) -> Self {
+        Error::Config(error)
+    }
+}
+
+impl From<ClaimError> for Error {
+    fn from(error: ClaimError) -> Self {
+        Error::Claim(error)
+    }
+}
+
+impl From<LabelError> for Error {
+    fn from(error: LabelError) -> Self {
+        Error::Label(error)
+    }
 }
 
 /// Why `connect` failed.
@@ -153,6 +224,7 @@ impl ConnectError {
                 addr,
                 reason: io_error.unwrap_or_else(|| "connection closed".into()),
             },
+            ConnectionError::Io(reason) => ConnectError::Unreachable { addr, reason },
             ConnectionError::ConnectTimeout => ConnectError::Timeout {
                 addr,
                 after: connect_timeout,
@@ -173,24 +245,40 @@ impl ConnectError {
 }
 
 /// Why `Permit::renew` did not extend the lease.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RenewError {
     /// Redis no longer holds the lease (its TTL ran out before the renewal,
     /// or it was released): the request no longer counts against the limit.
     /// Stop the work, or acquire again.
-    #[error("the lease is gone (expired or released); the slot is no longer held")]
     Lost,
     /// No trustworthy answer; the lease keeps its previous expiry. Retry
     /// before it runs out.
-    #[error("the renewal got no answer: {reason}")]
     Unavailable {
         /// Why there was no trustworthy answer.
         reason: Unavailable,
     },
     /// The limiter's driver has stopped.
-    #[error("the limiter's driver has stopped")]
     Stopped,
+}
+
+impl fmt::Display for RenewError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RenewError::Lost => f.write_str("the lease is gone (expired or released); the slot is no longer held"),
+            RenewError::Unavailable { reason } => write!(f, "the renewal got no answer: {reason}"),
+            RenewError::Stopped => f.write_str("the limiter's driver has stopped"),
+        }
+    }
+}
+
+impl std::error::Error for RenewError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RenewError::Unavailable { reason } => reason.source(),
+            RenewError::Lost | RenewError::Stopped => None,
+        }
+    }
 }
 
 /// Why `Permit::release` could not confirm the release.

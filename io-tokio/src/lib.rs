@@ -43,9 +43,10 @@
 //! [`Acquire::wait`]) waits up to a deadline instead of failing at once:
 //! first come, first served across the whole fleet (the key's queue lives
 //! in Redis), woken by releases over a subscription the driver keeps, with
-//! no polling. A wait Redis expects to outlast the deadline is refused at
-//! once with `Error::Exceeded { retry_after: Some(estimate) }`. Dropping
-//! the future takes the waiter out of the queue.
+//! no polling. A wait Redis expects to outlast the deadline is refused as
+//! soon as it is expected to (at once, or at a later check) with
+//! `Error::Exceeded { shed: true, retry_after: estimate }`. Dropping the
+//! future takes the waiter out of the queue. A zero wait fails fast.
 //!
 //! ## Tower middleware
 //! With the `tower` feature, `tower::InflightLayer` limits an HTTP
@@ -106,6 +107,7 @@ mod connector;
 mod drained;
 mod driver;
 mod error;
+mod holds;
 mod limiter;
 mod mailbox;
 mod news;

@@ -59,8 +59,11 @@ impl Acquire {
     }
 
     /// Wait up to `max_wait` for a slot, in the subject's fleet-wide queue.
+    /// A zero wait is no wait: the acquire fails fast (`Exceeded` when the
+    /// key is full), as without this option. `Duration::MAX` waits as long
+    /// as any deadline may be (a year).
     pub fn wait(mut self, max_wait: Duration) -> Self {
-        self.wait = Some(max_wait);
+        self.wait = (!max_wait.is_zero()).then_some(max_wait);
         self
     }
 
@@ -188,8 +191,11 @@ impl Limiter {
     /// Waits up to `max_wait` for a slot under the default limit: first come,
     /// first served across the fleet (the subject's queue lives in Redis),
     /// woken by releases, with no polling. `Exceeded` when `max_wait` passes
-    /// without a slot, or at once (with `retry_after`) when Redis expects
-    /// the wait to be longer than that.
+    /// without a slot; `Exceeded { shed: true, .. }` earlier when Redis
+    /// expects the wait to outlast `max_wait`: at once, or at a later check
+    /// (every third of the waiter lifetime) if the queue ahead moves slower
+    /// than it expected, with its estimate as `retry_after`. A zero
+    /// `max_wait` fails fast, as [`Limiter::acquire`] does.
     pub async fn acquire_wait(&self, key: &Key, max_wait: Duration) -> Result<Permit, Error> {
         self.acquire_opts(key, Acquire::default().wait(max_wait)).await
     }
@@ -251,7 +257,7 @@ impl Limiter {
         let outcome = match &result {
             Ok(permit) if permit.is_enforced() => AcquireOutcome::Granted,
             Ok(_) => AcquireOutcome::FailOpen,
-            Err(Error::Exceeded { retry_after: Some(_) }) => AcquireOutcome::Shed,
+            Err(Error::Exceeded { shed: true, .. }) => AcquireOutcome::Shed,
             Err(Error::Exceeded { .. }) => AcquireOutcome::Denied,
             Err(_) => AcquireOutcome::Unavailable,
         };
@@ -310,17 +316,15 @@ impl Limiter {
         }
     }
 
-    /// When a request refused with `error` may be tried again, as far as the
-    /// limiter's settings tell (for an HTTP `Retry-After`): the recovery
-    /// window while Redis is being recovered after a data loss, the
-    /// reconnect backoff cap while there is no connection, the expected wait
-    /// of a waiting acquire that was shed. `None` when nothing says: for a
-    /// plain `Exceeded` only the holders know when they will finish (the
-    /// tower layer estimates it from the hold times it sees).
+    /// When a request refused with `error` may be tried again (for an HTTP
+    /// `Retry-After`): an `Exceeded`'s own hint ([`Error::retry_after`]);
+    /// the recovery window while Redis is being recovered after a data
+    /// loss; the reconnect backoff cap while there is no connection. `None`
+    /// when nothing tells.
     pub fn retry_after(&self, error: &Error) -> Option<Duration> {
         let hints = &self.shared.hints;
         match error {
-            Error::Exceeded { retry_after } => *retry_after,
+            Error::Exceeded { retry_after, .. } => Some(*retry_after),
             Error::Unavailable {
                 reason: Unavailable::Recovering,
             } => hints.recovery_window,

@@ -112,6 +112,8 @@ pub(crate) struct HeldLease {
     /// Always `Some` but inside `release`, `forget` and `drop`, which take it.
     held: Option<(Lease, Commands)>,
     news: SharedNews,
+    /// When the caller got it, for the average hold.
+    granted: Instant,
 }
 
 impl HeldLease {
@@ -119,6 +121,17 @@ impl HeldLease {
         Self {
             held: Some((lease, commands)),
             news,
+            granted: crate::clock::now(),
+        }
+    }
+
+    /// Notes how long the slot was held: a slot of a full key frees about
+    /// that soon. A lease lost meanwhile tells nothing about that.
+    fn note_hold(&self, lease: &Lease) {
+        if self.news.loss(lease.id()).is_none() {
+            self.news
+                .holds
+                .record(crate::clock::now().saturating_duration_since(self.granted));
         }
     }
 
@@ -164,6 +177,7 @@ impl HeldLease {
     /// Gives the lease back now; the receiver says how that went.
     pub(crate) fn release(mut self) -> Result<oneshot::Receiver<Result<(), ReleaseError>>, ReleaseError> {
         let (lease, commands) = self.held.take().expect("taken only by consuming methods");
+        self.note_hold(&lease);
         let (done, outcome) = oneshot::channel();
         commands
             .send(Command::Release {
@@ -180,6 +194,7 @@ impl Drop for HeldLease {
         let Some((lease, commands)) = self.held.take() else {
             return;
         };
+        self.note_hold(&lease);
         // Sending needs no runtime; the driver's runtime does the work.
         if let Err(unsent) = commands.send(Command::Release { lease, done: None }) {
             if let Command::Release { lease, .. } = unsent.0 {

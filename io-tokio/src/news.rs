@@ -11,6 +11,8 @@ use std::time::Instant;
 use inflight_core::{LeaseId, LeaseLost, Reassertion};
 use tokio::sync::watch;
 
+use crate::holds::HoldTimes;
+
 /// Why a permit's lease is gone, as [`Permit::lost`](crate::Permit::lost)
 /// reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +51,8 @@ pub(crate) struct Status {
 /// The side tables, shared by the driver and every permit.
 #[derive(Debug, Default)]
 pub(crate) struct News {
+    /// How long permits held their slots: the hint of every `Exceeded`.
+    pub(crate) holds: HoldTimes,
     reassertions: Mutex<HashMap<LeaseId, Reassertion>>,
     watched: Mutex<HashMap<LeaseId, watch::Sender<Status>>>,
 }

@@ -363,14 +363,14 @@ impl Caller {
                 ledger.note(at(), format!("{who} fails open on {key}"));
             }
             // A wait whose deadline passed: not a denial (S4), but S9.
-            Some(Err(Error::Exceeded { retry_after: None })) if waited => {
+            Some(Err(Error::Exceeded { shed: false, .. })) if waited => {
                 let bound = self.calm.then_some(WAKE_BOUND);
                 self.ledger.lock().unwrap().wait_timed_out(at(), &who, key, bound);
             }
-            Some(Err(Error::Exceeded { retry_after })) => {
+            Some(Err(Error::Exceeded { shed, .. })) => {
                 let mut ledger = self.ledger.lock().unwrap();
                 ledger.counters.denied += 1;
-                if retry_after.is_some() {
+                if shed {
                     ledger.counters.shed += 1;
                 }
                 ledger.exceeded(key);

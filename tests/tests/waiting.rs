@@ -271,7 +271,7 @@ async fn a_waiter_whose_deadline_passes_gets_exceeded_on_time_and_leaves_the_que
         let outcome = limiter.acquire_wait(&key(subject), max_wait).await;
         let took = started.elapsed();
         assert!(
-            matches!(outcome, Err(Error::Exceeded { retry_after: None })),
+            matches!(outcome, Err(Error::Exceeded { shed: false, .. })),
             "{outcome:?}"
         );
         assert!(
@@ -330,7 +330,8 @@ async fn a_wait_that_cannot_be_served_in_time_is_shed_at_once() {
     let took = started.elapsed();
     match outcome {
         Err(Error::Exceeded {
-            retry_after: Some(expected),
+            retry_after: expected,
+            shed: true,
         }) => {
             assert!(expected >= Duration::from_millis(100), "{expected:?}");
         }

@@ -646,6 +646,20 @@ impl Client {
         }
     }
 
+    /// `connection` failed, or could not be opened, for `reason` (the
+    /// operating system's words): as `handle_closed`, and the reason is
+    /// what callers without a connection are told.
+    pub fn handle_failed(&mut self, now: Instant, connection: ConnectionId, reason: String) {
+        if let Some(node) = self.subscriber_of(connection) {
+            self.drop_subscriber(now, node);
+            return self.drive(now);
+        }
+        if let Some(node) = self.node_of(connection) {
+            self.drop_connection(now, node, ConnectionError::Io(reason));
+            self.drive(now);
+        }
+    }
+
     /// Time has reached (or passed) what `poll_timeout` asked for.
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(request) = self.callers.overdue(now) {

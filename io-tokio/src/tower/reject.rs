@@ -18,9 +18,9 @@ pub enum Rejection {
     Exceeded {
         /// The key that is full.
         key: Key,
-        /// About how long admitted requests have been holding their slots
-        /// here: when one may have freed. `None` until a hold has ended.
-        retry_after: Option<Duration>,
+        /// When a slot may have freed: the limiter's hint
+        /// ([`Error::Exceeded`]).
+        retry_after: Duration,
     },
     /// The limiter could not decide (HTTP 503): Redis unreachable, too
     /// slow, being recovered; or the limiter stopped.
@@ -55,7 +55,8 @@ impl Rejection {
     /// When the request may succeed if tried again, if anything tells.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Rejection::Exceeded { retry_after, .. } | Rejection::Unavailable { retry_after, .. } => *retry_after,
+            Rejection::Exceeded { retry_after, .. } => Some(*retry_after),
+            Rejection::Unavailable { retry_after, .. } => *retry_after,
             Rejection::Refused { .. } | Rejection::Misconfigured { .. } => None,
         }
     }
@@ -169,7 +170,7 @@ fn whole_seconds(after: Duration) -> u64 {
 mod tests {
     use super::*;
 
-    fn exceeded(retry_after: Option<Duration>) -> Rejection {
+    fn exceeded(retry_after: Duration) -> Rejection {
         Rejection::Exceeded {
             key: Key::new("tenant", "acme").unwrap(),
             retry_after,
@@ -186,11 +187,9 @@ mod tests {
 
     #[test]
     fn plain_text_says_429_with_retry_after_when_known() {
-        let response = PlainText.reject(&exceeded(Some(Duration::from_millis(1500))));
+        let response = PlainText.reject(&exceeded(Duration::from_millis(1500)));
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers()[header::RETRY_AFTER], "2");
-        let response = PlainText.reject(&exceeded(None));
-        assert!(response.headers().get(header::RETRY_AFTER).is_none());
     }
 
     #[test]
@@ -207,7 +206,7 @@ mod tests {
 
     #[test]
     fn grpc_answers_with_a_grpc_status_and_pushback() {
-        let response = Grpc.reject(&exceeded(Some(Duration::from_millis(250))));
+        let response = Grpc.reject(&exceeded(Duration::from_millis(250)));
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(response.headers()["grpc-status"], "8");
         assert_eq!(response.headers()["grpc-retry-pushback-ms"], "250");
