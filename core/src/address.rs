@@ -72,7 +72,13 @@ impl ServerAddress {
             url: redact_url(text),
             reason: reason.to_string(),
         };
-        let url = url::Url::parse(text).map_err(|e| error(&format!("{e}; supported: {SUPPORTED_URLS}")))?;
+        let url = url::Url::parse(text).map_err(|e| match e {
+            // `127.0.0.1:6379`, `localhost`: the scheme is what is missing.
+            url::ParseError::RelativeUrlWithoutBase => error(&format!(
+                "missing scheme, e.g. redis://127.0.0.1:6379; supported: {SUPPORTED_URLS}"
+            )),
+            e => error(&format!("{e}; supported: {SUPPORTED_URLS}")),
+        })?;
         if url.fragment().is_some() {
             return Err(error("a URL fragment (#…) means nothing here"));
         }
@@ -80,6 +86,10 @@ impl ServerAddress {
             "redis" | "valkey" => Self::tcp(&url, false, &error),
             "rediss" | "valkeys" => Self::tcp(&url, true, &error),
             "redis+unix" | "unix" | "valkey+unix" => Self::unix(&url, &error),
+            // `localhost:6379` reads as scheme `localhost`: no scheme was given.
+            _ if url.cannot_be_a_base() => Err(error(&format!(
+                "missing scheme, e.g. redis://127.0.0.1:6379; supported: {SUPPORTED_URLS}"
+            ))),
             other => Err(error(&format!(
                 "unsupported scheme {other:?}; supported: {SUPPORTED_URLS}"
             ))),
@@ -187,11 +197,16 @@ fn decode(part: &str) -> Option<String> {
 /// `Debug` print. Text that is not a URL at all is not shown (it may be a
 /// secret pasted in the wrong place).
 pub fn redact_url(text: &str) -> String {
-    let Ok(mut url) = url::Url::parse(text) else {
-        return "<unparsable>".to_string();
+    // What stands in for a secret while the URL is rebuilt (the URL
+    // encoder would escape `<` and `>`), then is written as `<redacted>`.
+    const PLACEHOLDER: &str = "inflight-redacted-7a3f0c";
+    let mut url = match url::Url::parse(text) {
+        // `user:password@host` parses with `user` as its scheme.
+        Ok(url) if !url.cannot_be_a_base() => url,
+        _ => return redact_unparsable(text),
     };
     if url.password().is_some() {
-        let _ = url.set_password(Some("<redacted>"));
+        let _ = url.set_password(Some(PLACEHOLDER));
     }
     // Unix socket URLs carry the password as `?pass=`.
     if url.query_pairs().any(|(name, _)| name == "pass" || name == "password") {
@@ -199,7 +214,7 @@ pub fn redact_url(text: &str) -> String {
             .query_pairs()
             .map(|(name, value)| {
                 let value = match &*name {
-                    "pass" | "password" => "<redacted>".to_string(),
+                    "pass" | "password" => PLACEHOLDER.to_string(),
                     _ => value.into_owned(),
                 };
                 (name.into_owned(), value)
@@ -207,12 +222,57 @@ pub fn redact_url(text: &str) -> String {
             .collect();
         url.query_pairs_mut().clear().extend_pairs(pairs);
     }
-    url.to_string()
+    url.to_string().replace(PLACEHOLDER, "<redacted>")
+}
+
+/// Text that is not a URL: shown when it is a bare `host:port` (the usual
+/// mistake: the scheme left out), else `<unparsable>`: a word pasted by
+/// mistake may be a password, and `user:password@host` surely holds one,
+/// whose host alone is shown.
+fn redact_unparsable(text: &str) -> String {
+    let host_port = |text: &str| {
+        text.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty()
+                && host.chars().all(|c| c.is_ascii_alphanumeric() || ".-[]:".contains(c))
+                && (1..=5).contains(&port.len())
+                && port.chars().all(|c| c.is_ascii_digit())
+        })
+    };
+    match text.rsplit_once('@') {
+        Some((_, host)) if host_port(host) => format!("<redacted>@{host}"),
+        Some(_) => "<unparsable>".to_string(),
+        None if host_port(text) => text.to_string(),
+        None => "<unparsable>".to_string(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_are_shown_as_redacted_and_a_missing_scheme_is_named() {
+        assert_eq!(
+            redact_url("redis://app:s3cret@127.0.0.1:6379/2"),
+            "redis://app:<redacted>@127.0.0.1:6379/2"
+        );
+        assert_eq!(
+            redact_url("unix:///run/redis.sock?pass=s3cret&db=1"),
+            "unix:///run/redis.sock?pass=<redacted>&db=1"
+        );
+        // Not a URL at all: what could be a secret is not shown.
+        assert_eq!(redact_url("app:s3cret@127.0.0.1:6379"), "<redacted>@127.0.0.1:6379");
+        let error = ServerAddress::parse("127.0.0.1:17301").unwrap_err().to_string();
+        assert!(error.contains("missing scheme, e.g. redis://127.0.0.1:6379"), "{error}");
+        assert!(error.contains("\"127.0.0.1:17301\""), "{error}");
+        let error = ServerAddress::parse("app:s3cret@localhost:6379")
+            .unwrap_err()
+            .to_string();
+        assert!(!error.contains("s3cret"), "{error}");
+        assert!(error.contains("missing scheme"), "{error}");
+        let error = ServerAddress::parse("localhost:6379").unwrap_err().to_string();
+        assert!(error.contains("missing scheme"), "{error}");
+    }
 
     #[test]
     fn urls_parse_with_credentials_and_database() {

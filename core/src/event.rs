@@ -252,6 +252,12 @@ pub enum ConnectionError {
     /// Another handshake step failed, in the server's words.
     #[error("the connection handshake failed: {0}")]
     Handshake(String),
+    /// The server was a replica at this connection's handshake and is a
+    /// primary now (a failover promoted it): the handshake neither checked
+    /// it for lost lease data nor wrote back what is held there, so a fresh
+    /// connection does.
+    #[error("the server was promoted from replica to primary after the connection's handshake")]
+    Promoted,
     /// The server refused a command in a way that makes this connection useless.
     #[error("Redis answered with an error that ends the connection: {0}")]
     Server(ServerError),
@@ -389,7 +395,9 @@ pub struct Inspection {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
-    /// Its id (`instance-counter`), without weight or label.
+    /// Its id as Redis stores it and [`LeaseId`](crate::LeaseId) displays
+    /// it: `instance-counter`, then `*weight` above 1 and `@label` if it
+    /// has one (one rendering in the API, the CLI and Redis).
     pub lease_id: String,
     /// Units it takes.
     pub weight: u32,
@@ -404,13 +412,9 @@ impl Holder {
     /// A lease-set member and its expiry, `expires_in` from `now`.
     pub(crate) fn from_member(member: &[u8], now: Instant, expires_in: Duration) -> Self {
         let text = String::from_utf8_lossy(member);
-        let (id, label) = match text.split_once('@') {
-            Some((id, label)) => (id, Some(label.to_string())),
-            None => (&text[..], None),
-        };
-        let lease_id = id.split_once('*').map_or(id, |(id, _)| id).to_string();
+        let label = text.split_once('@').map(|(_, label)| label.to_string());
         Self {
-            lease_id,
+            lease_id: text.into_owned(),
             weight: crate::lease_id::weight_of(member),
             label,
             expires_at: now + expires_in,

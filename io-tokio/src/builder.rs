@@ -64,28 +64,39 @@ pub struct Builder {
     bugs: inflight_core::InjectedBugs,
 }
 
+/// What `connect` will use, as configured: the URL's server, database and
+/// credentials (the password as `<redacted>`), every setting with the
+/// request liveness it derives; a URL that cannot be parsed shows why.
 impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut debug = f.debug_struct("Builder");
+        debug.field("url", &inflight_core::redact_url(&self.url));
+        if !self.more_seeds.is_empty() {
+            let seeds: Vec<String> = self
+                .more_seeds
+                .iter()
+                .map(|url| inflight_core::redact_url(url))
+                .collect();
+            debug.field("more_seeds", &seeds);
+        }
+        match self.address() {
+            Ok((address, servers)) => {
+                let mut config = self.config.clone();
+                self.resolve(&mut config, &address, servers);
+                config.holder_label = self.holder_label.as_deref().and_then(|label| Label::new(label).ok());
+                debug.field("config", &config);
+            }
+            Err(error) => {
+                debug.field("url_error", &error.to_string());
+            }
+        }
         debug
-            .field("url", &inflight_core::redact_url(&self.url))
-            .field(
-                "more_seeds",
-                &self
-                    .more_seeds
-                    .iter()
-                    .map(|url| inflight_core::redact_url(url))
-                    .collect::<Vec<_>>(),
-            )
-            .field("cluster", &self.cluster)
-            .field("config", &self.config)
             .field("default_limit", &self.default_limit)
-            .field("liveness", &self.liveness)
-            .field("entropy", &self.entropy.map(|_| "<set>"))
             .field("metrics_namespace", &self.metrics_namespace)
             .field("holder_label", &self.holder_label)
             .field("keep_alive", &self.keep_alive)
             .field("drain_timeout", &self.drain_timeout)
+            .field("entropy", &self.entropy.map(|_| "<set>"))
             .field("tcp", &self.tcp);
         #[cfg(all(feature = "tls", not(madsim)))]
         debug.field("tls", &self.tls);
@@ -396,6 +407,18 @@ impl Builder {
         Ok((address, Servers::Cluster { seeds, tls }))
     }
 
+    /// What `connect` will use: the settings, with the server, credentials
+    /// and database of the URL, and the request liveness (given, or derived
+    /// from the acquire timeout).
+    fn resolve(&self, config: &mut Config, address: &ServerAddress, servers: Servers) {
+        config.credentials = address.credentials.clone();
+        config.database = address.database;
+        config.servers = servers;
+        config.request_liveness = self
+            .liveness
+            .unwrap_or_else(|| Config::default_request_liveness(config.acquire_timeout));
+    }
+
     /// Picks the connector the URL asks for.
     async fn start(self, start: Start) -> Result<Limiter, ConnectError> {
         let address = self.address()?;
@@ -428,13 +451,8 @@ impl Builder {
         start: Start,
     ) -> Result<Limiter, ConnectError> {
         let default_limit = inflight_core::config::limit(self.default_limit)?;
-        let mut config = self.config;
-        config.credentials = address.credentials.clone();
-        config.database = address.database;
-        config.servers = servers;
-        config.request_liveness = self
-            .liveness
-            .unwrap_or_else(|| Config::default_request_liveness(config.acquire_timeout));
+        let mut config = self.config.clone();
+        self.resolve(&mut config, &address, servers);
         config.validate()?;
         if self.drain_timeout > inflight_core::config::MAX_DURATION {
             return Err(inflight_core::ConfigError::OutOfRange {

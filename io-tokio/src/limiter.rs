@@ -17,12 +17,26 @@ use crate::telemetry::{self, AcquireOutcome};
 
 /// A fleet-wide in-flight limiter. Cheap to clone; all clones share one driver
 /// task and one connection.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Limiter {
     shared: Arc<Shared>,
 }
 
-#[derive(Debug)]
+/// What the limiter enforces and how it stands, not its channels.
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shared = &self.shared;
+        f.debug_struct("Limiter")
+            .field("key_prefix", &shared.key_prefix)
+            .field("default_limit", &shared.default_limit)
+            .field("on_unavailable", &shared.policy)
+            .field("keep_alive", &shared.keep_alive)
+            .field("drain_timeout", &shared.drain_timeout)
+            .field("running", &!shared.commands.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
 struct Shared {
     commands: Commands,
     default_limit: NonZeroU32,

@@ -10,10 +10,25 @@ use crate::news::{self, Lost};
 /// Held while a request runs. Dropping it releases the lease in the background;
 /// [`Permit::release`] does the same and waits for the outcome.
 #[must_use = "the slot is given back as soon as the permit is dropped"]
-#[derive(Debug)]
 pub struct Permit {
     /// `None` for a fail-open permit.
     lease: Option<HeldLease>,
+}
+
+/// What the permit holds, as its accessors say it.
+impl std::fmt::Debug for Permit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut debug = f.debug_struct("Permit");
+        match self.lease() {
+            Some(lease) => debug
+                .field("lease_id", &format_args!("{}", lease.id()))
+                .field("weight", &lease.weight())
+                .field("fencing_token", &lease.fencing_token())
+                .field("expires_at", &self.expires_at()),
+            None => debug.field("enforced", &false).field("loss", &self.loss()),
+        };
+        debug.finish()
+    }
 }
 
 impl Permit {

@@ -16,8 +16,14 @@ use inflight_core::resp::Frame;
 use inflight_tests::{RedisCluster, RedisServer};
 use inflight_tokio::{Builder, ConfigError, ConnectError, Error, Key, Limiter, Stats, Unavailable};
 
-/// The one cluster of this binary, and the turn to use it.
+/// The one cluster of this binary, and the turn to use it. Each test's
+/// library logs (info and up) go to its captured output: a failure shows
+/// what the limiter saw.
 fn cluster() -> MutexGuard<'static, RedisCluster> {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+        .with_test_writer()
+        .try_init();
     static CLUSTER: OnceLock<Mutex<RedisCluster>> = OnceLock::new();
     CLUSTER
         .get_or_init(|| Mutex::new(RedisCluster::start()))
@@ -395,12 +401,17 @@ async fn a_failover_is_found_and_held_leases_are_written_back() {
     let mut cluster = cluster();
     let prefix = "c9";
     let tenants = spread(&cluster, prefix, 1);
-    let limiter = builder(&cluster.url(), prefix)
+    let victim = cluster.primary_with_replica();
+    // The limiter's seed is the replica about to be promoted: its
+    // connection there, made while it was a replica, stays open across the
+    // failover, and must not carry leases without a fresh handshake (which
+    // finds the failover).
+    let seed = format!("redis://127.0.0.1:{}", cluster.replica_of(victim));
+    let limiter = builder(&seed, prefix)
         .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(200))
         .connect()
         .await
         .unwrap();
-    let victim = cluster.primary_with_replica();
     let tenant = tenants[&victim][0].clone();
     let mut held = Vec::new();
     for _ in 0..3 {

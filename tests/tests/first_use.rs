@@ -164,3 +164,48 @@ async fn a_lazy_limiter_with_redis_down_says_why_down_the_error_chain() {
     assert_eq!(chain.len(), 2, "{chain:?}");
     assert!(lazy.drain().await.is_complete());
 }
+
+/// `Debug` shows what was configured and what is held, never a secret nor
+/// the library's channels and locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_shows_what_is_configured_and_held_not_internals() {
+    let configured = Limiter::builder("redis://app:s3cret%21@127.0.0.1:17301/3").default_limit(7);
+    let shown = format!("{configured:?}");
+    for expected in [
+        "17301",
+        "database: 3",
+        "username: Some(\"app\")",
+        "<redacted>",
+        "default_limit: 7",
+    ] {
+        assert!(shown.contains(expected), "{expected} missing: {shown}");
+    }
+    for hidden in ["s3cret", "%3C", "6379"] {
+        assert!(!shown.contains(hidden), "{hidden} shown: {shown}");
+    }
+    let broken = format!("{:?}", Limiter::builder("app:s3cret@localhost:6379"));
+    assert!(
+        !broken.contains("s3cret") && broken.contains("missing scheme"),
+        "{broken}"
+    );
+
+    let server = RedisServer::start();
+    let limiter = builder(&server).connect().await.unwrap();
+    let permit = limiter
+        .acquire_opts(&key("shown"), Acquire::default().weight(1).label("req-9"))
+        .await
+        .unwrap();
+    let id = permit.lease_id().unwrap().to_string();
+    for (what, shown) in [("permit", format!("{permit:?}")), ("limiter", format!("{limiter:?}"))] {
+        for internal in ["Sender", "Mutex", "chan", "Arc", "news", "commands"] {
+            assert!(!shown.contains(internal), "{what} shows {internal}: {shown}");
+        }
+    }
+    assert!(format!("{permit:?}").contains(&id), "{permit:?}");
+    assert!(format!("{limiter:?}").contains("default_limit: 1"), "{limiter:?}");
+    // One rendering of a lease id: the permit's is the holder's, as Redis
+    // stores it.
+    let holders = limiter.holders(&key("shown")).await.unwrap();
+    assert_eq!(holders[0].lease_id, id);
+    assert!(id.ends_with("@req-9"), "{id}");
+}

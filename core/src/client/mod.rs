@@ -491,7 +491,19 @@ impl Client {
             }
         };
         let target = &mut self.nodes[node];
+        let promoted = target.connection.as_ref().is_some_and(|c| c.replica.is_some());
         match target.connection.as_ref().map(|c| c.phase) {
+            // Handshaken while its server was a replica (a cluster seed, say),
+            // and now routed lease requests: a failover promoted it. That
+            // handshake checked nothing for lost lease data and wrote nothing
+            // back; a fresh one does both before the request goes.
+            Some(Phase::Ready) if promoted => {
+                target.waiting.push_back(op);
+                self.drop_connection(now, node, ConnectionError::Promoted);
+                if self.nodes[node].connection.is_none() {
+                    self.start_connect(now, node);
+                }
+            }
             Some(Phase::Ready) => self.send_acquire(now, node, op),
             Some(_) => target.waiting.push_back(op),
             // Backing off after failed connection attempts: say so at once
