@@ -21,6 +21,7 @@ use crate::mailbox::{Command, HeldLease};
 use crate::news::{Lost, SharedNews};
 use crate::socket::{poll_sockets, run_connection, IoEvent, Socket, SocketEvent};
 use crate::telemetry;
+use crate::throttle::Throttle;
 
 /// A started driver: where to send commands, when it is connected, its counters.
 pub(crate) struct Spawned {
@@ -67,6 +68,9 @@ pub(crate) struct Driver<C: Connector> {
     /// a handle, and the driver stops instead of retrying forever.
     failed_start: bool,
     published: telemetry::Published,
+    /// Lines that could repeat per request or per attempt, throttled.
+    fail_open_log: Throttle,
+    connect_failed_log: Throttle,
     metric_labels: Vec<metrics::Label>,
     stats: tokio::sync::watch::Sender<Stats>,
 }
@@ -103,6 +107,8 @@ impl<C: Connector> Driver<C> {
             last_io_error: None,
             failed_start: false,
             published: telemetry::Published::register(&metric_labels),
+            fail_open_log: Throttle::default(),
+            connect_failed_log: Throttle::default(),
             metric_labels,
             stats: stats_tx,
         };
@@ -126,7 +132,7 @@ impl<C: Connector> Driver<C> {
                 break;
             }
             if users_gone && self.idle() {
-                tracing::debug!("inflight driver: no handles left and nothing owed; stopping");
+                tracing::info!("inflight: no limiter handle left and nothing owed; the driver stops");
                 break;
             }
             let deadline = match (self.client.poll_timeout(), self.drain_deadline()) {
@@ -375,7 +381,9 @@ impl<C: Connector> Driver<C> {
                 self.release_done(lease, Err(ReleaseError::Abandoned(reason)));
             }
             Event::Connected(id) => {
-                tracing::debug!(connection = id.get(), "inflight: connection ready");
+                let addr = self.client.endpoint(id).map(ToString::to_string).unwrap_or_default();
+                let failed_attempts = self.connect_failed_log.reset();
+                tracing::info!(connection = id.get(), %addr, failed_attempts, "inflight: connected to Redis");
                 if let Some(startup) = self.startup.take() {
                     let _ = startup.send(Ok(()));
                 }
@@ -453,7 +461,15 @@ impl<C: Connector> Driver<C> {
             }),
             Outcome::Unavailable(reason) => Err(Error::Unavailable { reason }),
             Outcome::FailOpen(reason) => {
-                tracing::warn!(%reason, "inflight: Redis unavailable; letting the request through unenforced");
+                if let Some(suppressed) = self.fail_open_log.admit(now()) {
+                    let reason = crate::error::chain(&reason);
+                    tracing::warn!(
+                        %reason,
+                        suppressed,
+                        "inflight: Redis unavailable; letting requests through unenforced (one line per {}s; `suppressed` counts those left out)",
+                        crate::throttle::EVERY.as_secs()
+                    );
+                }
                 Ok(None)
             }
         };
@@ -501,7 +517,16 @@ impl<C: Connector> Driver<C> {
             let _ = startup.send(Err(ConnectError::at_start(addr, error, reason, timeout)));
             self.failed_start = true;
         } else {
-            tracing::warn!(connection = id.get(), %error, %addr, "inflight: connecting to Redis failed; retrying with backoff");
+            if let Some(suppressed) = self.connect_failed_log.admit(now()) {
+                tracing::warn!(
+                    connection = id.get(),
+                    %error,
+                    %addr,
+                    suppressed,
+                    "inflight: connecting to Redis failed; retrying with backoff (one line per {}s; `suppressed` counts those left out)",
+                    crate::throttle::EVERY.as_secs()
+                );
+            }
         }
     }
 

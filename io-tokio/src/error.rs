@@ -292,3 +292,15 @@ pub enum ReleaseError {
     #[error("the limiter's driver has stopped; the lease expires at its TTL")]
     Stopped,
 }
+
+/// An error and its causes on one line, for a log: `a: b: c`.
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        line.push_str(": ");
+        line.push_str(&next.to_string());
+        cause = next.source();
+    }
+    line
+}

@@ -91,8 +91,10 @@
 //! `inflight_acquire_wait_seconds`.
 //!
 //! ## Tracing
-//! `warn` for a retired connection, a failed reconnect, a release that gave up
-//! and a fail-open admission; `debug`/`trace` for connection and release detail.
+//! `info` for each connection made and the driver stopping; `warn` for a
+//! retired connection, a release that gave up, a data loss, a drain that gave
+//! up, and (at most once per 10 s each, with a count of those left out) a
+//! failed reconnect and a fail-open admission; `debug`/`trace` for detail.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 // docs.rs marks the items a feature (TLS) adds.
@@ -114,6 +116,7 @@ mod news;
 mod permit;
 mod socket;
 mod telemetry;
+mod throttle;
 #[cfg(all(feature = "tls", not(madsim)))]
 mod tls;
 #[cfg(feature = "tower")]
