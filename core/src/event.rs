@@ -293,6 +293,9 @@ pub enum Event {
     Renewed(RequestId, Renewal),
     /// The inspection's one and only outcome. Never sent after `abandon`.
     Inspected(RequestId, Result<Inspection, Unavailable>),
+    /// A page of keys's one and only outcome (see `Client::scan_keys`).
+    /// Never sent after `abandon`.
+    Scanned(RequestId, Result<KeysPage, Unavailable>),
     /// A release (or, with `compensation`, a release we owed for an acquire whose
     /// caller never got the lease) is done.
     Released {
@@ -387,15 +390,28 @@ pub struct Inspection {
     /// The limit the subject's waiters last recorded in Redis, if any did
     /// (fail-fast acquires record none: each call brings its own limit).
     pub limit_recorded: Option<u32>,
+    /// Waiting acquires queued for a slot whose clients still call.
+    pub waiting: u64,
     /// The live leases, in expiry order (up to the number asked for).
     pub holders: Vec<Holder>,
+}
+
+/// One page of the keys one node holds leases for (see `Client::scan_keys`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeysPage {
+    /// Where the next page starts; 0 when this was the last.
+    pub cursor: u64,
+    /// The keys whose lease sets this page found (expired or not: the set
+    /// goes with its last lease's expiry). A key may show on two pages.
+    pub keys: Vec<crate::Key>,
 }
 
 /// One live lease, as Redis holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
-    /// Its id as Redis stores it and [`LeaseId`](crate::LeaseId) displays
+    /// Its id as Redis stores it and [`LeaseId`] displays
     /// it: `instance-counter`, then `*weight` above 1 and `@label` if it
     /// has one (one rendering in the API, the CLI and Redis).
     pub lease_id: String,

@@ -60,6 +60,54 @@ impl Key {
     pub fn subject(&self) -> &str {
         &self.subject
     }
+
+    /// The key whose lease set is `name` under `prefix`; `None` if `name`
+    /// is not one (a key written by someone else that a scan matched).
+    pub fn of_leases_key(prefix: &str, name: &[u8]) -> Option<Self> {
+        let name = std::str::from_utf8(name).ok()?;
+        let tag = name
+            .strip_prefix(prefix)?
+            .strip_prefix(":{")?
+            .strip_suffix("}:leases")?;
+        let (namespace, subject) = tag.split_once('|')?;
+        let key = Self::new(decode_component(namespace)?, decode_component(subject)?).ok()?;
+        // Only what this library writes: the encoding round-trips.
+        (SubjectKeys::new(prefix, &key).leases() == name.as_bytes()).then_some(key)
+    }
+}
+
+/// The glob (`SCAN MATCH`) of every lease set under `prefix`, its glob
+/// characters escaped.
+pub fn leases_pattern(prefix: &str) -> Bytes {
+    let mut pattern = String::with_capacity(prefix.len() + 12);
+    for character in prefix.chars() {
+        if matches!(character, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(character);
+    }
+    pattern.push_str(":{*}:leases");
+    Bytes::from(pattern)
+}
+
+/// The inverse of `push_encoded`; `None` for an escape it never writes.
+fn decode_component(encoded: &str) -> Option<String> {
+    let mut out = String::with_capacity(encoded.len());
+    let mut rest = encoded;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let escape = rest.get(at..at + 3)?;
+        out.push(match escape {
+            "%25" => '%',
+            "%7C" => '|',
+            "%7B" => '{',
+            "%7D" => '}',
+            _ => return None,
+        });
+        rest = &rest[at + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
 }
 
 fn check_component(component: &'static str, value: &str) -> Result<(), KeyError> {
@@ -104,6 +152,15 @@ impl SubjectKeys {
             base_len,
             slot,
         }
+    }
+
+    /// The keys of some subject in `slot`: where a request about the node
+    /// that serves the slot, not about a subject, is routed.
+    pub fn in_slot(slot: u16) -> Self {
+        (0u32..)
+            .map(|n| Self::new("", &Key::new("inflight-slot", n.to_string()).expect("a valid key")))
+            .find(|keys| keys.slot == slot % crate::slot::SLOTS)
+            .expect("every slot has a subject")
     }
 
     /// The keys of the subject whose wake channel (`wake_channel`) is
@@ -210,6 +267,30 @@ mod tests {
 
     fn keys(ns: &str, subject: &str) -> SubjectKeys {
         SubjectKeys::new("inflight", &Key::new(ns, subject).unwrap())
+    }
+
+    #[test]
+    fn a_lease_set_names_its_key_back_and_nothing_else_does() {
+        for (ns, subject) in [
+            ("api", "tenant-1"),
+            ("a|b", "{x}:leases"),
+            ("%7C", "100%"),
+            ("ünï", "c:o:d"),
+        ] {
+            let key = Key::new(ns, subject).unwrap();
+            let name = SubjectKeys::new("pre*fix", &key).leases().clone();
+            assert_eq!(Key::of_leases_key("pre*fix", &name), Some(key));
+        }
+        for stranger in [
+            &b"inflight:{a|b}:queue"[..],
+            b"inflight:{ab}:leases",
+            b"other:{a|b}:leases",
+            b"inflight:{a|%zz}:leases",
+            b"inflight:{a|}:leases",
+        ] {
+            assert_eq!(Key::of_leases_key("inflight", stranger), None, "{stranger:?}");
+        }
+        assert_eq!(&leases_pattern("p*[x]")[..], &b"p\\*\\[x\\]:{*}:leases"[..]);
     }
 
     #[test]

@@ -56,8 +56,8 @@ pub use address::{redact_url, Endpoint, ServerAddress};
 pub use client::{Client, Timer};
 pub use config::{Config, ConfigError, Credentials, Recovery, ReleasePolicy, ReplicaAcks, Servers, UnavailablePolicy};
 pub use event::{
-    Action, ConnectionError, ConnectionId, DataLoss, Event, Holder, Inspection, Lease, LeaseLost, Outcome, Reassertion,
-    ReleaseFailure, Renewal, RequestId, Stats, Transmit, Unavailable, Warning,
+    Action, ConnectionError, ConnectionId, DataLoss, Event, Holder, Inspection, KeysPage, Lease, LeaseLost, Outcome,
+    Reassertion, ReleaseFailure, Renewal, RequestId, Stats, Transmit, Unavailable, Warning,
 };
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]

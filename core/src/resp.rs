@@ -13,8 +13,10 @@ use redis_protocol::resp2::types::BorrowedFrame;
 
 pub use redis_protocol::resp2::types::BytesFrame as Frame;
 
-/// Bounds on what a peer may send us. Our replies are tiny (an array of two),
-/// so the defaults leave a wide margin while keeping memory bounded.
+/// Bounds on what a peer may send us. The request path's replies are tiny
+/// (an array of two, three per batched acquire); the operators' reads
+/// (holders, key scans) are what sets the defaults, and they ask for no
+/// more than the limits allow. Memory stays bounded either way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReplyLimits {
     /// Longest bulk string, and longest unfinished frame kept in the buffer.
@@ -53,9 +55,9 @@ impl ReplyLimits {
 impl Default for ReplyLimits {
     fn default() -> Self {
         Self {
-            max_frame_bytes: 64 * 1024,
+            max_frame_bytes: 512 * 1024,
             max_line_bytes: 4 * 1024,
-            max_array_len: 64,
+            max_array_len: 4 * 1024,
             max_depth: 4,
         }
     }

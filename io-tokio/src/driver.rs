@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use inflight_core::{
-    Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Inspection, Lease, LeaseId, Outcome, Reassertion,
-    Renewal, RequestId, Servers, Stats,
+    Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Inspection, KeysPage, Lease, LeaseId, Outcome,
+    Reassertion, Renewal, RequestId, Servers, Stats,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -38,6 +38,7 @@ enum Caller {
     Acquire(oneshot::Sender<Result<Option<HeldLease>, Error>>, bool),
     Renew(oneshot::Sender<Result<Lease, RenewError>>),
     Inspect(oneshot::Sender<Result<Inspection, Error>>),
+    Scan(oneshot::Sender<Result<Option<KeysPage>, Error>>),
 }
 
 pub(crate) struct Driver<C: Connector> {
@@ -263,6 +264,21 @@ impl<C: Connector> Driver<C> {
                 self.tickets.insert(ticket, request);
                 self.callers.insert(request, (ticket, Caller::Inspect(reply)));
             }
+            Command::Scan {
+                ticket,
+                shard,
+                cursor,
+                count,
+                reply,
+            } => match self.client.scan_keys(now, shard, cursor, count) {
+                Some(request) => {
+                    self.tickets.insert(ticket, request);
+                    self.callers.insert(request, (ticket, Caller::Scan(reply)));
+                }
+                None => {
+                    let _ = reply.send(Ok(None));
+                }
+            },
             Command::Release { lease, done } => {
                 self.news.let_go(lease.id(), Lost::Released);
                 if let Some(done) = done {
@@ -366,6 +382,12 @@ impl<C: Connector> Driver<C> {
                 if let Some((ticket, Caller::Inspect(reply))) = self.callers.remove(&request) {
                     self.tickets.remove(&ticket);
                     let _ = reply.send(inspection.map_err(|reason| Error::Unavailable { reason }));
+                }
+            }
+            Event::Scanned(request, page) => {
+                if let Some((ticket, Caller::Scan(reply))) = self.callers.remove(&request) {
+                    self.tickets.remove(&ticket);
+                    let _ = reply.send(page.map(Some).map_err(|reason| Error::Unavailable { reason }));
                 }
             }
             Event::Released { lease, compensation } => {

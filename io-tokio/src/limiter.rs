@@ -110,7 +110,23 @@ impl Acquire {
 }
 
 /// The most holders `Limiter::holders` lists.
-pub const MAX_HOLDERS: u32 = 10_000;
+pub const MAX_HOLDERS: u32 = 2_000;
+
+/// The most key names `Limiter::busy_keys` reads from Redis before it
+/// stops looking (it says so with `BusyKeys::complete`).
+pub const MAX_SCANNED_KEYS: usize = 100_000;
+
+/// The busiest keys under the limiter's prefix (see [`Limiter::busy_keys`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BusyKeys {
+    /// Busiest first: most units held, then most waiting.
+    pub keys: Vec<(Key, Usage)>,
+    /// How many keys with a lease set the scan found (busy or not).
+    pub scanned: usize,
+    /// `false` if the scan stopped at [`MAX_SCANNED_KEYS`] names.
+    pub complete: bool,
+}
 
 /// How much of a key's limit is in use (see [`Limiter::usage`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,10 +134,13 @@ pub const MAX_HOLDERS: u32 = 10_000;
 pub struct Usage {
     /// Units held by live leases (a weight-`w` permit holds `w`).
     pub held: u64,
-    /// The key's limit as far as this limiter knows: recorded in Redis by
-    /// the key's waiters, else this limiter's default (another replica, or
-    /// a per-call limit, may use another).
-    pub limit_hint: u32,
+    /// The key's limit as Redis knows it: recorded by the key's waiting
+    /// acquires (the last one's). `None` when none waited lately: a
+    /// fail-fast acquire brings its limit with each call and records none,
+    /// so only the services know it.
+    pub limit_recorded: Option<u32>,
+    /// Waiting acquires queued for a slot (whose clients still call).
+    pub waiting: u64,
 }
 
 /// What a limiter handle needs of the builder's settings.
@@ -300,7 +319,8 @@ impl Limiter {
         let inspection = self.inspect(key, 0).await?;
         Ok(Usage {
             held: inspection.units,
-            limit_hint: inspection.limit_recorded.unwrap_or(self.shared.default_limit.get()),
+            limit_recorded: inspection.limit_recorded,
+            waiting: inspection.waiting,
         })
     }
 
@@ -310,6 +330,95 @@ impl Limiter {
     /// for the request path.
     pub async fn holders(&self, key: &Key) -> Result<Vec<Holder>, Error> {
         Ok(self.inspect(key, MAX_HOLDERS).await?.holders)
+    }
+
+    /// The `most` busiest keys under this limiter's prefix, across every
+    /// primary: each with its usage, busiest first (most units held, then
+    /// most waiting); keys that hold nothing and have nobody waiting are
+    /// left out. Walks the key space with `SCAN` (at most
+    /// [`MAX_SCANNED_KEYS`] names), then reads each key's usage: for
+    /// operators (the `inflight keys` and `inflight top` commands), never
+    /// for the request path. A key whose leases change during the walk may
+    /// show its usage of a moment later than others'.
+    pub async fn busy_keys(&self, most: usize) -> Result<BusyKeys, Error> {
+        let (names, complete) = self.scan_all().await?;
+        let scanned = names.len();
+        let mut keys = Vec::new();
+        // Pipelined: the driver sends the reads back to back on each
+        // connection, a window at a time.
+        let names: Vec<Key> = names.into_iter().collect();
+        for window in names.chunks(256) {
+            let mut reads = tokio::task::JoinSet::new();
+            for key in window {
+                let (limiter, key) = (self.clone(), key.clone());
+                reads.spawn(async move { limiter.usage(&key).await.map(|usage| (key, usage)) });
+            }
+            while let Some(read) = reads.join_next().await {
+                let (key, usage) = read.map_err(|_| Error::Stopped)??;
+                if usage.held > 0 || usage.waiting > 0 {
+                    keys.push((key, usage));
+                }
+            }
+        }
+        keys.sort_by(|(a_key, a), (b_key, b)| {
+            (b.held, b.waiting)
+                .cmp(&(a.held, a.waiting))
+                .then_with(|| (a_key.namespace(), a_key.subject()).cmp(&(b_key.namespace(), b_key.subject())))
+        });
+        keys.truncate(most);
+        Ok(BusyKeys {
+            keys,
+            scanned,
+            complete,
+        })
+    }
+
+    /// Every key with a lease set, from every primary (a key a page shows
+    /// twice counted once); `false` if it stopped at the bound.
+    async fn scan_all(&self) -> Result<(std::collections::HashSet<Key>, bool), Error> {
+        let mut names = std::collections::HashSet::new();
+        for shard in 0.. {
+            let mut cursor = 0;
+            loop {
+                let Some(page) = self.scan(shard, cursor).await? else {
+                    if shard == 0 {
+                        // Not even one primary known: nothing was read.
+                        return Err(Error::Unavailable {
+                            reason: Unavailable::NoPrimary,
+                        });
+                    }
+                    return Ok((names, true));
+                };
+                names.extend(page.keys);
+                if names.len() >= MAX_SCANNED_KEYS {
+                    return Ok((names, false));
+                }
+                if page.cursor == 0 {
+                    break;
+                }
+                cursor = page.cursor;
+            }
+        }
+        unreachable!("the shards are finite")
+    }
+
+    async fn scan(&self, shard: usize, cursor: u64) -> Result<Option<inflight_core::KeysPage>, Error> {
+        let ticket = next_ticket();
+        let (reply, outcome) = oneshot::channel();
+        let command = Command::Scan {
+            ticket,
+            shard,
+            cursor,
+            count: 1000,
+            reply,
+        };
+        if self.shared.commands.send(command).is_err() {
+            return Err(Error::Stopped);
+        }
+        match answer(&self.shared.commands, ticket, outcome).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Stopped),
+        }
     }
 
     async fn inspect(&self, key: &Key, holders: u32) -> Result<Inspection, Error> {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use inflight_core::key::SubjectKeys;
-use inflight_core::{Claim, Inspection, Lease, Reassertion};
+use inflight_core::{Claim, Inspection, KeysPage, Lease, Reassertion};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::drained::Drained;
@@ -45,6 +45,15 @@ pub(crate) enum Command {
         keys: SubjectKeys,
         holders: u32,
         reply: oneshot::Sender<Result<Inspection, Error>>,
+    },
+    /// Read one page of the keys primary `shard` holds leases for
+    /// (`Limiter::busy_keys`); `Ok(None)`: there is no such shard.
+    Scan {
+        ticket: u64,
+        shard: usize,
+        cursor: u64,
+        count: u32,
+        reply: oneshot::Sender<Result<Option<KeysPage>, Error>>,
     },
     /// Renew this lease on its own schedule until it is let go.
     KeepAlive {

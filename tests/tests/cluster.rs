@@ -189,6 +189,60 @@ async fn limits_hold_per_tenant_across_every_primary() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_keys_are_found_on_every_primary() {
+    let cluster = cluster();
+    let prefix = "c-keys";
+    let tenants: Vec<String> = spread(&cluster, prefix, 2).into_values().flatten().collect();
+    let limiter = builder(&cluster.url(), prefix)
+        .default_limit(10)
+        .connect()
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for (i, subject) in tenants.iter().enumerate() {
+        let claim = inflight_tokio::Acquire::default().weight(i as u32 + 1);
+        held.push(limiter.acquire_opts(&key(subject), claim).await.unwrap());
+    }
+    let busy = limiter.busy_keys(100).await.unwrap();
+    let found: Vec<(String, u64)> = busy
+        .keys
+        .iter()
+        .map(|(key, usage)| (key.subject().to_string(), usage.held))
+        .collect();
+    let expected: Vec<(String, u64)> = tenants
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, subject)| (subject.clone(), i as u64 + 1))
+        .collect();
+    assert_eq!(found, expected, "every primary's keys, busiest first");
+    assert!(busy.complete);
+
+    // The operator command, from one seed node, finds them all too.
+    let mut out = Vec::new();
+    let args = ["keys", &cluster.url(), "--cluster", "--prefix", prefix, "--limit", "3"];
+    inflight_tokio::cli::run(args.map(String::from), &mut out)
+        .await
+        .unwrap();
+    let out = String::from_utf8(out).unwrap();
+    println!("{out}");
+    assert_eq!(out.lines().count(), 5, "a header, three keys, the coverage: {out}");
+    assert!(
+        out.lines()
+            .nth(1)
+            .unwrap()
+            .starts_with(&format!("tenant/{}", tenants[5])),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("3 busy keys shown, 6 keys with leases scanned\n"),
+        "{out}"
+    );
+    drop(held);
+    limiter.drain().await;
+}
+
 /// The load of the resharding and failover tests: `tasks` callers acquire
 /// and hold for about a millisecond, over and over, until `stop`; a ledger
 /// counts holders at every instant and remembers the peak.

@@ -211,10 +211,10 @@ fn test_lease(n: u64) -> LeaseId {
 /// listed are compared as a set).
 fn without_clock(reply: Frame) -> Frame {
     match reply {
-        Frame::Array(mut items) if items.len() >= 3 => {
+        Frame::Array(mut items) if items.len() >= 4 => {
             let mut ids: Vec<Vec<u8>> = items
                 .iter()
-                .skip(3)
+                .skip(4)
                 .step_by(2)
                 .map(|id| match id {
                     Frame::BulkString(id) => id.to_vec(),
@@ -222,7 +222,7 @@ fn without_clock(reply: Frame) -> Frame {
                 })
                 .collect();
             ids.sort();
-            items.truncate(3);
+            items.truncate(4);
             items.remove(0);
             items.extend(ids.into_iter().map(|id| Frame::BulkString(id.into())));
             Frame::Array(items)

@@ -16,6 +16,8 @@ pub(super) enum Awaits {
     KeepAlive,
     /// `Event::Inspected`.
     Inspection,
+    /// `Event::Scanned`.
+    Scan,
     /// Nobody: the renewal that confirms a slot a release handed to a
     /// waiter, which (with `replica_acks`) is delivered only once a `WAIT`
     /// after it says the replicas have it.

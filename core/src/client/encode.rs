@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 
-use super::request::{AcquireOp, Call, ReleaseJob, ReleaseKind, Request, Step};
+use super::request::{AcquireOp, Call, Reading, ReleaseJob, ReleaseKind, Request, Step};
 use super::Client;
 use crate::config::Config;
 use crate::event::ConnectionId;
@@ -53,7 +53,25 @@ impl Request {
                 scripts.encode_release(out, keys, true, 0, wire.hold, ids.iter().map(|id| &id[..]));
             }
             Request::Renew(op) => scripts.encode_renew(out, op.call.by_text, lease_call(&op.call)),
-            Request::Inspect(op) => scripts.encode_inspect(out, &op.call.keys, op.holders),
+            Request::Inspect(op) => match &op.reading {
+                Reading::Subject { holders } => scripts.encode_inspect(out, &op.call.keys, *holders),
+                Reading::Keys { cursor, count, pattern } => {
+                    let (cursor, count) = (cursor.to_string(), count.to_string());
+                    encode_command(
+                        out,
+                        &[
+                            b"SCAN",
+                            cursor.as_bytes(),
+                            b"MATCH",
+                            pattern,
+                            b"COUNT",
+                            count.as_bytes(),
+                            b"TYPE",
+                            b"zset",
+                        ],
+                    )
+                }
+            },
             Request::Release(job) => encode_release(std::slice::from_ref(job), wire, out),
             Request::ReleaseMany(jobs) => encode_release(jobs, wire, out),
             Request::Compensate(job) => {

@@ -26,7 +26,7 @@ use node::Node;
 use reconnect::Reconnect;
 use recovery::RecoveryKeys;
 use releases::ReleaseQueue;
-use request::{AcquireOp, Call, InspectOp, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Step, Wait};
+use request::{AcquireOp, Call, InspectOp, Op, Reading, ReleaseJob, ReleaseKind, RenewOp, Request, Step, Wait};
 use topology::{Route, Topology};
 use waiters::Waiters;
 
@@ -453,8 +453,45 @@ impl Client {
     pub fn inspect(&mut self, now: Instant, keys: SubjectKeys, holders: u32) -> RequestId {
         let request = self.register(now, Awaits::Inspection);
         let call = Call::new(request, self.lease_ids.id(request.0), keys);
-        self.submit(now, Op::Inspect(InspectOp { call, holders }));
+        // Two reply items per holder after four counts: never ask for a
+        // reply the reply limits would refuse (and drop the connection for).
+        let fits = self.config.reply_limits.max_array_len.saturating_sub(4) / 2;
+        let holders = holders.min(u32::try_from(fits).unwrap_or(u32::MAX));
+        self.submit(
+            now,
+            Op::Inspect(InspectOp {
+                call,
+                reading: Reading::Subject { holders },
+            }),
+        );
         request
+    }
+
+    /// How many primaries hold lease sets: 1 for a standalone server, the
+    /// cluster's primaries once its slot table is known (0 before).
+    pub fn shards(&self) -> usize {
+        self.topology.slot_per_primary().len()
+    }
+
+    /// Reads one page of the keys primary `shard` (below [`Client::shards`])
+    /// holds lease sets for, from `cursor` (0 to begin), about `count`
+    /// keys: `SCAN`, for operators listing busy keys. Exactly one
+    /// `Event::Scanned` follows, unless it is abandoned first; it shares the
+    /// acquires' timeout. `None` if there is no such shard.
+    pub fn scan_keys(&mut self, now: Instant, shard: usize, cursor: u64, count: u32) -> Option<RequestId> {
+        let slot = *self.topology.slot_per_primary().get(shard)?;
+        let request = self.register(now, Awaits::Scan);
+        // The scan goes where this slot's keys go: routed (and redirected,
+        // and connected on first use) as any request of that slot.
+        let call = Call::new(request, self.lease_ids.id(request.0), SubjectKeys::in_slot(slot));
+        let pattern = crate::key::leases_pattern(&self.config.key_prefix);
+        // `COUNT` is a hint a page may overshoot a little: a quarter of the
+        // array limit leaves the margin.
+        let fits = (self.config.reply_limits.max_array_len / 4).max(1);
+        let count = count.min(u32::try_from(fits).unwrap_or(u32::MAX));
+        let reading = Reading::Keys { cursor, count, pattern };
+        self.submit(now, Op::Inspect(InspectOp { call, reading }));
+        Some(request)
     }
 
     /// A new request whose caller waits at most the acquire timeout.
@@ -536,7 +573,7 @@ impl Client {
             .events
             .iter()
             .position(|event| {
-                matches!(event, Event::Acquired(r, _) | Event::Renewed(r, _) | Event::Inspected(r, _) if *r == request)
+                matches!(event, Event::Acquired(r, _) | Event::Renewed(r, _) | Event::Inspected(r, _) | Event::Scanned(r, _) if *r == request)
             });
         match queued.and_then(|at| self.events.remove(at)) {
             Some(Event::Acquired(_, outcome)) => self.withdraw(now, outcome),

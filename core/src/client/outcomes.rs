@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::callers::Awaits;
 use super::request::{Op, ReleaseJob, ReleaseKind};
 use super::Client;
-use crate::event::{ConnectionError, Event, Inspection, Outcome, Renewal, RequestId, Unavailable};
+use crate::event::{ConnectionError, Event, Inspection, KeysPage, Outcome, Renewal, RequestId, Unavailable};
 use crate::UnavailablePolicy;
 
 impl Client {
@@ -94,11 +94,20 @@ impl Client {
         }
     }
 
+    /// Delivers a page of keys if its caller still waits.
+    pub(super) fn finish_scan(&mut self, now: Instant, request: RequestId, page: Result<KeysPage, Unavailable>) {
+        if self.stop_waiting(now, request) {
+            self.events.push_back(Event::Scanned(request, page));
+        }
+    }
+
     /// No trustworthy answer for `request`: deny or fail open, by policy (a
     /// renewal or an inspection is simply unavailable).
     pub(super) fn fail(&mut self, now: Instant, request: RequestId, reason: Unavailable) {
-        if self.callers.awaits(request) == Some(Awaits::Inspection) {
-            return self.finish_inspection(now, request, Err(reason));
+        match self.callers.awaits(request) {
+            Some(Awaits::Inspection) => return self.finish_inspection(now, request, Err(reason)),
+            Some(Awaits::Scan) => return self.finish_scan(now, request, Err(reason)),
+            _ => {}
         }
         if matches!(
             self.callers.awaits(request),

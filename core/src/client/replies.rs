@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::identity;
-use super::request::{AcquireOp, InspectOp, Op, RenewOp, Request, Step};
+use super::request::{AcquireOp, InspectOp, Op, Reading, RenewOp, Request, Step};
 use super::{Client, Phase};
 use crate::event::{ConnectionError, Event, Holder, Inspection, Lease, Outcome, Renewal, Unavailable, Warning};
 use crate::resp::Frame;
@@ -345,7 +345,8 @@ impl Client {
         Ok(())
     }
 
-    /// `{now, units, limit, id, expiry…}`: what a subject holds.
+    /// `{now, units, limit, waiting, id, expiry…}`: what a subject holds;
+    /// or, for a page of keys, `[cursor, [key…]]`.
     fn on_inspect_reply(
         &mut self,
         now: Instant,
@@ -353,14 +354,17 @@ impl Client {
         op: InspectOp,
         frame: Frame,
     ) -> Result<(), ConnectionError> {
+        if let Reading::Keys { .. } = op.reading {
+            return self.on_scan_reply(now, node, op, frame);
+        }
         let items = match frame {
             Frame::Array(items) => items,
             Frame::Error(message) => return self.on_call_error(now, node, Op::Inspect(op), &message),
             other => return Err(self.ambiguous(now, Op::Inspect(op), unexpected("inspect", &other))),
         };
         let parsed = match &items[..] {
-            [Frame::Integer(server_ms), Frame::Integer(units), Frame::Integer(limit), rest @ ..]
-                if *server_ms >= 0 && *units >= 0 && rest.len() % 2 == 0 =>
+            [Frame::Integer(server_ms), Frame::Integer(units), Frame::Integer(limit), Frame::Integer(waiting), rest @ ..]
+                if *server_ms >= 0 && *units >= 0 && *waiting >= 0 && rest.len() % 2 == 0 =>
             {
                 let mut holders = Vec::with_capacity(rest.len() / 2);
                 let mut well_formed = true;
@@ -377,6 +381,7 @@ impl Client {
                 well_formed.then(|| Inspection {
                     units: *units as u64,
                     limit_recorded: u32::try_from(*limit).ok().filter(|limit| *limit > 0),
+                    waiting: *waiting as u64,
                     holders,
                 })
             }
@@ -387,6 +392,38 @@ impl Client {
             return Err(self.ambiguous(now, Op::Inspect(op), unexpected("inspect", &frame)));
         };
         self.finish_inspection(now, op.call.request, Ok(inspection));
+        Ok(())
+    }
+
+    /// `[cursor, [key…]]`: a page of a node's lease sets, as subjects.
+    fn on_scan_reply(&mut self, now: Instant, node: usize, op: InspectOp, frame: Frame) -> Result<(), ConnectionError> {
+        let page = match &frame {
+            Frame::Array(items) => match &items[..] {
+                [Frame::BulkString(cursor), Frame::Array(keys)] => {
+                    let cursor = std::str::from_utf8(cursor).ok().and_then(|c| c.parse::<u64>().ok());
+                    let keys: Option<Vec<crate::Key>> = keys
+                        .iter()
+                        .map(|key| match key {
+                            // A key the pattern matched but that is not one
+                            // of ours (written by hand, say) is skipped.
+                            Frame::BulkString(name) => {
+                                Some(crate::key::Key::of_leases_key(&self.config.key_prefix, name))
+                            }
+                            _ => None,
+                        })
+                        .collect::<Option<Vec<_>>>()
+                        .map(|keys| keys.into_iter().flatten().collect());
+                    cursor.zip(keys)
+                }
+                _ => None,
+            },
+            Frame::Error(message) => return self.on_call_error(now, node, Op::Inspect(op), message),
+            _ => None,
+        };
+        let Some((cursor, keys)) = page else {
+            return Err(self.ambiguous(now, Op::Inspect(op), unexpected("scan", &frame)));
+        };
+        self.finish_scan(now, op.call.request, Ok(crate::event::KeysPage { cursor, keys }));
         Ok(())
     }
 

@@ -177,8 +177,18 @@ pub(super) struct RenewOp {
 #[derive(Debug)]
 pub(super) struct InspectOp {
     pub(super) call: Call,
-    /// The most holders to list (0: only the count).
-    pub(super) holders: u32,
+    pub(super) reading: Reading,
+}
+
+/// What an inspection reads.
+#[derive(Debug)]
+pub(super) enum Reading {
+    /// One subject (`INSPECT`), with up to this many holders (0: only the
+    /// counts).
+    Subject { holders: u32 },
+    /// One page of the lease sets of the node its call's slot lives on
+    /// (`SCAN cursor MATCH pattern COUNT count TYPE zset`).
+    Keys { cursor: u64, count: u32, pattern: Bytes },
 }
 
 /// An acquire, a renewal or an inspection on its way to a connection:

@@ -116,6 +116,23 @@ impl Topology {
         }
     }
 
+    /// One slot of each primary the table names, in slot order (one slot,
+    /// 0, for a standalone server; none while no table is known).
+    pub(super) fn slot_per_primary(&self) -> Vec<u16> {
+        match &self.mode {
+            Mode::Standalone => vec![0],
+            Mode::Cluster(cluster) => {
+                let mut seen = std::collections::HashSet::new();
+                (0..SLOTS)
+                    .filter(|&slot| {
+                        let owner = cluster.owners[usize::from(slot)];
+                        owner != NONE && seen.insert(owner)
+                    })
+                    .collect()
+            }
+        }
+    }
+
     /// Replaces the table with `shards`, whose primaries are the nodes `owners`.
     pub(super) fn learn(&mut self, shards: &[Shard], owners_by_shard: &[usize]) {
         let Mode::Cluster(cluster) = &mut self.mode else {

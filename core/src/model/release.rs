@@ -247,7 +247,8 @@ impl RedisModel {
             .hget(&keys[1], b"limit")
             .and_then(|l| lua_number(&l))
             .map_or(-1, |l| l as i64);
-        let mut reply = vec![int(now as i64), int(live.len() as i64), int(limit)];
+        let waiting = self.store.zabove(&keys[2], now).len();
+        let mut reply = vec![int(now as i64), int(live.len() as i64), int(limit), int(waiting as i64)];
         for (expiry, id) in live
             .into_iter()
             .filter(|(_, id)| !id.contains(&b'#'))

@@ -98,7 +98,7 @@ impl RedisModel {
             ScriptKind::Reassert => (5, 4),
             ScriptKind::Mark => (1, 2),
             ScriptKind::Hold => (1, 1),
-            ScriptKind::Inspect => (2, 1),
+            ScriptKind::Inspect => (3, 1),
             ScriptKind::AcquireMany => (5, 4),
         };
         let at_least = matches!(kind, ScriptKind::Release | ScriptKind::AcquireMany);

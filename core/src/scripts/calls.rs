@@ -242,7 +242,7 @@ impl Scripts {
             out,
             ScriptKind::Inspect,
             true,
-            &[keys.leases(), &keys.holds()],
+            &[keys.leases(), &keys.holds(), &keys.waiters()],
             &[holders.as_bytes()],
         )
     }

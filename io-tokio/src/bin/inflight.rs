@@ -1,8 +1,9 @@
-//! `inflight holders|usage <redis-url> <namespace> <subject>`: what a key
-//! holds, for operators. See `inflight_tokio::cli`.
+//! `inflight holders|usage|keys|top <redis-url> ...`: what the keys hold,
+//! for operators. See `inflight --help` and `inflight_tokio::cli`.
 
 #[cfg(not(madsim))]
 fn main() -> std::process::ExitCode {
+    use inflight_tokio::cli::{run, CliError};
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -10,12 +11,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(1);
         }
     };
-    match runtime.block_on(inflight_tokio::cli::run(std::env::args().skip(1))) {
-        Ok(out) => {
-            print!("{out}");
-            std::process::ExitCode::SUCCESS
-        }
-        Err(error @ inflight_tokio::cli::CliError::Usage(_)) => {
+    let mut stdout = std::io::stdout();
+    match runtime.block_on(run(std::env::args().skip(1), &mut stdout)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error @ CliError::Usage(_)) => {
             eprintln!("inflight: {error}");
             std::process::ExitCode::from(2)
         }
