@@ -243,3 +243,79 @@ async fn the_command_fails_clearly_and_helps() {
     let error = cli(&["keys", &secret_url]).await.unwrap_err();
     assert!(!error.to_string().contains("hunter2"), "{error}");
 }
+
+/// `inflight top` in a real terminal (tmux, 100×20): each refresh replaces
+/// the last screen, the bars and holders render, and it ends at its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_draws_in_a_real_terminal() {
+    use std::process::Command;
+    if Command::new("tmux").arg("-V").output().is_err() {
+        panic!("tmux was not found: this test runs `inflight top` in a real terminal. Install it with `apt-get install -y tmux`.");
+    }
+    let server = RedisServer::start();
+    let limiter = builder(&server, PREFIX).holder_label("pod-t").connect().await.unwrap();
+    let held = hold(&limiter, "terminal", 2).await;
+    // A private tmux server, gone with the test.
+    let socket = format!("inflight-cli-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .args(["-L", &socket])
+            .args(args)
+            .output()
+            .expect("tmux runs")
+    };
+    let program = format!(
+        "{} top {} --prefix {PREFIX} --interval 0.2 --refreshes 15; sleep 30",
+        env!("CARGO_BIN_EXE_inflight_cli"),
+        server.url()
+    );
+    struct KillOnDrop(String);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux").args(["-L", &self.0, "kill-server"]).output();
+        }
+    }
+    let _tmux_server = KillOnDrop(socket.clone());
+    let started = tmux(&["new-session", "-d", "-s", "top", "-x", "100", "-y", "20", &program]);
+    assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+    let screen = || String::from_utf8(tmux(&["capture-pane", "-p", "-t", "top"]).stdout).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut shown = screen();
+    while !shown.contains("refresh 3 ") {
+        assert!(
+            Instant::now() < deadline,
+            "top never refreshed 3 times; the terminal shows:\n{shown}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        shown = screen();
+    }
+    println!("{shown}");
+    let lines: Vec<&str> = shown.lines().collect();
+    assert!(
+        lines[0].starts_with("inflight top: "),
+        "the screen starts at the top: {shown}"
+    );
+    assert_eq!(
+        shown.matches("inflight top: ").count(),
+        1,
+        "the last screen replaced the earlier ones: {shown}"
+    );
+    let row = lines
+        .iter()
+        .find(|l| l.starts_with("upload/terminal"))
+        .expect("the key's row");
+    assert!(row.trim_end().ends_with("pod-t:2"), "{row}");
+    // Its bound: 15 screens 0.2 s apart, then the shell's sleep keeps the
+    // pane for reading.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !screen().contains("refresh 15 ") {
+        assert!(
+            Instant::now() < deadline,
+            "top did not reach its 15th screen:\n{}",
+            screen()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(held);
+    limiter.drain().await;
+}

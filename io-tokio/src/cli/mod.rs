@@ -151,6 +151,32 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, CliError> {
     })
 }
 
+/// The whole program: runs the process's arguments on a runtime of its own,
+/// prints to stdout, and maps the result to the exit code (0; 2 for a bad
+/// argument; 1 for anything else, the reason on stderr).
+#[cfg(not(madsim))]
+pub fn main() -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("inflight: cannot start a runtime: {error}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let mut stdout = std::io::stdout();
+    match runtime.block_on(run(std::env::args().skip(1), &mut stdout)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error @ CliError::Usage(_)) => {
+            eprintln!("inflight: {error}");
+            std::process::ExitCode::from(2)
+        }
+        Err(error) => {
+            eprintln!("inflight: {error}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
 /// Runs the command `args` (without the program name), writing what it
 /// prints to `out`.
 pub async fn run(args: impl IntoIterator<Item = String>, out: &mut (dyn Write + Send)) -> Result<(), CliError> {

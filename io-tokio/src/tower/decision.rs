@@ -118,7 +118,7 @@ pub enum WhenMissing {
 }
 
 /// Counts each request against the value of one header, under a namespace:
-/// `FromHeader::new("x-tenant", "tenant")` counts a request with
+/// `FromHeader::new(HeaderName::from_static("x-tenant"), "tenant")` counts a request with
 /// `x-tenant: acme` against `tenant`/`acme`. A value that is not UTF-8 or
 /// not a valid key subject refuses the request.
 #[derive(Clone, Debug)]
