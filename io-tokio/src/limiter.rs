@@ -143,6 +143,16 @@ pub struct Usage {
     pub waiting: u64,
 }
 
+impl Usage {
+    fn of(inspection: &Inspection) -> Self {
+        Self {
+            held: inspection.units,
+            limit_recorded: inspection.limit_recorded,
+            waiting: inspection.waiting,
+        }
+    }
+}
+
 /// What a limiter handle needs of the builder's settings.
 #[derive(Debug)]
 pub(crate) struct Settings {
@@ -316,12 +326,7 @@ impl Limiter {
     /// knows: the one its waiters recorded in Redis, else this limiter's
     /// default. One round trip; read only.
     pub async fn usage(&self, key: &Key) -> Result<Usage, Error> {
-        let inspection = self.inspect(key, 0).await?;
-        Ok(Usage {
-            held: inspection.units,
-            limit_recorded: inspection.limit_recorded,
-            waiting: inspection.waiting,
-        })
+        Ok(Usage::of(&self.inspect(key, 0).await?))
     }
 
     /// Who holds `key`'s slots now: its live leases (at most `MAX_HOLDERS`
@@ -344,19 +349,22 @@ impl Limiter {
         let (names, complete) = self.scan_all().await?;
         let scanned = names.len();
         let mut keys = Vec::new();
-        // Pipelined: the driver sends the reads back to back on each
-        // connection, a window at a time.
+        // Pipelined: a window of reads is handed to the driver before the
+        // first answer is awaited, so they go out back to back.
         let names: Vec<Key> = names.into_iter().collect();
         for window in names.chunks(256) {
-            let mut reads = tokio::task::JoinSet::new();
-            for key in window {
-                let (limiter, key) = (self.clone(), key.clone());
-                reads.spawn(async move { limiter.usage(&key).await.map(|usage| (key, usage)) });
-            }
-            while let Some(read) = reads.join_next().await {
-                let (key, usage) = read.map_err(|_| Error::Stopped)??;
+            let sent = window
+                .iter()
+                .map(|key| self.send_inspect(key, 0))
+                .collect::<Result<Vec<_>, _>>()?;
+            for (key, (ticket, outcome)) in window.iter().zip(sent) {
+                let inspection = match answer(&self.shared.commands, ticket, outcome).await {
+                    Ok(result) => result?,
+                    Err(_) => return Err(Error::Stopped),
+                };
+                let usage = Usage::of(&inspection);
                 if usage.held > 0 || usage.waiting > 0 {
-                    keys.push((key, usage));
+                    keys.push((key.clone(), usage));
                 }
             }
         }
@@ -422,6 +430,19 @@ impl Limiter {
     }
 
     async fn inspect(&self, key: &Key, holders: u32) -> Result<Inspection, Error> {
+        let (ticket, outcome) = self.send_inspect(key, holders)?;
+        match answer(&self.shared.commands, ticket, outcome).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Stopped),
+        }
+    }
+
+    /// Hands an inspection to the driver; its answer comes on the receiver.
+    fn send_inspect(
+        &self,
+        key: &Key,
+        holders: u32,
+    ) -> Result<(u64, oneshot::Receiver<Result<Inspection, Error>>), Error> {
         let ticket = next_ticket();
         let (reply, outcome) = oneshot::channel();
         let command = Command::Inspect {
@@ -430,13 +451,8 @@ impl Limiter {
             holders,
             reply,
         };
-        if self.shared.commands.send(command).is_err() {
-            return Err(Error::Stopped);
-        }
-        match answer(&self.shared.commands, ticket, outcome).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::Stopped),
-        }
+        self.shared.commands.send(command).map_err(|_| Error::Stopped)?;
+        Ok((ticket, outcome))
     }
 
     /// When a request refused with `error` may be tried again (for an HTTP
