@@ -7,22 +7,50 @@
 //! that renewal and its retries (every sixth of the TTL, each bounded by
 //! the acquire timeout): one failed attempt still leaves time for another.
 //! A renewal that finds the lease gone, or a lease whose expiry passes with
-//! no renewal confirmed, is reported lost (`Event::LeaseLost`) and dropped
-//! from the held leases.
+//! no renewal confirmed, is reported lost.
+//!
+//! A sub-machine: it owns its schedule and its one timer, and answers with
+//! [`Effect`]s that the client applies (send a renewal, report a lease kept
+//! or lost). It knows nothing of the client, its connections or its counts.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::callers::Awaits;
-use super::request::{Call, Op, RenewOp};
-use super::Client;
-use crate::event::{Event, Lease, LeaseLost, RequestId};
+use crate::event::{Lease, LeaseLost, RequestId};
 use crate::lease_id::LeaseId;
 
+/// What the client is to do for the kept-alive leases.
+#[derive(Debug)]
+pub(super) enum Effect {
+    /// Renew this lease now, then say with which request
+    /// ([`KeepAlive::sent`]).
+    Renew(Lease),
+    /// Redis extended the lease to `expires_at`.
+    Kept { lease: LeaseId, expires_at: Instant },
+    /// The lease is lost: no longer held.
+    Lost { lease: LeaseId, reason: LeaseLost },
+}
+
+/// What a keep-alive renewal came back with.
+#[derive(Debug)]
+pub(super) enum Renewed {
+    /// Extended: the lease with its new expiry.
+    Extended(Lease),
+    /// Redis no longer holds it.
+    Gone,
+    /// No trustworthy answer: tried again, until the lease's expiry.
+    Unanswered,
+}
+
 /// The kept-alive leases and when each is next due.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct KeepAlive {
+    /// How long before its expiry a lease is renewed (two thirds of the
+    /// TTL), and how long after a failed attempt the next one goes (a
+    /// sixth).
+    margin: Duration,
+    retry_after: Duration,
     /// `(due, counter)`; an entry whose time no longer matches its lease's
     /// `next` (renewed, retried or released since) is skipped when popped.
     due: BinaryHeap<Reverse<(Instant, u64)>>,
@@ -45,12 +73,47 @@ struct Kept {
 }
 
 impl KeepAlive {
+    /// For leases of `lease_ttl`.
+    pub(super) fn new(lease_ttl: Duration) -> Self {
+        Self {
+            margin: lease_ttl * 2 / 3,
+            retry_after: lease_ttl / 6,
+            due: BinaryHeap::new(),
+            kept: HashMap::new(),
+            in_flight: HashMap::new(),
+        }
+    }
+
+    /// An injected bug for the simulator: renew only at the expiry itself.
+    #[cfg(feature = "fault-injection")]
+    pub(super) fn without_margin(&mut self) {
+        self.margin = Duration::ZERO;
+    }
+
     pub(super) fn len(&self) -> usize {
         self.kept.len()
     }
 
-    pub(super) fn next_due(&self) -> Option<Instant> {
+    /// When [`KeepAlive::handle_timeout`] has something to do.
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
         self.due.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// Keeps `lease` alive from `now` on (nothing if it already is).
+    pub(super) fn keep(&mut self, now: Instant, lease: &Lease) {
+        let counter = lease.id.parts().1;
+        if self.kept.contains_key(&counter) {
+            return;
+        }
+        let next = self.renewal_due(lease.expires_at).max(now);
+        let kept = Kept {
+            lease: lease.clone(),
+            next,
+            renewing: None,
+            sent_at: now,
+        };
+        self.kept.insert(counter, kept);
+        self.schedule(counter, next);
     }
 
     /// Stops keeping `lease` alive (released, lost, withdrawn); its expiry
@@ -71,135 +134,180 @@ impl KeepAlive {
         self.in_flight.contains_key(&request)
     }
 
-    fn schedule(&mut self, counter: u64, at: Instant) {
-        if let Some(kept) = self.kept.get_mut(&counter) {
-            kept.next = at;
-            self.due.push(Reverse((at, counter)));
-        }
-    }
-}
-
-impl Client {
-    /// When a lease extended until `expires_at` is renewed: once a third of
-    /// the TTL has passed, two thirds before it ends.
-    fn renewal_due(&self, expires_at: Instant) -> Instant {
-        let margin = self.config.lease_ttl * 2 / 3;
-        #[cfg(feature = "fault-injection")]
-        if self.bugs.keep_alive_without_margin {
-            return expires_at;
-        }
-        expires_at.checked_sub(margin).unwrap_or(expires_at)
-    }
-
-    /// Keeps `lease` alive: from now on the client renews it on its own
-    /// until it is released, and reports `Event::KeptAlive` at each renewal
-    /// and `Event::LeaseLost` if it is lost. Nothing happens for a lease
-    /// this client does not hold (released, or lost already).
-    pub fn keep_alive(&mut self, now: Instant, lease: &Lease) {
-        if !self.held.contains(&lease.id) {
-            return;
-        }
-        let counter = lease.id.parts().1;
-        if self.keep_alive.kept.contains_key(&counter) {
-            return;
-        }
-        let next = self.renewal_due(lease.expires_at).max(now);
-        self.keep_alive.kept.insert(
-            counter,
-            Kept {
-                lease: lease.clone(),
-                next,
-                renewing: None,
-                sent_at: now,
-            },
-        );
-        self.keep_alive.schedule(counter, next);
-    }
-
-    /// Leases kept alive now.
-    pub fn kept_alive(&self) -> usize {
-        self.keep_alive.len()
-    }
-
-    /// Sends the renewals that are due; reports the leases whose expiry
-    /// passed without one.
-    pub(super) fn renew_kept(&mut self, now: Instant) {
-        while let Some(&Reverse((at, counter))) = self.keep_alive.due.peek() {
+    /// The next thing due at `now`: a renewal to send, or a lease whose
+    /// expiry passed without one. `None` once nothing more is due.
+    pub(super) fn handle_timeout(&mut self, now: Instant) -> Option<Effect> {
+        while let Some(&Reverse((at, counter))) = self.due.peek() {
             if at > now {
-                break;
+                return None;
             }
-            self.keep_alive.due.pop();
-            let Some(kept) = self.keep_alive.kept.get(&counter) else {
+            self.due.pop();
+            let Some(kept) = self.kept.get(&counter) else {
                 continue;
             };
             if kept.next != at || kept.renewing.is_some() {
                 continue;
             }
             if now >= kept.lease.expires_at {
-                self.lose_kept(counter, LeaseLost::Expired);
-                continue;
+                return self.lose(counter, LeaseLost::Expired);
             }
-            let request = RequestId(self.next_request);
-            self.next_request += 1;
-            let deadline = (now + self.config.acquire_timeout).min(kept.lease.expires_at);
-            self.callers.insert(request, deadline, Awaits::KeepAlive);
-            let lease = &kept.lease;
-            let renewal = RenewOp {
-                call: Call::new(request, lease.id.clone(), lease.keys.clone()),
-                token: lease.fencing_token,
-                granted_at: lease.granted_at,
-            };
-            let kept = self.keep_alive.kept.get_mut(&counter).expect("looked up above");
+            return Some(Effect::Renew(kept.lease.clone()));
+        }
+        None
+    }
+
+    /// The renewal of `lease` that [`Effect::Renew`] asked for went out as
+    /// `request` at `now`.
+    pub(super) fn sent(&mut self, lease: &LeaseId, request: RequestId, now: Instant) {
+        let counter = lease.parts().1;
+        if let Some(kept) = self.kept.get_mut(&counter) {
             kept.renewing = Some(request);
-            self.keep_alive.in_flight.insert(request, counter);
             kept.sent_at = now;
-            self.submit(now, Op::Renew(renewal));
+            self.in_flight.insert(request, counter);
         }
     }
 
-    /// The outcome of a keep-alive renewal: `Some(lease)` extended, `None`
-    /// with `gone` found gone, else no trustworthy answer (retried, until
-    /// the lease's expiry).
-    pub(super) fn kept_renewed(&mut self, request: RequestId, extended: Option<Lease>, gone: bool) {
-        let Some(counter) = self.keep_alive.in_flight.remove(&request) else {
-            return; // released meanwhile
-        };
-        let Some(kept) = self.keep_alive.kept.get_mut(&counter) else {
-            return;
-        };
+    /// The outcome of keep-alive renewal `request`: what it means for its
+    /// lease, if it is still kept.
+    pub(super) fn on_renewed(&mut self, request: RequestId, renewed: Renewed) -> Option<Effect> {
+        let counter = self.in_flight.remove(&request)?;
+        let kept = self.kept.get_mut(&counter)?;
         kept.renewing = None;
-        let ttl = self.config.lease_ttl;
-        match extended {
-            Some(lease) => {
-                self.stats.kept_alive += 1;
+        match renewed {
+            Renewed::Extended(lease) => {
                 let (id, expires_at) = (lease.id.clone(), lease.expires_at);
                 kept.lease = lease;
                 let due = self.renewal_due(expires_at);
-                self.keep_alive.schedule(counter, due);
-                self.events.push_back(Event::KeptAlive { lease: id, expires_at });
+                self.schedule(counter, due);
+                Some(Effect::Kept { lease: id, expires_at })
             }
-            None if gone => self.lose_kept(counter, LeaseLost::Gone),
-            None => {
+            Renewed::Gone => self.lose(counter, LeaseLost::Gone),
+            Renewed::Unanswered => {
                 // Another attempt a sixth of the TTL after this one was sent;
-                // past the expiry, `renew_kept` reports the lease lost.
-                let retry = (kept.sent_at + ttl / 6).min(kept.lease.expires_at);
-                self.keep_alive.schedule(counter, retry);
+                // past the expiry, `handle_timeout` reports the lease lost.
+                let retry = (kept.sent_at + self.retry_after).min(kept.lease.expires_at);
+                self.schedule(counter, retry);
+                None
             }
         }
     }
 
-    fn lose_kept(&mut self, counter: u64, reason: LeaseLost) {
-        let Some(kept) = self.keep_alive.kept.remove(&counter) else {
-            return;
-        };
-        if let Some(request) = kept.renewing {
-            self.keep_alive.in_flight.remove(&request);
+    /// When a lease extended until `expires_at` is renewed: once a third of
+    /// the TTL has passed, two thirds before it ends.
+    fn renewal_due(&self, expires_at: Instant) -> Instant {
+        expires_at.checked_sub(self.margin).unwrap_or(expires_at)
+    }
+
+    fn schedule(&mut self, counter: u64, at: Instant) {
+        if let Some(kept) = self.kept.get_mut(&counter) {
+            kept.next = at;
+            self.due.push(Reverse((at, counter)));
         }
-        self.stats.keep_alive_lost += 1;
-        self.held.remove(&kept.lease.id);
-        self.events.push_back(Event::LeaseLost {
+    }
+
+    fn lose(&mut self, counter: u64, reason: LeaseLost) -> Option<Effect> {
+        let kept = self.kept.remove(&counter)?;
+        if let Some(request) = kept.renewing {
+            self.in_flight.remove(&request);
+        }
+        Some(Effect::Lost {
             lease: kept.lease.id,
             reason,
-        });
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{Key, SubjectKeys};
+
+    fn lease(counter: u64, now: Instant, ttl: Duration) -> Lease {
+        Lease {
+            id: LeaseId::from_parts(7, counter),
+            keys: SubjectKeys::new("p", &Key::new("t", "s").unwrap()),
+            expires_at: now + ttl,
+            fencing_token: 1,
+            granted_at: now,
+            release_until: now + ttl,
+        }
+    }
+
+    /// Driven alone, by its own timer: renew a third into the TTL, retry a
+    /// sixth after an unanswered attempt, report the lease lost at its
+    /// expiry; an extension reschedules and is reported.
+    #[test]
+    fn it_renews_retries_and_loses_on_its_own_schedule() {
+        let ttl = Duration::from_secs(6);
+        let t0 = Instant::now();
+        let mut keep = KeepAlive::new(ttl);
+        let held = lease(1, t0, ttl);
+        keep.keep(t0, &held);
+        assert_eq!(keep.poll_timeout(), Some(t0 + Duration::from_secs(2)));
+        assert!(keep.handle_timeout(t0 + Duration::from_secs(1)).is_none());
+
+        let at = t0 + Duration::from_secs(2);
+        let Some(Effect::Renew(renewing)) = keep.handle_timeout(at) else {
+            panic!("due at a third of the TTL");
+        };
+        assert_eq!(renewing.id, held.id);
+        keep.sent(&renewing.id, RequestId(10), at);
+        assert!(keep.is_renewal(RequestId(10)));
+        assert!(keep.on_renewed(RequestId(10), Renewed::Unanswered).is_none());
+        assert_eq!(keep.poll_timeout(), Some(at + Duration::from_secs(1)), "a sixth later");
+
+        let again = at + Duration::from_secs(1);
+        let Some(Effect::Renew(_)) = keep.handle_timeout(again) else {
+            panic!("retried");
+        };
+        keep.sent(&held.id, RequestId(11), again);
+        let extended = lease(1, again, ttl);
+        match keep.on_renewed(RequestId(11), Renewed::Extended(extended.clone())) {
+            Some(Effect::Kept { expires_at, .. }) => assert_eq!(expires_at, extended.expires_at),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(keep.poll_timeout(), Some(again + Duration::from_secs(2)));
+
+        // Unanswered until the expiry: lost, and nothing is due any more.
+        let late = again + Duration::from_secs(2);
+        let Some(Effect::Renew(_)) = keep.handle_timeout(late) else {
+            panic!("due");
+        };
+        keep.sent(&held.id, RequestId(12), late);
+        assert!(keep.on_renewed(RequestId(12), Renewed::Unanswered).is_none());
+        let mut lost = None;
+        while let Some(at) = keep.poll_timeout() {
+            if let Some(effect) = keep.handle_timeout(at) {
+                match effect {
+                    Effect::Renew(lease) => keep.sent(&lease.id, RequestId(13), at),
+                    Effect::Lost { reason, .. } => lost = Some((reason, at)),
+                    Effect::Kept { .. } => panic!("nothing was extended"),
+                }
+            }
+            if keep.is_renewal(RequestId(13)) {
+                assert!(keep.on_renewed(RequestId(13), Renewed::Unanswered).is_none());
+            }
+        }
+        assert_eq!(lost, Some((LeaseLost::Expired, extended.expires_at)));
+        assert_eq!(keep.len(), 0);
+    }
+
+    #[test]
+    fn a_renewal_answered_after_a_release_changes_nothing() {
+        let ttl = Duration::from_secs(6);
+        let t0 = Instant::now();
+        let mut keep = KeepAlive::new(ttl);
+        let held = lease(1, t0, ttl);
+        keep.keep(t0, &held);
+        let at = keep.poll_timeout().unwrap();
+        assert!(matches!(keep.handle_timeout(at), Some(Effect::Renew(_))));
+        keep.sent(&held.id, RequestId(3), at);
+        assert_eq!(keep.remove(&held.id), Some(held.expires_at));
+        assert!(!keep.is_renewal(RequestId(3)));
+        assert!(keep.on_renewed(RequestId(3), Renewed::Gone).is_none());
+        assert!(
+            keep.handle_timeout(t0 + ttl * 2).is_none(),
+            "nothing due for a released lease"
+        );
     }
 }

@@ -246,6 +246,7 @@ impl Client {
             }
         };
         let recovery_keys = RecoveryKeys::new(&config);
+        let keep_alive = KeepAlive::new(config.lease_ttl);
         let mut client = Self {
             config,
             scripts: Scripts::default(),
@@ -263,7 +264,7 @@ impl Client {
             held: HeldLeases::default(),
             recovery_keys,
             waiters: Waiters::default(),
-            keep_alive: KeepAlive::default(),
+            keep_alive,
             subscriptions_dirty: false,
             #[cfg(feature = "fault-injection")]
             bugs: crate::InjectedBugs::default(),
@@ -284,6 +285,9 @@ impl Client {
     #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub fn inject_bugs(&mut self, bugs: crate::InjectedBugs) {
+        if bugs.keep_alive_without_margin {
+            self.keep_alive.without_margin();
+        }
         self.bugs = bugs;
     }
 
@@ -492,6 +496,51 @@ impl Client {
         let reading = Reading::Keys { cursor, count, pattern };
         self.submit(now, Op::Inspect(InspectOp { call, reading }));
         Some(request)
+    }
+
+    /// Keeps `lease` alive: from now on the client renews it on its own
+    /// until it is released, and reports `Event::KeptAlive` at each renewal
+    /// and `Event::LeaseLost` if it is lost. Nothing happens for a lease
+    /// this client does not hold (released, or lost already).
+    pub fn keep_alive(&mut self, now: Instant, lease: &Lease) {
+        if self.held.contains(&lease.id) {
+            self.keep_alive.keep(now, lease);
+        }
+    }
+
+    /// Leases kept alive now.
+    pub fn kept_alive(&self) -> usize {
+        self.keep_alive.len()
+    }
+
+    /// Applies what keep-alive asks for: a renewal sent (as any request,
+    /// bounded by the acquire timeout and the lease's expiry), or a lease
+    /// kept or lost reported and counted.
+    fn apply_keep_alive(&mut self, now: Instant, effect: keep_alive::Effect) {
+        match effect {
+            keep_alive::Effect::Renew(lease) => {
+                let request = RequestId(self.next_request);
+                self.next_request += 1;
+                let deadline = (now + self.config.acquire_timeout).min(lease.expires_at);
+                self.callers.insert(request, deadline, Awaits::KeepAlive);
+                self.keep_alive.sent(&lease.id, request, now);
+                let renewal = RenewOp {
+                    call: Call::new(request, lease.id, lease.keys),
+                    token: lease.fencing_token,
+                    granted_at: lease.granted_at,
+                };
+                self.submit(now, Op::Renew(renewal));
+            }
+            keep_alive::Effect::Kept { lease, expires_at } => {
+                self.stats.kept_alive += 1;
+                self.events.push_back(Event::KeptAlive { lease, expires_at });
+            }
+            keep_alive::Effect::Lost { lease, reason } => {
+                self.stats.keep_alive_lost += 1;
+                self.held.remove(&lease);
+                self.events.push_back(Event::LeaseLost { lease, reason });
+            }
+        }
     }
 
     /// A new request whose caller waits at most the acquire timeout.
@@ -724,7 +773,9 @@ impl Client {
         }
         self.check_due_waiters(now);
         self.check_subscribers(now);
-        self.renew_kept(now);
+        while let Some(effect) = self.keep_alive.handle_timeout(now) {
+            self.apply_keep_alive(now, effect);
+        }
         for node in 0..self.nodes.len() {
             if let Some(error) = self.nodes[node].connection.as_ref().and_then(|conn| conn.overdue(now)) {
                 self.drop_connection(now, node, error);
@@ -833,7 +884,7 @@ impl Client {
             (self.topology.next_deadline(), Timer::Topology),
             (self.deferred.next_deadline(), Timer::Deferred),
             (self.waiters.next_check(), Timer::Waiter),
-            (self.keep_alive.next_due(), Timer::KeepAlive),
+            (self.keep_alive.poll_timeout(), Timer::KeepAlive),
         ]
         .into_iter()
         .chain(nodes)

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use super::callers::Awaits;
+use super::keep_alive::Renewed;
 use super::request::{Op, ReleaseJob, ReleaseKind};
 use super::Client;
 use crate::event::{ConnectionError, Event, Inspection, KeysPage, Outcome, Renewal, RequestId, Unavailable};
@@ -68,11 +69,15 @@ impl Client {
             return;
         }
         if self.keep_alive.is_renewal(request) {
-            return match renewal {
-                Renewal::Extended(lease) => self.kept_renewed(request, Some(lease), false),
-                Renewal::Lost => self.kept_renewed(request, None, true),
-                Renewal::Unavailable(_) => self.kept_renewed(request, None, false),
+            let renewed = match renewal {
+                Renewal::Extended(lease) => Renewed::Extended(lease),
+                Renewal::Lost => Renewed::Gone,
+                Renewal::Unavailable(_) => Renewed::Unanswered,
             };
+            if let Some(effect) = self.keep_alive.on_renewed(request, renewed) {
+                self.apply_keep_alive(now, effect);
+            }
+            return;
         }
         match &renewal {
             Renewal::Extended(_) => self.stats.renewals += 1,
