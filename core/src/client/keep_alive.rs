@@ -239,7 +239,7 @@ mod tests {
     #[test]
     fn it_renews_retries_and_loses_on_its_own_schedule() {
         let ttl = Duration::from_secs(6);
-        let t0 = Instant::now();
+        let t0 = crate::client::tests::start();
         let mut keep = KeepAlive::new(ttl);
         let held = lease(1, t0, ttl);
         keep.keep(t0, &held);
@@ -295,7 +295,7 @@ mod tests {
     #[test]
     fn a_renewal_answered_after_a_release_changes_nothing() {
         let ttl = Duration::from_secs(6);
-        let t0 = Instant::now();
+        let t0 = crate::client::tests::start();
         let mut keep = KeepAlive::new(ttl);
         let held = lease(1, t0, ttl);
         keep.keep(t0, &held);
