@@ -290,7 +290,7 @@ pub fn handshake_replies(shards: Option<&str>) -> Vec<u8> {
     }
     replies += "*2\r\n$10\r\n1700000000\r\n$6\r\n000000\r\n";
     let scripts = Scripts::default();
-    for kind in ScriptKind::ALL {
+    for kind in ScriptKind::LOADED {
         replies += &format!("$40\r\n{}\r\n", scripts.get(kind).sha);
     }
     replies.into_bytes()

@@ -186,7 +186,7 @@ impl<C: Connector> Driver<C> {
         let now = now();
         let idle = self.idle();
         let owed = self.client.outstanding_releases();
-        let in_flight = self.client.in_flight_acquires();
+        let in_flight = self.client.in_flight_calls();
         let mut waiting = Vec::with_capacity(self.drain_waiters.len());
         for (started, deadline, done) in self.drain_waiters.drain(..) {
             if idle || deadline <= now {
@@ -213,7 +213,7 @@ impl<C: Connector> Driver<C> {
     }
 
     fn idle(&self) -> bool {
-        self.client.outstanding_releases() == 0 && self.client.in_flight_acquires() == 0
+        self.client.outstanding_releases() == 0 && self.client.in_flight_calls() == 0
     }
 
     fn on_command(&mut self, command: Command) {
@@ -561,7 +561,7 @@ impl<C: Connector> Driver<C> {
     fn report_metrics(&mut self) {
         let stats = self.client.stats();
         let up = self.client.connections().filter(|(_, _, ready)| *ready).count();
-        let in_flight = self.client.in_flight_acquires();
+        let in_flight = self.client.in_flight_calls();
         let waiting = self.client.waiting_acquires();
         if self
             .published

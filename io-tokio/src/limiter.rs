@@ -16,7 +16,7 @@ use crate::permit::Permit;
 use crate::telemetry::{self, AcquireOutcome};
 
 /// A fleet-wide in-flight limiter. Cheap to clone; all clones share one driver
-/// task and one connection.
+/// task and its connections (one to the server, or one per cluster primary).
 #[derive(Clone)]
 pub struct Limiter {
     shared: Arc<Shared>,

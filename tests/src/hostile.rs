@@ -103,7 +103,7 @@ fn script_of(frame: &Frame, scripts: &Scripts) -> Option<ScriptKind> {
         return None;
     };
     let verb = verb.to_ascii_uppercase();
-    ScriptKind::ALL.into_iter().find(|kind| {
+    ScriptKind::LOADED.into_iter().find(|kind| {
         let script = scripts.get(*kind);
         (verb == b"EVALSHA" && body.eq_ignore_ascii_case(script.sha.as_bytes()))
             || (verb == b"EVAL" && body[..] == *script.text.as_bytes())

@@ -92,7 +92,7 @@ impl Subject {
 
     /// Loads every script (`SCRIPT LOAD`).
     pub fn load(&self, wire: &mut impl Wire) {
-        for kind in ScriptKind::ALL {
+        for kind in ScriptKind::LOADED {
             let mut out = BytesMut::new();
             self.scripts.encode_load(&mut out, kind);
             wire.send(&out);

@@ -127,7 +127,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
             }
             9 => scripts.encode_renew(&mut command, rng.below(4) == 0, call),
             _ => {
-                let kind = ScriptKind::ALL[rng.below(ScriptKind::ALL.len() as u64) as usize];
+                let kind = ScriptKind::LOADED[rng.below(ScriptKind::LOADED.len() as u64) as usize];
                 scripts.encode_load(&mut command, kind);
             }
         }

@@ -26,7 +26,7 @@ impl Leases {
     fn new(server: &RedisServer, subject: &str) -> Self {
         let mut client = server.client();
         let scripts = Scripts::default();
-        for kind in ScriptKind::ALL {
+        for kind in ScriptKind::LOADED {
             let mut out = BytesMut::new();
             scripts.encode_load(&mut out, kind);
             let reply = client.call_raw(&out).unwrap();

@@ -1,6 +1,7 @@
 //! One connection generation: its phase, its request FIFO, what is staged
-//! for its next write, and what it knows about the server. The `Client`
-//! holds one today; the type is the unit a cluster client holds per node.
+//! for its next write, and what it knows about the server. Each node the
+//! client talks to (the one server, or each primary of a cluster) has at
+//! most one at a time.
 
 use std::time::{Duration, Instant};
 
@@ -39,7 +40,7 @@ pub(super) struct Connection {
     /// in-flight cap. Kept by `stage`, `unstage` and `answered` only.
     in_flight: usize,
     /// A `SCRIPT LOAD` is on its way after a `NOSCRIPT`, per `ScriptKind`.
-    reloading: [bool; ScriptKind::ALL.len()],
+    reloading: [bool; ScriptKind::LOADED.len()],
     /// The server's clock, read at the handshake (and refreshed while
     /// requests flow): requests' valid-until are written in it.
     pub(super) clock: Option<ServerClock>,
@@ -71,7 +72,7 @@ impl Connection {
             pipeline: Pipeline::new(limits),
             staged: Vec::new(),
             in_flight: 0,
-            reloading: [false; ScriptKind::ALL.len()],
+            reloading: [false; ScriptKind::LOADED.len()],
             clock: None,
             time_asked: None,
             identity: Identity::default(),

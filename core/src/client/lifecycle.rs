@@ -146,7 +146,7 @@ impl Client {
                 continue;
             }
             while let Some(op) = self.nodes[node].waiting.pop_front() {
-                self.send_acquire(now, node, op);
+                self.send_call(now, node, op);
             }
         }
         if self.releases.due(now).next().is_some() {
@@ -173,7 +173,7 @@ impl Client {
     /// Takes `op` for `node`'s ready connection; `poll_transmit` writes it.
     /// It is valid for its liveness budget: its reply is due by then, and a
     /// script that runs later refuses it.
-    pub(super) fn send_acquire(&mut self, now: Instant, node: usize, mut op: Op) {
+    pub(super) fn send_call(&mut self, now: Instant, node: usize, mut op: Op) {
         if matches!(op, Op::Acquire(_)) && self.holding(now, node) {
             self.stats.recovering += 1;
             return self.fail(now, op.call().request, Unavailable::Recovering);

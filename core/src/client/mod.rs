@@ -90,7 +90,7 @@ pub enum Timer {
 /// | inputs (`handle_*`) | [`handle_connected`](Client::handle_connected), [`handle_input`](Client::handle_input), [`handle_closed`](Client::handle_closed), [`handle_timeout`](Client::handle_timeout) |
 /// | calls from users | [`acquire`](Client::acquire) (or [`acquire_keys`](Client::acquire_keys) with the key already encoded), [`renew`](Client::renew), [`abandon`](Client::abandon), [`release`](Client::release) |
 /// | outputs (`poll_*`) | [`poll_action`](Client::poll_action), [`poll_transmit`](Client::poll_transmit), [`poll_event`](Client::poll_event), [`poll_timeout`](Client::poll_timeout) |
-/// | getters | [`config`](Client::config), [`stats`](Client::stats), [`connection`](Client::connection), [`connections`](Client::connections), [`endpoint`](Client::endpoint), [`outstanding_releases`](Client::outstanding_releases), [`held_leases`](Client::held_leases), [`in_flight_acquires`](Client::in_flight_acquires), [`lease_id`](Client::lease_id) |
+/// | getters | [`config`](Client::config), [`stats`](Client::stats), [`connection`](Client::connection), [`connections`](Client::connections), [`endpoint`](Client::endpoint), [`outstanding_releases`](Client::outstanding_releases), [`held_leases`](Client::held_leases), [`in_flight_calls`](Client::in_flight_calls), [`lease_id`](Client::lease_id) |
 ///
 /// After any input or call, the driver drains `poll_action` (open/close
 /// sockets), then `poll_transmit` (write bytes), then `poll_event` (wake
@@ -356,7 +356,7 @@ impl Client {
 
     /// Acquires waiting for a connection or for their reply, abandoned ones
     /// included (their reply may still call for a compensation).
-    pub fn in_flight_acquires(&self) -> usize {
+    pub fn in_flight_calls(&self) -> usize {
         self.nodes.iter().map(Node::in_flight).sum::<usize>() + self.deferred.len()
     }
 
@@ -377,22 +377,15 @@ impl Client {
             .expect("a weight of 1 fits every limit")
     }
 
-    /// As [`Client::acquire_keys`], waiting for a slot until `until`
-    /// instead of being denied at once: first come, first served across the
-    /// fleet (the subject's queue lives on the server). `Event::Acquired`
-    /// follows with a grant, `Exceeded` when `until` passes without a slot,
-    /// `Shed` at once when the server expects the wait to be longer than
-    /// that, or `Unavailable`.
-    pub fn acquire_waiting(&mut self, now: Instant, keys: SubjectKeys, limit: NonZeroU32, until: Instant) -> RequestId {
-        self.acquire_claim(now, keys, limit, &Claim::default(), Some(until))
-            .expect("a weight of 1 fits every limit")
-    }
-
     /// The general acquire: `claim.weight()` units of `limit`, all or
     /// nothing, under the claim's label (else this client's
-    /// `holder_label`); waiting until `until` if given (see
-    /// [`Client::acquire_waiting`]), else failing fast. A weight above the
-    /// limit is refused here, before anything is sent.
+    /// `holder_label`); else failing fast, or with `until`, waiting for a
+    /// slot until then: first come, first served across the fleet (the
+    /// subject's queue lives on the server). `Event::Acquired` follows with
+    /// a grant; for a wait, `Exceeded` when `until` passes without a slot,
+    /// `Shed` at once when the server expects the wait to be longer than
+    /// that. A weight above the limit is refused here, before anything is
+    /// sent.
     pub fn acquire_claim(
         &mut self,
         now: Instant,
@@ -555,7 +548,7 @@ impl Client {
     /// Writes `op` (or has it wait for the handshake), unless the in-flight
     /// cap or a backing-off connection fails it at once.
     fn submit(&mut self, now: Instant, op: Op) {
-        if self.in_flight_acquires() >= self.config.max_in_flight {
+        if self.in_flight_calls() >= self.config.max_in_flight {
             return self.fail(now, op.call().request, Unavailable::Overloaded);
         }
         self.route_op(now, op);
@@ -590,7 +583,7 @@ impl Client {
                     self.start_connect(now, node);
                 }
             }
-            Some(Phase::Ready) => self.send_acquire(now, node, op),
+            Some(Phase::Ready) => self.send_call(now, node, op),
             Some(_) => target.waiting.push_back(op),
             // Backing off after failed connection attempts: say so at once
             // rather than make every caller wait out its timeout.
@@ -691,7 +684,7 @@ impl Client {
             steps.push(Step::Marker);
         }
         steps.push(Step::Time);
-        steps.extend(ScriptKind::ALL.map(Step::Load));
+        steps.extend(ScriptKind::LOADED.map(Step::Load));
         conn.phase = Phase::Handshaking {
             deadline,
             steps: steps.len(),

@@ -595,7 +595,7 @@ impl Client {
                 if self.callers.contains(request) {
                     op.call_mut().by_text = true;
                     self.reload(now, node, op.script());
-                    self.send_acquire(now, node, op);
+                    self.send_call(now, node, op);
                 }
                 Ok(())
             }

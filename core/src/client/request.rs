@@ -25,9 +25,10 @@ pub(super) enum Request {
     /// Two or more acquires of one subject and limit, in one script call.
     AcquireMany(Vec<AcquireOp>),
     Renew(RenewOp),
-    /// An ordinary release: a plain `ZREM`.
+    /// An ordinary release: `RELEASE`, which hands the freed units to the
+    /// subject's waiters (or a plain `ZREM` during a slot migration).
     Release(ReleaseJob),
-    /// Two or more ordinary releases of one subject, in one `ZREM`.
+    /// Two or more ordinary releases of one subject, in one `RELEASE`.
     ReleaseMany(Vec<ReleaseJob>),
     /// A release of a lease no caller got: the `COMPENSATE` script.
     Compensate(ReleaseJob),
@@ -255,7 +256,7 @@ pub(super) struct Reassert {
 /// Which release a job makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ReleaseKind {
-    /// The holder gives its lease back: a plain `ZREM`.
+    /// The holder gives its lease back (`RELEASE`).
     Release,
     /// A lease no caller received: `COMPENSATE`, with a tombstone until
     /// `tombstone_until_ms` (the acquire's valid-until while it may still

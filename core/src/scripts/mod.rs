@@ -161,7 +161,7 @@ pub enum ScriptKind {
 impl ScriptKind {
     /// The scripts the handshake loads, in its order (the others run rarely,
     /// by text).
-    pub const ALL: [ScriptKind; 7] = [
+    pub const LOADED: [ScriptKind; 7] = [
         ScriptKind::Acquire,
         ScriptKind::Compensate,
         ScriptKind::Renew,

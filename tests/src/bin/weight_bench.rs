@@ -38,7 +38,7 @@ fn main() {
     let server = RedisServer::start();
     let scripts = Scripts::default();
     let mut client = server.client();
-    for kind in ScriptKind::ALL {
+    for kind in ScriptKind::LOADED {
         let mut out = BytesMut::new();
         scripts.encode_load(&mut out, kind);
         client.call_raw(&out).expect("SCRIPT LOAD");

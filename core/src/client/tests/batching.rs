@@ -31,7 +31,7 @@ fn a_batch_member_abandoned_before_it_is_written_is_never_sent() {
         .map(|_| pair.client.acquire(pair.now, &key("t", "s"), limit(5)))
         .collect();
     pair.client.abandon(pair.now, requests[1]);
-    assert_eq!(pair.client.in_flight_acquires(), 2);
+    assert_eq!(pair.client.in_flight_calls(), 2);
     let mut written = Vec::new();
     while let Some(transmit) = pair.client.poll_transmit() {
         written.extend_from_slice(&transmit.data);

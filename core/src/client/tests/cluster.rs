@@ -258,7 +258,7 @@ fn a_try_again_that_outlasts_the_timeout_is_unavailable_and_owes_nothing() {
         Some(&Outcome::Unavailable(Unavailable::Timeout))
     );
     assert_eq!(bench.stats().compensations, 0, "nothing ran: nothing to compensate");
-    assert_eq!(bench.client.in_flight_acquires(), 0);
+    assert_eq!(bench.client.in_flight_calls(), 0);
 }
 
 #[test]
@@ -293,6 +293,6 @@ fn redirects_for_gone_callers_are_dropped() {
     bench.cluster.finish_migration();
     bench.advance(ms(50));
     assert_eq!(bench.outcome(request), None);
-    assert_eq!(bench.client.in_flight_acquires(), 0);
+    assert_eq!(bench.client.in_flight_calls(), 0);
     assert_eq!(bench.stats().compensations, 0);
 }
