@@ -34,8 +34,11 @@ type Startup = oneshot::Sender<Result<(), ConnectError>>;
 
 /// Where a request's outcome goes.
 enum Caller {
-    /// With whether its lease is kept alive from its grant on.
-    Acquire(oneshot::Sender<Result<Option<HeldLease>, Error>>, bool),
+    Acquire {
+        reply: oneshot::Sender<Result<Option<HeldLease>, Error>>,
+        /// Keep its lease alive from its grant on.
+        keep_alive: bool,
+    },
     Renew(oneshot::Sender<Result<Lease, RenewError>>),
     Inspect(oneshot::Sender<Result<Inspection, Error>>),
     Scan(oneshot::Sender<Result<Option<KeysPage>, Error>>),
@@ -240,7 +243,7 @@ impl<C: Connector> Driver<C> {
                 };
                 self.tickets.insert(ticket, request);
                 self.callers
-                    .insert(request, (ticket, Caller::Acquire(reply, keep_alive)));
+                    .insert(request, (ticket, Caller::Acquire { reply, keep_alive }));
             }
             Command::Renew { ticket, lease, reply } => {
                 let request = self.client.renew(now, &lease);
@@ -448,7 +451,7 @@ impl<C: Connector> Driver<C> {
 
     /// Hands an acquire's outcome to its caller.
     fn on_acquired(&mut self, request: RequestId, outcome: Outcome) {
-        let Some((ticket, Caller::Acquire(reply, keep_alive))) = self.callers.remove(&request) else {
+        let Some((ticket, Caller::Acquire { reply, keep_alive })) = self.callers.remove(&request) else {
             // Unreachable: a caller's entry goes only with its outcome or its
             // `abandon`, after which the core sends nothing for it. Should
             // that ever break, the lease is still not leaked.

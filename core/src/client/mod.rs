@@ -46,6 +46,7 @@ mod redirects;
 mod releases;
 mod replies;
 mod request;
+mod router;
 mod subscriber;
 mod topology;
 mod waiters;
@@ -247,6 +248,7 @@ impl Client {
         };
         let recovery_keys = RecoveryKeys::new(&config);
         let keep_alive = KeepAlive::new(config.lease_ttl);
+        let waiters = Waiters::new(config.waiter_recheck(), config.waiter_lifetime());
         let mut client = Self {
             config,
             scripts: Scripts::default(),
@@ -263,7 +265,7 @@ impl Client {
             actions: VecDeque::new(),
             held: HeldLeases::default(),
             recovery_keys,
-            waiters: Waiters::default(),
+            waiters,
             keep_alive,
             subscriptions_dirty: false,
             #[cfg(feature = "fault-injection")]
@@ -287,6 +289,9 @@ impl Client {
     pub fn inject_bugs(&mut self, bugs: crate::InjectedBugs) {
         if bugs.keep_alive_without_margin {
             self.keep_alive.without_margin();
+        }
+        if bugs.skip_wake_up {
+            self.waiters.ignore_wake_ups();
         }
         self.bugs = bugs;
     }
@@ -345,7 +350,7 @@ impl Client {
                 _ => 0,
             })
             .sum();
-        self.releases.len() + in_flight + self.leaves_owed()
+        self.releases.len() + in_flight + self.waiters.leaves_owed()
     }
 
     /// Leases granted to callers and not given back yet (nor expired, as of
@@ -398,8 +403,7 @@ impl Client {
         let request = match until {
             None => self.register(now, Awaits::Acquire),
             Some(until) => {
-                let request = RequestId(self.next_request);
-                self.next_request += 1;
+                let request = self.new_request_id();
                 self.callers.insert(request, until.max(now), Awaits::Acquire);
                 request
             }
@@ -413,7 +417,7 @@ impl Client {
             wait: until.map(|until| Wait { until, patience_ms: 0 }),
         };
         if op.wait.is_some() {
-            self.start_waiting(request, &op);
+            self.waiters.start(&op);
         }
         self.submit(now, Op::Acquire(op));
         Ok(request)
@@ -506,40 +510,16 @@ impl Client {
         self.keep_alive.len()
     }
 
-    /// Applies what keep-alive asks for: a renewal sent (as any request,
-    /// bounded by the acquire timeout and the lease's expiry), or a lease
-    /// kept or lost reported and counted.
-    fn apply_keep_alive(&mut self, now: Instant, effect: keep_alive::Effect) {
-        match effect {
-            keep_alive::Effect::Renew(lease) => {
-                let request = RequestId(self.next_request);
-                self.next_request += 1;
-                let deadline = (now + self.config.acquire_timeout).min(lease.expires_at);
-                self.callers.insert(request, deadline, Awaits::KeepAlive);
-                self.keep_alive.sent(&lease.id, request, now);
-                let renewal = RenewOp {
-                    call: Call::new(request, lease.id, lease.keys),
-                    token: lease.fencing_token,
-                    granted_at: lease.granted_at,
-                };
-                self.submit(now, Op::Renew(renewal));
-            }
-            keep_alive::Effect::Kept { lease, expires_at } => {
-                self.stats.kept_alive += 1;
-                self.events.push_back(Event::KeptAlive { lease, expires_at });
-            }
-            keep_alive::Effect::Lost { lease, reason } => {
-                self.stats.keep_alive_lost += 1;
-                self.held.remove(&lease);
-                self.events.push_back(Event::LeaseLost { lease, reason });
-            }
-        }
+    /// A fresh request id.
+    fn new_request_id(&mut self) -> RequestId {
+        let request = RequestId(self.next_request);
+        self.next_request += 1;
+        request
     }
 
     /// A new request whose caller waits at most the acquire timeout.
     fn register(&mut self, now: Instant, awaits: Awaits) -> RequestId {
-        let request = RequestId(self.next_request);
-        self.next_request += 1;
+        let request = self.new_request_id();
         let deadline = now + self.config.acquire_timeout;
         self.callers.insert(request, deadline, awaits);
         request
@@ -648,7 +628,8 @@ impl Client {
         // A waiter here for the slot just freed checks right behind the
         // release (releases are written first): no wake-up round trip.
         if let Some(channel) = channel {
-            self.on_wake(now, &channel, 1);
+            let woken = self.waiters.woken(&channel, 1);
+            self.apply_waiters(now, woken);
         }
     }
 
@@ -764,7 +745,9 @@ impl Client {
                 self.fail(now, request, Unavailable::Timeout);
             }
         }
-        self.check_due_waiters(now);
+        while let Some(effect) = self.waiters.handle_timeout(now) {
+            self.apply_waiter(now, effect);
+        }
         self.check_subscribers(now);
         while let Some(effect) = self.keep_alive.handle_timeout(now) {
             self.apply_keep_alive(now, effect);
@@ -876,7 +859,7 @@ impl Client {
             (self.releases.next_deadline(sendable), Timer::Release),
             (self.topology.next_deadline(), Timer::Topology),
             (self.deferred.next_deadline(), Timer::Deferred),
-            (self.waiters.next_check(), Timer::Waiter),
+            (self.waiters.poll_timeout(), Timer::Waiter),
             (self.keep_alive.poll_timeout(), Timer::KeepAlive),
         ]
         .into_iter()

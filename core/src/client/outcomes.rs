@@ -14,8 +14,7 @@ impl Client {
     /// Forgets `request`'s caller; whether it was still waiting.
     pub(super) fn stop_waiting(&mut self, now: Instant, request: RequestId) -> bool {
         // A waiter that leaves without a grant gives its queue place back.
-        let until = self.leave_until(now);
-        self.waiters.remove(request, false, now, until);
+        self.waiters.remove(request, false, now);
         self.callers.remove(request).is_some()
     }
 

@@ -274,7 +274,9 @@ impl Client {
     ) -> Result<(), ConnectionError> {
         match status {
             2 => {
-                self.park(now, op);
+                if let Some(effect) = self.waiters.queued(now, op) {
+                    self.apply_waiter(now, effect);
+                }
                 Ok(())
             }
             0 => {
@@ -285,8 +287,7 @@ impl Client {
             // It ran too late: its queue entry (if any) is not needed.
             STALE => {
                 self.fail(now, op.call.request, Unavailable::Stale);
-                let until = self.leave_until(now);
-                self.waiters.leave(op.call.keys, op.call.lease_bytes, now, until);
+                self.waiters.leave(op.call.keys, op.call.lease_bytes, now);
                 Ok(())
             }
             _ => self.on_acquire_status(now, node, op, status, token),
@@ -563,7 +564,7 @@ impl Client {
             return self.compensate(now, op, false);
         }
         // The grant took it out of its queue: nothing to leave.
-        self.waiters.remove(request, true, now, now);
+        self.waiters.remove(request, true, now);
         let call = op.call;
         let expires_at = lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl);
         let lease = Lease {
@@ -628,13 +629,6 @@ impl Client {
     pub(super) fn bug_skip_echo_check(&self) -> bool {
         #[cfg(feature = "fault-injection")]
         return self.bugs.skip_echo_check;
-        #[cfg(not(feature = "fault-injection"))]
-        false
-    }
-
-    pub(super) fn bug_skip_wake_up(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        return self.bugs.skip_wake_up;
         #[cfg(not(feature = "fault-injection"))]
         false
     }

@@ -23,6 +23,7 @@ use bytes::{Bytes, BytesMut};
 use super::topology::Route;
 use super::Client;
 use crate::event::{Action, ConnectionId};
+use crate::lease_id::LeaseId;
 use crate::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
 
 #[derive(Debug)]
@@ -235,15 +236,20 @@ impl Client {
             match read_push(frame) {
                 Push::Wake(channel) => {
                     self.stats.wake_ups += 1;
-                    self.on_wake(now, &channel, 1);
+                    let woken = self.waiters.woken(&channel, 1);
+                    self.apply_waiters(now, woken);
                 }
                 Push::WakeThese(channel, ids) => {
                     self.stats.wake_ups += 1;
-                    self.wake_these(now, &channel, &ids);
+                    let woken = self.waiters.named(&channel, &ids);
+                    self.apply_waiters(now, woken);
                 }
                 Push::Handed(channel, handed) => {
                     self.stats.wake_ups += 1;
-                    self.take_handed(now, &channel, handed);
+                    let (lease_ids, held) = (&self.lease_ids, &self.held);
+                    let done_waiting = |id: &LeaseId| lease_ids.issued(id) && !held.contains(id);
+                    let handed = self.waiters.handed(now, &channel, handed, done_waiting);
+                    self.apply_waiters(now, handed);
                 }
                 Push::Dropped(channel) => {
                     if let Some(subscriber) = self.nodes[node].subscriber.as_mut() {

@@ -14,19 +14,43 @@
 //! and one that arrives while every waiter of the channel is in flight is
 //! not lost: the first in flight checks again as soon as its answer is
 //! "queued".
+//!
+//! A sub-machine: it owns the waiters, their checks (its one timer) and the
+//! `LEAVE`s owed, and answers with [`Effect`]s (send this check again,
+//! deliver this hand-over) that the client applies. It knows nothing of
+//! the client, its connections or its counts.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::request::{AcquireOp, Call, Op, RenewOp, Request};
-use super::topology::Route;
-use super::Client;
-use crate::event::{Lease, Outcome, RequestId};
+use super::request::AcquireOp;
+use crate::event::RequestId;
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
-use crate::server_clock::lease_expiry;
+
+/// What the client is to do for a waiter.
+#[derive(Debug)]
+pub(super) enum Effect {
+    /// Send this waiting acquire again, as a fresh write: the same lease
+    /// id, so the same place in the queue.
+    Check(AcquireOp),
+    /// A release handed a slot to this waiter, with its fencing token:
+    /// deliver it (and then remove the waiter), or confirm it first. It is
+    /// no longer parked.
+    Handed { op: AcquireOp, token: u64 },
+}
+
+/// A `LEAVE` to write now, on `node`.
+#[derive(Debug)]
+pub(super) struct Leave {
+    pub(super) node: usize,
+    pub(super) keys: SubjectKeys,
+    pub(super) lease: Bytes,
+    /// When it stops mattering.
+    pub(super) until: Instant,
+}
 
 #[derive(Debug)]
 struct Entry {
@@ -57,8 +81,14 @@ struct OwedLeave {
 
 /// Every waiting acquire (parked or in flight), by request and by channel,
 /// and the queue entries to take back.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Waiters {
+    /// How often a parked waiter checks on its own, and how long a queue
+    /// entry lives without one.
+    recheck: Duration,
+    lifetime: Duration,
+    /// An injected bug for the simulator: wake-ups are ignored.
+    deaf: bool,
     entries: HashMap<RequestId, Entry>,
     by_channel: HashMap<Bytes, VecDeque<RequestId>>,
     checks: BTreeSet<(Instant, RequestId)>,
@@ -73,7 +103,35 @@ pub(super) struct Waiters {
 }
 
 impl Waiters {
-    fn insert(&mut self, request: RequestId, keys: &SubjectKeys, lease: Bytes) {
+    pub(super) fn new(recheck: Duration, lifetime: Duration) -> Self {
+        Self {
+            recheck,
+            lifetime,
+            deaf: false,
+            entries: HashMap::new(),
+            by_channel: HashMap::new(),
+            checks: BTreeSet::new(),
+            leaving: Vec::new(),
+            changed: HashSet::new(),
+            confirming: HashMap::new(),
+        }
+    }
+
+    /// An injected bug for the simulator: wake-ups and hand-overs go
+    /// unheard (only the waiters' own checks serve them).
+    #[cfg(feature = "fault-injection")]
+    pub(super) fn ignore_wake_ups(&mut self) {
+        self.deaf = true;
+    }
+
+    #[cfg(test)]
+    pub(super) fn ignore_wake_ups_for_test(&mut self) {
+        self.deaf = true;
+    }
+
+    /// Starts waiting acquire `op` (in flight until it is answered).
+    pub(super) fn start(&mut self, op: &AcquireOp) {
+        let (request, keys) = (op.call.request, &op.call.keys);
         let channel = keys.wake_channel();
         let waiting = self.by_channel.entry(channel.clone()).or_default();
         if waiting.is_empty() {
@@ -85,16 +143,12 @@ impl Waiters {
             Entry {
                 channel,
                 keys: keys.clone(),
-                lease,
+                lease: op.call.lease_bytes.clone(),
                 parked: None,
                 rewake: false,
                 queued: false,
             },
         );
-    }
-
-    pub(super) fn contains(&self, request: RequestId) -> bool {
-        self.entries.contains_key(&request)
     }
 
     /// Whether the server ever answered `request` "queued": its deadline
@@ -104,9 +158,9 @@ impl Waiters {
     }
 
     /// Forgets `request`. If the server may still queue it, a `LEAVE` is
-    /// owed from `now` until `until`, unless `granted` (the grant took it
-    /// out of the queue).
-    pub(super) fn remove(&mut self, request: RequestId, granted: bool, now: Instant, until: Instant) {
+    /// owed from `now`, unless `granted` (the grant took it out of the
+    /// queue).
+    pub(super) fn remove(&mut self, request: RequestId, granted: bool, now: Instant) {
         let Some(entry) = self.entries.remove(&request) else {
             return;
         };
@@ -114,7 +168,7 @@ impl Waiters {
             self.checks.remove(&(at, request));
         }
         if entry.queued && !granted {
-            self.leave(entry.keys, entry.lease, now, until);
+            self.leave(entry.keys, entry.lease, now);
         }
         if let Some(waiting) = self.by_channel.get_mut(&entry.channel) {
             waiting.retain(|r| *r != request);
@@ -125,38 +179,57 @@ impl Waiters {
         }
     }
 
-    /// Parks `op` until `next_check`; true if a wake-up came while it was
-    /// in flight (it should check again at once).
-    fn park(&mut self, op: AcquireOp, next_check: Instant) -> bool {
+    /// The server queued `op`: it is parked until a wake-up or its own
+    /// check; or checks again at once if a wake-up came while it was in
+    /// flight. If its caller left meanwhile, its queue entry is taken back
+    /// instead.
+    pub(super) fn queued(&mut self, now: Instant, op: AcquireOp) -> Option<Effect> {
         let request = op.call.request;
         let Some(entry) = self.entries.get_mut(&request) else {
-            return false;
+            self.leave(op.call.keys, op.call.lease_bytes, now);
+            return None;
         };
+        let next_check = now + self.recheck;
         entry.queued = true;
         entry.parked = Some((op, next_check));
         self.checks.insert((next_check, request));
-        std::mem::take(&mut entry.rewake)
+        if std::mem::take(&mut entry.rewake) {
+            return self.check(request);
+        }
+        None
     }
 
-    /// Takes `request` out of its parking to be sent.
+    /// Takes `request` out of its parking to be sent again, as a fresh
+    /// write (its lease, if granted, lives a TTL from then).
+    fn check(&mut self, request: RequestId) -> Option<Effect> {
+        let mut op = self.unpark(request)?;
+        op.call.sent_at = None;
+        op.call.ask = None;
+        op.call.redirects = 0;
+        Some(Effect::Check(op))
+    }
+
     fn unpark(&mut self, request: RequestId) -> Option<AcquireOp> {
         let (op, at) = self.entries.get_mut(&request)?.parked.take()?;
         self.checks.remove(&(at, request));
         Some(op)
     }
 
-    /// Who a wake-up on `channel` for `slots` freed slots goes to: the
-    /// first `slots` parked waiters. Those before them are in flight, and
-    /// their checks may have run before the slots freed: each checks again
-    /// as soon as it is answered "queued".
-    fn woken(&mut self, channel: &[u8], slots: usize) -> Vec<RequestId> {
-        self.wake(channel, slots, |_| true)
+    /// A wake-up on `channel` for `slots` freed slots (or its subscription
+    /// confirmed: one): the first `slots` parked waiters check again.
+    /// Those before them are in flight, and their checks may have run
+    /// before the slots freed: each checks again as soon as it is answered
+    /// "queued".
+    pub(super) fn woken(&mut self, channel: &[u8], slots: usize) -> Vec<Effect> {
+        let woken = self.wake(channel, slots.max(1), |_| true);
+        woken.into_iter().filter_map(|request| self.check(request)).collect()
     }
 
-    /// The waiters of `channel` with these lease ids: parked ones to check
-    /// again; in-flight ones check again once answered.
-    fn named(&mut self, channel: &[u8], ids: &[Bytes]) -> Vec<RequestId> {
-        self.wake(channel, usize::MAX, |lease| ids.contains(lease))
+    /// A release named the waiters first in line: those that wait here
+    /// check again (the others are some other replica's).
+    pub(super) fn named(&mut self, channel: &[u8], ids: &[Bytes]) -> Vec<Effect> {
+        let woken = self.wake(channel, usize::MAX, |lease| ids.contains(lease));
+        woken.into_iter().filter_map(|request| self.check(request)).collect()
     }
 
     /// Walks `channel`'s waiters in order, those whose lease `wanted`
@@ -164,6 +237,9 @@ impl Waiters {
     /// in-flight ones met before that check again once answered.
     fn wake(&mut self, channel: &[u8], most: usize, wanted: impl Fn(&Bytes) -> bool) -> Vec<RequestId> {
         let mut woken = Vec::new();
+        if self.deaf {
+            return woken;
+        }
         let Some(waiting) = self.by_channel.get(channel) else {
             return woken;
         };
@@ -186,6 +262,50 @@ impl Waiters {
         woken
     }
 
+    /// A release handed slots to these waiters (lease id, fencing token).
+    /// One parked here gets its permit at once, from the message: the slot
+    /// is already its own in Redis, reserved until its queue entry would
+    /// have expired (a renewal then extends it to a whole TTL). One whose
+    /// check is in flight gets it from that check's reply, or from the
+    /// next check. A slot handed to one of ours that is done waiting
+    /// (`done_waiting` says which: issued here, not held) is a queue entry
+    /// a failover brought back and a release has just turned into a
+    /// reservation: nobody will claim it, so it goes now instead of
+    /// blocking the slot for a waiter's lifetime.
+    pub(super) fn handed(
+        &mut self,
+        now: Instant,
+        channel: &[u8],
+        handed: Vec<(Bytes, u64)>,
+        done_waiting: impl Fn(&LeaseId) -> bool,
+    ) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        if self.deaf {
+            return effects;
+        }
+        for (lease, token) in handed {
+            let Some(request) = self.find(channel, &lease) else {
+                let ours = LeaseId::parse(&lease).is_some_and(|id| done_waiting(&id));
+                if let Some(keys) = SubjectKeys::of_wake_channel(channel).filter(|_| ours) {
+                    self.leave(keys, lease, now);
+                }
+                continue;
+            };
+            match self.unpark(request) {
+                Some(op) => effects.push(Effect::Handed { op, token }),
+                // Its check is in flight: it checks again once answered (its
+                // slot is reserved, and the check that runs after the
+                // hand-over gets it).
+                None => {
+                    if let Some(entry) = self.entries.get_mut(&request) {
+                        entry.rewake = true;
+                    }
+                }
+            }
+        }
+        effects
+    }
+
     /// The waiter of `channel` holding lease id `lease`, if it waits here.
     fn find(&self, channel: &[u8], lease: &[u8]) -> Option<RequestId> {
         self.by_channel
@@ -195,28 +315,26 @@ impl Waiters {
             .copied()
     }
 
-    /// Its check is in flight: it checks again once answered (its slot is
-    /// reserved, and the check that runs after the hand-over gets it).
-    fn rewake(&mut self, request: RequestId) {
-        if let Some(entry) = self.entries.get_mut(&request) {
-            entry.rewake = true;
-        }
-    }
-
-    /// A parked waiter whose own check is due at `now`.
-    fn due(&self, now: Instant) -> Option<RequestId> {
-        self.checks
-            .first()
-            .filter(|(at, _)| *at <= now)
-            .map(|(_, request)| *request)
-    }
-
     /// The next parked waiter's own check, a `LEAVE` owed and not tried
     /// yet (due at once), or the next one that stops mattering (so that a
     /// limiter waiting to drain is woken to drop it).
-    pub(super) fn next_check(&self) -> Option<Instant> {
+    pub(super) fn poll_timeout(&self) -> Option<Instant> {
         let leave = self.leaving.iter().map(|owed| owed.due.unwrap_or(owed.until)).min();
         self.checks.first().map(|(at, _)| *at).into_iter().chain(leave).min()
+    }
+
+    /// The next parked waiter whose own check is due at `now`, to send
+    /// again. (`LEAVE`s due are taken by [`Waiters::take_leaves`].)
+    pub(super) fn handle_timeout(&mut self, now: Instant) -> Option<Effect> {
+        let (at, request) = *self.checks.first().filter(|(at, _)| *at <= now)?;
+        match self.check(request) {
+            Some(effect) => Some(effect),
+            None => {
+                // Not parked any more: a stale check, dropped.
+                self.checks.remove(&(at, request));
+                self.handle_timeout(now)
+            }
+        }
     }
 
     /// Waiting acquires, parked or in flight.
@@ -239,13 +357,13 @@ impl Waiters {
     }
 
     /// A queue entry to take back (its waiter is done with it), owed from
-    /// `now`; it stops mattering at `until`.
-    pub(super) fn leave(&mut self, keys: SubjectKeys, lease: Bytes, now: Instant, until: Instant) {
+    /// `now`; it stops mattering a waiter's lifetime later.
+    pub(super) fn leave(&mut self, keys: SubjectKeys, lease: Bytes, now: Instant) {
         self.leaving.push(OwedLeave {
             keys,
             lease,
             due: Some(now),
-            until,
+            until: now + self.lifetime,
         });
     }
 
@@ -259,236 +377,57 @@ impl Waiters {
         });
     }
 
-    pub(super) fn take_changed(&mut self) -> HashSet<Bytes> {
-        std::mem::take(&mut self.changed)
-    }
-}
-
-impl Client {
-    /// Starts a waiting acquire (see [`Client::acquire_waiting`]).
-    pub(super) fn start_waiting(&mut self, request: RequestId, op: &AcquireOp) {
-        self.waiters.insert(request, &op.call.keys, op.call.lease_bytes.clone());
-    }
-
-    /// The server queued `op`: park it until a wake-up or its own check;
-    /// if its caller left meanwhile, take it out of the queue instead.
-    pub(super) fn park(&mut self, now: Instant, op: AcquireOp) {
-        let request = op.call.request;
-        if !self.waiters.contains(request) {
-            let until = self.leave_until(now);
-            self.waiters.leave(op.call.keys, op.call.lease_bytes, now, until);
-            return;
-        }
-        let next_check = now + self.config.waiter_recheck();
-        if self.waiters.park(op, next_check) {
-            self.check_again(now, request);
-        }
-    }
-
-    /// Sends a parked waiter again: the same lease id, so the same place.
-    pub(super) fn check_again(&mut self, now: Instant, request: RequestId) {
-        let Some(mut op) = self.waiters.unpark(request) else {
-            return;
-        };
-        let call = &mut op.call;
-        // A fresh write: its lease, if granted, lives a TTL from now.
-        call.sent_at = None;
-        call.ask = None;
-        call.redirects = 0;
-        self.route_op(now, Op::Acquire(op));
-    }
-
-    /// A wake-up arrived on `channel` for `slots` freed slots (or its
-    /// subscription was confirmed: one).
-    pub(super) fn on_wake(&mut self, now: Instant, channel: &[u8], slots: usize) {
-        if self.bug_skip_wake_up() {
-            return;
-        }
-        for request in self.waiters.woken(channel, slots.max(1)) {
-            self.check_again(now, request);
-        }
-    }
-
-    /// A release named the waiters first in line: those that wait here
-    /// check again (the others are some other replica's).
-    pub(super) fn wake_these(&mut self, now: Instant, channel: &[u8], ids: &[Bytes]) {
-        if self.bug_skip_wake_up() {
-            return;
-        }
-        for request in self.waiters.named(channel, ids) {
-            self.check_again(now, request);
-        }
-    }
-
-    /// A release handed slots to these waiters (lease id, fencing token).
-    /// One parked here gets its permit at once, from the message: the slot
-    /// is already its own in Redis, reserved until its queue entry would
-    /// have expired, and a renewal sent right away extends it to a whole
-    /// TTL (a renewal never creates a lease: if the caller gave the permit
-    /// back first, it finds nothing). One whose check is in flight gets it
-    /// from that check's reply, or from the next check.
-    pub(super) fn take_handed(&mut self, now: Instant, channel: &[u8], handed: Vec<(Bytes, u64)>) {
-        if self.bug_skip_wake_up() {
-            return;
-        }
-        for (lease, token) in handed {
-            let Some(request) = self.waiters.find(channel, &lease) else {
-                self.leave_unclaimed(now, channel, lease);
-                continue;
-            };
-            match self.waiters.unpark(request) {
-                Some(op) => self.deliver_handed(now, op, token),
-                None => self.waiters.rewake(request),
-            }
-        }
-    }
-
-    /// A slot handed to an id no waiter here waits with: another client's
-    /// (its own to claim), one held already (the same lease, handed again),
-    /// or one of ours that is done waiting. That last is a queue entry a
-    /// failover brought back (the replica had not seen it served or leave)
-    /// and a release has just turned into a reservation: nobody will claim
-    /// it, so it goes now instead of blocking the slot for a waiter's
-    /// lifetime.
-    fn leave_unclaimed(&mut self, now: Instant, channel: &[u8], lease: Bytes) {
-        let Some(id) = LeaseId::parse(&lease) else {
-            return;
-        };
-        if !self.lease_ids.issued(&id) || self.held.contains(&id) {
-            return;
-        }
-        if let Some(keys) = SubjectKeys::of_wake_channel(channel) {
-            let until = self.leave_until(now);
-            self.waiters.leave(keys, lease, now, until);
-        }
-    }
-
-    fn deliver_handed(&mut self, now: Instant, op: AcquireOp, token: u64) {
-        self.stats.handed_over += 1;
-        if self.config.replica_acks.is_some() {
-            return self.confirm_handed(now, op, token);
-        }
-        let request = op.call.request;
-        // The release ran after this waiter's last check (which queued it)
-        // was sent: the reservation lives its lifetime from then at least.
-        let sent = op.call.sent_at.unwrap_or(now);
-        let lease = Lease {
-            id: op.call.lease,
-            keys: op.call.keys.clone(),
-            expires_at: lease_expiry(sent, self.config.waiter_lifetime()),
-            fencing_token: token,
-            granted_at: now,
-            // The renewal sent now runs within its liveness, and extends
-            // the lease a TTL from then: releases keep trying until that.
-            release_until: now + self.config.request_liveness + self.config.lease_ttl,
-        };
-        self.waiters.remove(request, true, now, now);
-        self.held.insert(now, &lease, op.limit);
-        // The renewal answers no caller: its outcome only updates the held
-        // lease (or finds it given back already).
-        let renewal = RequestId(self.next_request);
-        self.next_request += 1;
-        let call = Call::new(renewal, lease.id.clone(), lease.keys.clone());
-        let confirm = RenewOp {
-            call,
-            token,
-            granted_at: now,
-        };
-        self.finish(now, request, Outcome::Granted(lease));
-        self.route_op(now, Op::Renew(confirm));
-    }
-
-    /// With `replica_acks`, a hand-over is delivered as any grant is: once a
-    /// `WAIT` says enough replicas have it. The release that made it ran on
-    /// another client's connection, which `WAIT` here does not cover; the
-    /// renewal that confirms it runs on this one, after it in the
-    /// replication stream, so a `WAIT` after the renewal covers both.
-    fn confirm_handed(&mut self, now: Instant, op: AcquireOp, token: u64) {
-        let renewal = RequestId(self.next_request);
-        self.next_request += 1;
-        self.callers.insert(
-            renewal,
-            now + self.config.request_liveness,
-            super::callers::Awaits::HandOver,
-        );
-        let call = Call::new(renewal, op.call.lease.clone(), op.call.keys.clone());
-        let confirm = RenewOp {
-            call,
-            token,
-            granted_at: now,
-        };
-        self.waiters.confirming.insert(renewal, (op, token));
-        self.route_op(now, Op::Renew(confirm));
-    }
-
-    /// The renewal that confirms a hand-over ended (see `confirm_handed`).
-    /// Extended: the grant waits for a `WAIT` written at once on that node.
-    /// Otherwise the reservation is gone (or unconfirmed): the waiter checks
-    /// again, keeping its place if it still has one.
-    pub(super) fn handed_confirmed(&mut self, now: Instant, renewal: RequestId, extended: bool) {
-        let Some((mut op, token)) = self.waiters.confirming.remove(&renewal) else {
-            return;
-        };
-        let node = match self.topology.route(op.call.keys.slot()) {
-            Route::Node(node) if extended && self.nodes[node].is_ready() => node,
-            _ => {
-                op.call.sent_at = None;
-                op.call.ask = None;
-                op.call.redirects = 0;
-                return self.route_op(now, Op::Acquire(op));
-            }
-        };
-        let acks = self
-            .config
-            .replica_acks
-            .expect("confirmations wait only with replica_acks");
-        let conn = self.nodes[node].connection.as_mut().expect("ready");
-        conn.unreplicated.push((op, token));
-        let deadline = now + self.config.request_liveness + acks.timeout;
-        self.send(node, Request::Wait, deadline);
-    }
-
-    /// Parked waiters whose own check is due.
-    pub(super) fn check_due_waiters(&mut self, now: Instant) {
-        while let Some(request) = self.waiters.due(now) {
-            self.check_again(now, request);
-        }
-    }
-
-    /// Writes the `LEAVE`s owed, on the nodes that serve them; one whose
-    /// node is not ready waits for it. A lost `LEAVE` costs little (the
-    /// entry, or a slot a release handed it, lasts the waiter's lifetime at
-    /// most), but it would block the queue that long, and a limiter that
-    /// drains owes them like releases.
-    pub(super) fn send_leaves(&mut self, now: Instant) {
+    /// The `LEAVE`s to write now: those whose node `ready_node` names. One
+    /// whose node is not ready waits for it; one past its `until` is
+    /// dropped (the entry, or a slot a release handed it, expired on its
+    /// own by then). A lost `LEAVE` costs little, but it would block the
+    /// queue that long, and a limiter that drains owes them like releases.
+    pub(super) fn take_leaves(
+        &mut self,
+        now: Instant,
+        ready_node: impl Fn(&SubjectKeys) -> Option<usize>,
+    ) -> Vec<Leave> {
+        let mut sendable = Vec::new();
         let mut waiting = Vec::new();
-        for mut owed in std::mem::take(&mut self.waiters.leaving) {
+        for mut owed in std::mem::take(&mut self.leaving) {
             if owed.until <= now {
-                continue; // expired on its own by now
-            }
-            let ready = match self.topology.route(owed.keys.slot()) {
-                Route::Node(node) => Some(node).filter(|node| self.nodes[*node].is_ready()),
-                Route::AwaitTopology | Route::NoOwner => None,
-            };
-            let Some(node) = ready else {
-                owed.due = None; // until the node is ready, or the entry gone
-                waiting.push(owed);
                 continue;
-            };
-            self.stats.waiters_left += 1;
-            let deadline = now + self.config.request_liveness;
-            self.send(node, Request::Leave(owed.keys, owed.lease, owed.until), deadline);
+            }
+            match ready_node(&owed.keys) {
+                Some(node) => sendable.push(Leave {
+                    node,
+                    keys: owed.keys,
+                    lease: owed.lease,
+                    until: owed.until,
+                }),
+                None => {
+                    owed.due = None; // until the node is ready, or the entry gone
+                    waiting.push(owed);
+                }
+            }
         }
-        self.waiters.leaving = waiting;
-    }
-
-    /// How long a queue entry may outlive its waiter: its lifetime.
-    pub(super) fn leave_until(&self, now: Instant) -> Instant {
-        now + self.config.waiter_lifetime()
+        self.leaving = waiting;
+        sendable
     }
 
     /// `LEAVE`s not written yet.
     pub(super) fn leaves_owed(&self) -> usize {
-        self.waiters.leaving.len()
+        self.leaving.len()
+    }
+
+    /// Channels that gained their first waiter or lost their last one.
+    pub(super) fn take_changed(&mut self) -> HashSet<Bytes> {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// A hand-over waits for its confirming renewal `renewal` (with
+    /// `replica_acks`).
+    pub(super) fn confirming(&mut self, renewal: RequestId, op: AcquireOp, token: u64) {
+        self.confirming.insert(renewal, (op, token));
+    }
+
+    /// The hand-over confirming renewal `renewal` was for, if any.
+    pub(super) fn confirmed(&mut self, renewal: RequestId) -> Option<(AcquireOp, u64)> {
+        self.confirming.remove(&renewal)
     }
 }

@@ -18,6 +18,7 @@ mod recovery;
 mod releases;
 mod renewals;
 mod stale;
+mod sub_machines;
 
 /// The one clock read of these tests: an arbitrary starting point.
 #[allow(clippy::disallowed_methods)]

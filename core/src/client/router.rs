@@ -1,0 +1,167 @@
+//! Where the sub-machines' effects are applied: the one place that turns
+//! what keep-alive and the waiters ask for into requests, grants and
+//! events, and counts them.
+
+use std::time::Instant;
+
+use super::callers::Awaits;
+use super::keep_alive;
+use super::request::{AcquireOp, Call, Op, RenewOp, Request};
+use super::topology::Route;
+use super::waiters;
+use super::Client;
+use crate::event::{Event, Lease, Outcome, RequestId};
+use crate::server_clock::lease_expiry;
+
+impl Client {
+    /// Applies what keep-alive asks for: a renewal sent (as any request,
+    /// bounded by the acquire timeout and the lease's expiry), or a lease
+    /// kept or lost reported and counted.
+    pub(super) fn apply_keep_alive(&mut self, now: Instant, effect: keep_alive::Effect) {
+        match effect {
+            keep_alive::Effect::Renew(lease) => {
+                let request = self.new_request_id();
+                let deadline = (now + self.config.acquire_timeout).min(lease.expires_at);
+                self.callers.insert(request, deadline, Awaits::KeepAlive);
+                self.keep_alive.sent(&lease.id, request, now);
+                let renewal = RenewOp {
+                    call: Call::new(request, lease.id, lease.keys),
+                    token: lease.fencing_token,
+                    granted_at: lease.granted_at,
+                };
+                self.submit(now, Op::Renew(renewal));
+            }
+            keep_alive::Effect::Kept { lease, expires_at } => {
+                self.stats.kept_alive += 1;
+                self.events.push_back(Event::KeptAlive { lease, expires_at });
+            }
+            keep_alive::Effect::Lost { lease, reason } => {
+                self.stats.keep_alive_lost += 1;
+                self.held.remove(&lease);
+                self.events.push_back(Event::LeaseLost { lease, reason });
+            }
+        }
+    }
+
+    pub(super) fn apply_waiters(&mut self, now: Instant, effects: Vec<waiters::Effect>) {
+        for effect in effects {
+            self.apply_waiter(now, effect);
+        }
+    }
+
+    /// Applies what the waiters ask for: a check sent again, or a slot a
+    /// release handed over delivered (or, with `replica_acks`, confirmed
+    /// first).
+    pub(super) fn apply_waiter(&mut self, now: Instant, effect: waiters::Effect) {
+        match effect {
+            waiters::Effect::Check(op) => self.route_op(now, Op::Acquire(op)),
+            waiters::Effect::Handed { op, token } => {
+                self.stats.handed_over += 1;
+                if self.config.replica_acks.is_some() {
+                    self.confirm_handed(now, op, token);
+                } else {
+                    self.deliver_handed(now, op, token);
+                }
+            }
+        }
+    }
+
+    /// A handed slot becomes the waiter's permit at once, from the message:
+    /// the slot is already its own in Redis, reserved until its queue entry
+    /// would have expired, and a renewal sent right away extends it to a
+    /// whole TTL (a renewal never creates a lease: if the caller gave the
+    /// permit back first, it finds nothing).
+    fn deliver_handed(&mut self, now: Instant, op: AcquireOp, token: u64) {
+        let request = op.call.request;
+        // The release ran after this waiter's last check (which queued it)
+        // was sent: the reservation lives its lifetime from then at least.
+        let sent = op.call.sent_at.unwrap_or(now);
+        let lease = Lease {
+            id: op.call.lease,
+            keys: op.call.keys.clone(),
+            expires_at: lease_expiry(sent, self.config.waiter_lifetime()),
+            fencing_token: token,
+            granted_at: now,
+            // The renewal sent now runs within its liveness, and extends
+            // the lease a TTL from then: releases keep trying until that.
+            release_until: now + self.config.request_liveness + self.config.lease_ttl,
+        };
+        self.waiters.remove(request, true, now);
+        self.held.insert(now, &lease, op.limit);
+        // The renewal answers no caller: its outcome only updates the held
+        // lease (or finds it given back already).
+        let renewal = self.new_request_id();
+        let call = Call::new(renewal, lease.id.clone(), lease.keys.clone());
+        let confirm = RenewOp {
+            call,
+            token,
+            granted_at: now,
+        };
+        self.finish(now, request, Outcome::Granted(lease));
+        self.route_op(now, Op::Renew(confirm));
+    }
+
+    /// With `replica_acks`, a hand-over is delivered as any grant is: once a
+    /// `WAIT` says enough replicas have it. The release that made it ran on
+    /// another client's connection, which `WAIT` here does not cover; the
+    /// renewal that confirms it runs on this one, after it in the
+    /// replication stream, so a `WAIT` after the renewal covers both.
+    fn confirm_handed(&mut self, now: Instant, op: AcquireOp, token: u64) {
+        let renewal = self.new_request_id();
+        self.callers
+            .insert(renewal, now + self.config.request_liveness, Awaits::HandOver);
+        let call = Call::new(renewal, op.call.lease.clone(), op.call.keys.clone());
+        let confirm = RenewOp {
+            call,
+            token,
+            granted_at: now,
+        };
+        self.waiters.confirming(renewal, op, token);
+        self.route_op(now, Op::Renew(confirm));
+    }
+
+    /// The renewal that confirms a hand-over ended (see `confirm_handed`).
+    /// Extended: the grant waits for a `WAIT` written at once on that node.
+    /// Otherwise the reservation is gone (or unconfirmed): the waiter checks
+    /// again, keeping its place if it still has one.
+    pub(super) fn handed_confirmed(&mut self, now: Instant, renewal: RequestId, extended: bool) {
+        let Some((mut op, token)) = self.waiters.confirmed(renewal) else {
+            return;
+        };
+        let node = match self.topology.route(op.call.keys.slot()) {
+            Route::Node(node) if extended && self.nodes[node].is_ready() => node,
+            _ => {
+                op.call.sent_at = None;
+                op.call.ask = None;
+                op.call.redirects = 0;
+                return self.route_op(now, Op::Acquire(op));
+            }
+        };
+        let acks = self
+            .config
+            .replica_acks
+            .expect("confirmations wait only with replica_acks");
+        let conn = self.nodes[node].connection.as_mut().expect("ready");
+        conn.unreplicated.push((op, token));
+        let deadline = now + self.config.request_liveness + acks.timeout;
+        self.send(node, Request::Wait, deadline);
+    }
+
+    /// Writes the `LEAVE`s owed, on the nodes that serve them, if ready.
+    pub(super) fn send_leaves(&mut self, now: Instant) {
+        let (topology, nodes) = (&self.topology, &self.nodes);
+        let leaves = self.waiters.take_leaves(now, |keys| match topology.route(keys.slot()) {
+            Route::Node(node) => Some(node).filter(|node| nodes[*node].is_ready()),
+            Route::AwaitTopology | Route::NoOwner => None,
+        });
+        for leave in leaves {
+            self.stats.waiters_left += 1;
+            let deadline = now + self.config.request_liveness;
+            self.send(
+                leave.node,
+                Request::Leave(leave.keys, leave.lease, leave.until),
+                deadline,
+            );
+        }
+    }
+}

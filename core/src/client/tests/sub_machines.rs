@@ -1,0 +1,228 @@
+//! The sub-machines driven alone, by their own timers: what each asks the
+//! client to do (its effects), with no client around it.
+
+mod keep_alive {
+    use crate::client::keep_alive::{Effect, KeepAlive, Renewed};
+    use crate::event::{Lease, LeaseLost, RequestId};
+    use crate::key::{Key, SubjectKeys};
+    use crate::lease_id::LeaseId;
+    use std::time::{Duration, Instant};
+
+    fn lease(counter: u64, now: Instant, ttl: Duration) -> Lease {
+        Lease {
+            id: LeaseId::from_parts(7, counter),
+            keys: SubjectKeys::new("p", &Key::new("t", "s").unwrap()),
+            expires_at: now + ttl,
+            fencing_token: 1,
+            granted_at: now,
+            release_until: now + ttl,
+        }
+    }
+
+    /// Driven alone, by its own timer: renew a third into the TTL, retry a
+    /// sixth after an unanswered attempt, report the lease lost at its
+    /// expiry; an extension reschedules and is reported.
+    #[test]
+    fn it_renews_retries_and_loses_on_its_own_schedule() {
+        let ttl = Duration::from_secs(6);
+        let t0 = crate::client::tests::start();
+        let mut keep = KeepAlive::new(ttl);
+        let held = lease(1, t0, ttl);
+        keep.keep(t0, &held);
+        assert_eq!(keep.poll_timeout(), Some(t0 + Duration::from_secs(2)));
+        assert!(keep.handle_timeout(t0 + Duration::from_secs(1)).is_none());
+
+        let at = t0 + Duration::from_secs(2);
+        let Some(Effect::Renew(renewing)) = keep.handle_timeout(at) else {
+            panic!("due at a third of the TTL");
+        };
+        assert_eq!(renewing.id, held.id);
+        keep.sent(&renewing.id, RequestId(10), at);
+        assert!(keep.is_renewal(RequestId(10)));
+        assert!(keep.on_renewed(RequestId(10), Renewed::Unanswered).is_none());
+        assert_eq!(keep.poll_timeout(), Some(at + Duration::from_secs(1)), "a sixth later");
+
+        let again = at + Duration::from_secs(1);
+        let Some(Effect::Renew(_)) = keep.handle_timeout(again) else {
+            panic!("retried");
+        };
+        keep.sent(&held.id, RequestId(11), again);
+        let extended = lease(1, again, ttl);
+        match keep.on_renewed(RequestId(11), Renewed::Extended(extended.clone())) {
+            Some(Effect::Kept { expires_at, .. }) => assert_eq!(expires_at, extended.expires_at),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(keep.poll_timeout(), Some(again + Duration::from_secs(2)));
+
+        // Unanswered until the expiry: lost, and nothing is due any more.
+        let late = again + Duration::from_secs(2);
+        let Some(Effect::Renew(_)) = keep.handle_timeout(late) else {
+            panic!("due");
+        };
+        keep.sent(&held.id, RequestId(12), late);
+        assert!(keep.on_renewed(RequestId(12), Renewed::Unanswered).is_none());
+        let mut lost = None;
+        while let Some(at) = keep.poll_timeout() {
+            if let Some(effect) = keep.handle_timeout(at) {
+                match effect {
+                    Effect::Renew(lease) => keep.sent(&lease.id, RequestId(13), at),
+                    Effect::Lost { reason, .. } => lost = Some((reason, at)),
+                    Effect::Kept { .. } => panic!("nothing was extended"),
+                }
+            }
+            if keep.is_renewal(RequestId(13)) {
+                assert!(keep.on_renewed(RequestId(13), Renewed::Unanswered).is_none());
+            }
+        }
+        assert_eq!(lost, Some((LeaseLost::Expired, extended.expires_at)));
+        assert_eq!(keep.len(), 0);
+    }
+
+    #[test]
+    fn a_renewal_answered_after_a_release_changes_nothing() {
+        let ttl = Duration::from_secs(6);
+        let t0 = crate::client::tests::start();
+        let mut keep = KeepAlive::new(ttl);
+        let held = lease(1, t0, ttl);
+        keep.keep(t0, &held);
+        let at = keep.poll_timeout().unwrap();
+        assert!(matches!(keep.handle_timeout(at), Some(Effect::Renew(_))));
+        keep.sent(&held.id, RequestId(3), at);
+        assert_eq!(keep.remove(&held.id), Some(held.expires_at));
+        assert!(!keep.is_renewal(RequestId(3)));
+        assert!(keep.on_renewed(RequestId(3), Renewed::Gone).is_none());
+        assert!(
+            keep.handle_timeout(t0 + ttl * 2).is_none(),
+            "nothing due for a released lease"
+        );
+    }
+}
+
+mod waiters {
+    use std::num::NonZeroU32;
+
+    use crate::client::request::AcquireOp;
+    use crate::client::request::{Call, Wait};
+    use crate::client::waiters::{Effect, Waiters};
+    use crate::event::RequestId;
+    use crate::key::Key;
+    use crate::key::SubjectKeys;
+    use crate::lease_id::LeaseId;
+    use bytes::Bytes;
+    use std::time::{Duration, Instant};
+
+    fn keys() -> SubjectKeys {
+        SubjectKeys::new("p", &Key::new("t", "s").unwrap())
+    }
+
+    fn waiting(n: u64, until: Instant) -> AcquireOp {
+        AcquireOp {
+            call: Call::new(RequestId(n), LeaseId::from_parts(9, n), keys()),
+            limit: NonZeroU32::new(1).unwrap(),
+            wait: Some(Wait { until, patience_ms: 0 }),
+        }
+    }
+
+    fn checked(effects: Vec<Effect>) -> Vec<u64> {
+        effects
+            .into_iter()
+            .map(|effect| match effect {
+                Effect::Check(op) => op.call.request.0,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// Driven alone: wake-ups go to the first parked in arrival order, one
+    /// that comes while a waiter is in flight is kept for its answer, each
+    /// waiter checks on its own timer, and a hand-over is delivered.
+    #[test]
+    fn wake_ups_checks_and_hand_overs_come_back_as_effects() {
+        let t0 = crate::client::tests::start();
+        let recheck = Duration::from_secs(1);
+        let mut waiters = Waiters::new(recheck, Duration::from_secs(5));
+        let until = t0 + Duration::from_secs(30);
+        let channel = keys().wake_channel();
+        for n in 1..=3 {
+            waiters.start(&waiting(n, until));
+        }
+        assert_eq!(waiters.take_changed().len(), 1, "the channel gained its first waiter");
+        // 1 and 2 are queued (parked); 3 is still in flight.
+        assert!(waiters.queued(t0, waiting(1, until)).is_none());
+        assert!(waiters.queued(t0, waiting(2, until)).is_none());
+        assert_eq!(waiters.poll_timeout(), Some(t0 + recheck));
+
+        assert_eq!(checked(waiters.woken(&channel, 1)), [1], "the first parked");
+        // Two slots: 2 is parked and checks; 3 in flight checks once answered.
+        assert_eq!(checked(waiters.woken(&channel, 2)), [2]);
+        assert_eq!(
+            checked(waiters.queued(t0, waiting(3, until)).into_iter().collect()),
+            [3]
+        );
+
+        // 1 was in flight when the second wake-up walked past it: its
+        // answer "queued" sends it again at once (the slot may have freed
+        // after its check ran). Parked then, it checks on its own timer.
+        let later = t0 + Duration::from_millis(10);
+        assert_eq!(
+            checked(waiters.queued(later, waiting(1, until)).into_iter().collect()),
+            [1]
+        );
+        assert!(waiters.queued(later, waiting(1, until)).is_none());
+        assert!(waiters.handle_timeout(later).is_none());
+        let due = waiters.poll_timeout().unwrap();
+        assert_eq!(due, later + recheck);
+        assert_eq!(checked(waiters.handle_timeout(due).into_iter().collect()), [1]);
+
+        // A slot handed to 2 (parked) is delivered; one handed to an id no
+        // waiter here has, but that we issued and do not hold, is left.
+        assert!(waiters.queued(due, waiting(2, until)).is_none());
+        let ours = LeaseId::from_parts(9, 77);
+        let handed = vec![
+            (Bytes::from(LeaseId::from_parts(9, 2).to_bytes()), 41),
+            (Bytes::from(ours.to_bytes()), 42),
+        ];
+        let effects = waiters.handed(due, &channel, handed, |id| *id == ours);
+        assert!(matches!(&effects[..], [Effect::Handed { op, token: 41 }] if op.call.request == RequestId(2)));
+        let leaves = waiters.take_leaves(due, |_| Some(0));
+        assert_eq!(leaves.len(), 1);
+        assert_eq!(leaves[0].lease, Bytes::from(ours.to_bytes()));
+        assert_eq!(leaves[0].until, due + Duration::from_secs(5), "a waiter's lifetime");
+
+        // A queued waiter whose caller left owes a LEAVE; a granted one not.
+        waiters.remove(RequestId(3), false, due);
+        waiters.remove(RequestId(2), true, due);
+        assert_eq!(waiters.leaves_owed(), 1);
+        assert!(
+            waiters.take_leaves(due, |_| None).is_empty(),
+            "kept until its node is ready"
+        );
+        assert_eq!(waiters.leaves_owed(), 1);
+        assert!(
+            waiters
+                .take_leaves(due + Duration::from_secs(5), |_| Some(0))
+                .is_empty(),
+            "moot by then"
+        );
+    }
+
+    #[test]
+    fn an_injected_deafness_ignores_wake_ups_but_not_own_checks() {
+        let t0 = crate::client::tests::start();
+        let mut waiters = Waiters::new(Duration::from_secs(1), Duration::from_secs(5));
+        waiters.ignore_wake_ups_for_test();
+        let until = t0 + Duration::from_secs(30);
+        waiters.start(&waiting(1, until));
+        assert!(waiters.queued(t0, waiting(1, until)).is_none());
+        assert!(waiters.woken(&keys().wake_channel(), 1).is_empty());
+        assert_eq!(
+            checked(
+                waiters
+                    .handle_timeout(t0 + Duration::from_secs(1))
+                    .into_iter()
+                    .collect()
+            ),
+            [1]
+        );
+    }
+}
