@@ -26,6 +26,18 @@ pub fn redis_seconds(server: &RedisServer) -> f64 {
         .sum()
 }
 
+/// Commands `server` has run, those its scripts called included (the sum of
+/// `calls=` in `INFO commandstats`).
+pub fn redis_commands(server: &RedisServer) -> f64 {
+    let info = match server.client().call(&[b"INFO", b"commandstats"]) {
+        Ok(inflight_core::resp::Frame::BulkString(info)) => String::from_utf8_lossy(&info).into_owned(),
+        other => panic!("INFO commandstats: {other:?}"),
+    };
+    info.lines()
+        .filter_map(|line| line.split("calls=").nth(1)?.split(',').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// The host's (all CPUs) total and steal jiffies (`/proc/stat`).
 pub fn host_jiffies() -> (f64, f64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();

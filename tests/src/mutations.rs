@@ -62,6 +62,27 @@ pub const MUTATIONS: &[Mutation] = &[
         undoes: "numbers are whole before anything is written (finding 8)",
         edits: &[("if not n or n ~= math.floor(n) or n < least or n >= 9007199254740992 then", "if not n then")],
     },
+    Mutation {
+        name: "plain-grant-over-limit",
+        undoes: "the one-EXISTS fast path of a fail-fast acquire still checks the limit",
+        edits: &[("  if live + w > limit and not redis.call('ZSCORE', leases, id) then", "  if false then")],
+    },
+    Mutation {
+        name: "plain-grant-skips-queue",
+        undoes: "the fast path is taken only when the subject has no queue (fairness)",
+        edits: &[
+            ("redis.call('EXISTS', tombstone, queue, hold) == 0", "redis.call('EXISTS', tombstone, hold) == 0"),
+            ("redis.call('EXISTS', tombstone, queue) == 0", "redis.call('EXISTS', tombstone) == 0"),
+        ],
+    },
+    Mutation {
+        name: "plain-grant-skips-tombstone",
+        undoes: "the fast path is taken only when the acquire was not compensated",
+        edits: &[
+            ("redis.call('EXISTS', tombstone, queue, hold) == 0", "redis.call('EXISTS', queue, hold) == 0"),
+            ("redis.call('EXISTS', tombstone, queue) == 0", "redis.call('EXISTS', queue) == 0"),
+        ],
+    },
 ];
 
 /// The mutation called `name`.

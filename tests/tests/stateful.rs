@@ -187,10 +187,30 @@ fn random_programs_catch_the_regressions_they_reach_quickly() {
         "batch-counts-repeats",
         "no-argument-checks",
         "fractional-arguments",
+        "plain-grant-over-limit",
     ] {
         let options = Options {
             scripts: mutations::find(name).expect("a known regression").scripts(),
             check_model: false,
+        };
+        assert!(
+            run_programs(server.addr(), 300, 40, 8, 1, &options).is_err(),
+            "{name} is not caught by 300 programs"
+        );
+    }
+}
+
+/// The fail-fast acquire's fast path (one `EXISTS` for the tombstone, the
+/// queue and the hold) must answer as the full path does: the programs run
+/// against the model find a fast path that jumps the queue or grants a
+/// compensated id.
+#[test]
+fn random_programs_checked_against_the_model_catch_a_careless_fast_path() {
+    let server = RedisServer::start();
+    for name in ["plain-grant-skips-queue", "plain-grant-skips-tombstone"] {
+        let options = Options {
+            scripts: mutations::find(name).expect("a known regression").scripts(),
+            check_model: true,
         };
         assert!(
             run_programs(server.addr(), 300, 40, 8, 1, &options).is_err(),

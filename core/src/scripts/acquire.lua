@@ -18,7 +18,9 @@
 -- that already holds a live lease is granted again without a second slot.
 --
 -- Fairness: a fail-fast acquire is a newcomer behind every live waiter of
--- the subject (see `lib/queue.lua`); with no queue that costs one `EXISTS`.
+-- the subject (see `lib/queue.lua`). A subject with no queue, no tombstone
+-- and no recovery hold pays one `EXISTS` for all three: a grant is then
+-- `TIME`, `EXISTS`, `ZREMRANGEBYSCORE`, `ZCARD`, `ZADD`, `PEXPIRE`, `SET`.
 local leases, tombstone, fence, queue, waiters, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local expiry = integer(ARGV[1], 'expiry', 1)
 local limit = integer(ARGV[2], 'limit', 1)
@@ -29,6 +31,34 @@ local w = weight(id)
 local now, time = server_time()
 if now > valid_until or expiry <= now then
   return {-2, id, 0, 0}
+end
+-- The common case costs one `EXISTS`: no tombstone, no recovery hold, no
+-- queue. Then the limit is checked first, and `ZSCORE` runs only when the
+-- subject is full (an id granted again holds its lease already).
+local plain
+if hold ~= '' then
+  plain = redis.call('EXISTS', tombstone, queue, hold) == 0
+else
+  plain = redis.call('EXISTS', tombstone, queue) == 0
+end
+if plain then
+  local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+  local live = redis.call('ZCARD', leases)
+  if live + w > limit and not redis.call('ZSCORE', leases, id) then
+    return {0, id, 0, reclaimed}
+  end
+  -- `NX`: an id that holds its lease already keeps its expiry.
+  if add_units(leases, expiry, id, 'NX') > 0 then
+    if live == 0 then
+      -- The set was empty, so it is new: no expiry to compare with.
+      redis.call('PEXPIRE', leases, expiry - now + 1)
+    else
+      -- Every lease set our scripts write has an expiry: `GT` extends
+      -- it, never shortens it, in one command.
+      redis.call('PEXPIRE', leases, expiry - now + 1, 'GT')
+    end
+  end
+  return {1, id, next_tokens(fence, time, expiry - now, 1), reclaimed}
 end
 if redis.call('EXISTS', tombstone) == 1 then
   return {-1, id, 0, 0}

@@ -63,6 +63,8 @@ struct Sample {
     cycles_per_sec: f64,
     client_us: f64,
     redis_us: f64,
+    /// Redis commands per cycle, those the scripts call included.
+    redis_commands: f64,
     steal_pct: f64,
     /// Acquire p50 in µs (measured at every task count, reported at 1).
     acquire_p50_us: f64,
@@ -149,9 +151,9 @@ fn report(samples: &[(Row, Setup, Sample)], seconds: f64) -> String {
     );
     let _ = writeln!(
         out,
-        "| tasks | row | cycles/s | client CPU µs/cycle | Redis CPU µs/cycle | steal % | acquire p50 µs |"
+        "| tasks | row | cycles/s | client CPU µs/cycle | Redis CPU µs/cycle | Redis commands/cycle | steal % | acquire p50 µs |"
     );
-    let _ = writeln!(out, "| ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(out, "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     for tasks in TASKS {
         for row in Row::ALL {
             let rates: Vec<String> = samples
@@ -161,13 +163,14 @@ fn report(samples: &[(Row, Setup, Sample)], seconds: f64) -> String {
                 .collect();
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.0} ({}) | {:.1} | {:.1} | {:.1} | {:.0} |",
+                "| {} | {} | {:.0} ({}) | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
                 label(tasks),
                 row.name(),
                 cell(samples, row, tasks, |s| s.cycles_per_sec),
                 rates.join(", "),
                 cell(samples, row, tasks, |s| s.client_us),
                 cell(samples, row, tasks, |s| s.redis_us),
+                cell(samples, row, tasks, |s| s.redis_commands),
                 cell(samples, row, tasks, |s| s.steal_pct),
                 cell(samples, row, tasks, |s| s.acquire_p50_us),
             );
@@ -282,6 +285,7 @@ async fn measure_row(server: &RedisServer, row: Row, setup: Setup, measure: Dura
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (client_before, redis_before, host_before) =
         (cpu::process_seconds(), cpu::redis_seconds(server), cpu::host_jiffies());
+    let commands_before = cpu::redis_commands(server);
     counting.store(true, Ordering::Relaxed);
     let started = Instant::now();
     tokio::time::sleep(measure).await;
@@ -289,6 +293,8 @@ async fn measure_row(server: &RedisServer, row: Row, setup: Setup, measure: Dura
     let elapsed = started.elapsed().as_secs_f64();
     let (client_after, redis_after, host_after) =
         (cpu::process_seconds(), cpu::redis_seconds(server), cpu::host_jiffies());
+    // Less the two `INFO` reads of the measurement itself.
+    let commands = cpu::redis_commands(server) - commands_before - 2.0;
     stop.store(true, Ordering::Relaxed);
     for worker in workers {
         let _ = tokio::time::timeout(Duration::from_secs(10), worker).await;
@@ -305,6 +311,7 @@ async fn measure_row(server: &RedisServer, row: Row, setup: Setup, measure: Dura
         cycles_per_sec: done / elapsed,
         client_us: (client_after - client_before) * 1e6 / done,
         redis_us: (redis_after - redis_before) * 1e6 / done,
+        redis_commands: commands / done,
         steal_pct: if busy > 0.0 { 100.0 * steal / busy } else { 0.0 },
         acquire_p50_us: p50,
     }
@@ -383,6 +390,13 @@ async fn spawn_raw(
     }
     let next = Arc::new(AtomicU64::new(0));
     let (acquire_sha, release_sha) = (scripts.acquire.sha.clone(), scripts.release.sha.clone());
+    // Leases end at an absolute server time, as the client writes them:
+    // the server's clock now, plus the TTL (longer than any run).
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut connection.clone())
+        .await
+        .expect("TIME");
+    let expiry_ms = seconds * 1000 + micros / 1000 + TTL_MS;
     (0..setup.0)
         .map(|task| {
             let keys = SubjectKeys::new(
@@ -401,13 +415,14 @@ async fn spawn_raw(
                     let started = Instant::now();
                     let reply: redis::Value = redis::cmd("EVALSHA")
                         .arg(&acquire_sha)
-                        .arg(5)
+                        .arg(6)
                         .arg(&keys.leases()[..])
                         .arg(&keys.tombstone(&lease)[..])
                         .arg(&fence[..])
                         .arg(&queue[..])
                         .arg(&waiters[..])
-                        .arg(TTL_MS)
+                        .arg(&holds[..])
+                        .arg(expiry_ms)
                         .arg(HIGH_LIMIT)
                         .arg(&id)
                         .arg(99_999_999_999_999u64)
@@ -417,7 +432,8 @@ async fn spawn_raw(
                         .expect("acquire");
                     let acquired = started.elapsed();
                     assert!(
-                        matches!(&reply, redis::Value::Array(items) if items.first() == Some(&redis::Value::Int(1)))
+                        matches!(&reply, redis::Value::Array(items) if items.first() == Some(&redis::Value::Int(1))),
+                        "the raw acquire was not granted: {reply:?}"
                     );
                     let _: i64 = redis::cmd("EVALSHA")
                         .arg(&release_sha)
