@@ -25,7 +25,7 @@ use keep_alive::KeepAlive;
 use node::Node;
 use reconnect::Reconnect;
 use recovery::RecoveryKeys;
-use releases::ReleaseQueue;
+use release_queue::ReleaseQueue;
 use request::{AcquireOp, Call, InspectOp, Op, Reading, ReleaseJob, ReleaseKind, RenewOp, Request, Step, Wait};
 use topology::{Route, Topology};
 use waiters::Waiters;
@@ -43,6 +43,7 @@ mod outcomes;
 mod reconnect;
 mod recovery;
 mod redirects;
+mod release_queue;
 mod releases;
 mod replies;
 mod request;
@@ -238,7 +239,7 @@ impl Client {
     /// be 16 random bytes, fresh for every client: lease ids are built from it.
     pub fn new(mut config: Config, entropy: [u8; 16], now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
-        let releases = ReleaseQueue::new(config.release.max_retrying);
+        let releases = ReleaseQueue::new(config.release);
         let (endpoints, topology) = match &config.servers {
             Servers::Standalone(endpoint) => (vec![endpoint.clone()], Topology::standalone()),
             Servers::Cluster { seeds, tls } => {
@@ -856,7 +857,7 @@ impl Client {
         };
         [
             (self.callers.next_deadline(), Timer::Caller),
-            (self.releases.next_deadline(sendable), Timer::Release),
+            (self.releases.poll_timeout(sendable), Timer::Release),
             (self.topology.next_deadline(), Timer::Topology),
             (self.deferred.next_deadline(), Timer::Deferred),
             (self.waiters.poll_timeout(), Timer::Waiter),

@@ -1,9 +1,10 @@
-//! Releases and compensations: sent, retried with backoff, or given up.
+//! Releases and compensations, as the client handles them: routed, sent,
+//! answered (the retry policy and the waiting jobs are `ReleaseQueue`'s).
 
 use std::time::Instant;
 
 use super::lifecycle::release_route;
-use super::reconnect::backoff;
+use super::release_queue::Given;
 use super::replies::{unexpected, ErrorClass};
 use super::request::{AcquireOp, ReleaseJob, ReleaseKind};
 use super::Client;
@@ -14,94 +15,6 @@ use crate::lease_id::LeaseId;
 use crate::resp::Frame;
 use crate::scripts::ScriptKind;
 use crate::server_error::ServerError;
-
-/// The releases not on the wire: staged for the next write (ordinary
-/// releases, so that those of one subject share a `ZREM`), or waiting for a
-/// ready connection or their retry time, at most `max_waiting` of those.
-#[derive(Debug)]
-pub(super) struct ReleaseQueue {
-    waiting: Vec<ReleaseJob>,
-    staged: Vec<(ReleaseJob, Instant)>,
-    max_waiting: usize,
-}
-
-impl ReleaseQueue {
-    pub(super) fn new(max_waiting: usize) -> Self {
-        Self {
-            waiting: Vec::new(),
-            staged: Vec::new(),
-            max_waiting,
-        }
-    }
-
-    /// Queues `job` to wait; gives it back when there is no room.
-    #[must_use = "a job given back was not queued"]
-    pub(super) fn wait(&mut self, job: ReleaseJob) -> Option<ReleaseJob> {
-        if self.waiting.len() >= self.max_waiting {
-            return Some(job);
-        }
-        self.waiting.push(job);
-        None
-    }
-
-    /// Stages `job` (at `now`) for the next write.
-    pub(super) fn stage(&mut self, job: ReleaseJob, now: Instant) {
-        self.staged.push((job, now));
-    }
-
-    pub(super) fn take_staged(&mut self) -> Vec<(ReleaseJob, Instant)> {
-        std::mem::take(&mut self.staged)
-    }
-
-    /// The waiting jobs whose retry time has come.
-    pub(super) fn due(&self, now: Instant) -> impl Iterator<Item = &ReleaseJob> {
-        self.waiting.iter().filter(move |job| job.not_before <= now)
-    }
-
-    /// The waiting jobs whose retry time has come and that are `sendable`
-    /// (their node is ready), in queue order.
-    pub(super) fn take_due(&mut self, now: Instant, sendable: impl Fn(&ReleaseJob) -> bool) -> Vec<ReleaseJob> {
-        let (due, later) = std::mem::take(&mut self.waiting)
-            .into_iter()
-            .partition(|job| job.not_before <= now && sendable(job));
-        self.waiting = later;
-        due
-    }
-
-    /// The waiting jobs past their deadline: the lease is gone by then.
-    pub(super) fn take_expired(&mut self, now: Instant) -> Vec<ReleaseJob> {
-        let mut expired = Vec::new();
-        let mut index = 0;
-        while index < self.waiting.len() {
-            if self.waiting[index].deadline <= now {
-                expired.push(self.waiting.swap_remove(index));
-            } else {
-                index += 1;
-            }
-        }
-        expired
-    }
-
-    /// Jobs staged or waiting.
-    pub(super) fn len(&self) -> usize {
-        self.waiting.len() + self.staged.len()
-    }
-
-    /// When a waiting job next needs attention: its deadline, or (when it is
-    /// `sendable`: its node is ready) its retry time.
-    pub(super) fn next_deadline(&self, sendable: impl Fn(&ReleaseJob) -> bool) -> Option<Instant> {
-        self.waiting
-            .iter()
-            .map(|job| {
-                if sendable(job) {
-                    job.not_before.min(job.deadline)
-                } else {
-                    job.deadline
-                }
-            })
-            .min()
-    }
-}
 
 impl Client {
     /// Releases a lease the caller will never hold. Only an acquire can be
@@ -158,33 +71,21 @@ impl Client {
         self.queue_release(job);
     }
 
-    /// Queues `job` for a ready connection or its retry time; whether there
-    /// was room (else it is abandoned, and reported).
-    pub(super) fn queue_release(&mut self, job: ReleaseJob) -> bool {
-        match self.releases.wait(job) {
-            None => true,
-            Some(job) => {
-                self.abandon_release(job, ReleaseFailure::Overloaded);
-                false
-            }
+    /// Queues `job` for a ready connection or its retry time (abandoned,
+    /// and reported, if there is no room).
+    pub(super) fn queue_release(&mut self, job: ReleaseJob) {
+        if let Some(Given::Up(job, reason)) = self.releases.queue(job) {
+            self.abandon_release(job, reason);
         }
     }
 
     /// An attempt failed: back off and try again on whatever connection is
-    /// ready then (after a retirement, always a fresh one).
-    pub(super) fn retry_release(&mut self, now: Instant, mut job: ReleaseJob) {
-        job.failures += 1;
-        if job.failures >= self.config.release.max_attempts {
-            return self.abandon_release(job, ReleaseFailure::AttemptsExhausted);
-        }
-        let policy = &self.config.release;
-        job.not_before = now + backoff(policy.initial_backoff, policy.max_backoff, job.failures);
-        if job.not_before >= job.deadline {
-            return self.abandon_release(job, ReleaseFailure::Expired);
-        }
-        // Counted only once it is really queued for another attempt.
-        if self.queue_release(job) {
-            self.stats.release_retries += 1;
+    /// ready then (after a retirement, always a fresh one), or give up.
+    pub(super) fn retry_release(&mut self, now: Instant, job: ReleaseJob) {
+        match self.releases.retry(now, job) {
+            // Counted only once it is really queued for another attempt.
+            None => self.stats.release_retries += 1,
+            Some(Given::Up(job, reason)) => self.abandon_release(job, reason),
         }
     }
 
