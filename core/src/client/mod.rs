@@ -227,7 +227,6 @@ pub struct Client {
     /// The leases this client renews on its own.
     keep_alive: KeepAlive,
     /// The wake-up connections must be brought in line with the waiters.
-    subscriptions_dirty: bool,
     /// Deliberate bugs, for the simulator's self-test only.
     #[cfg(feature = "fault-injection")]
     bugs: crate::InjectedBugs,
@@ -268,7 +267,6 @@ impl Client {
             recovery_keys,
             waiters,
             keep_alive,
-            subscriptions_dirty: false,
             #[cfg(feature = "fault-injection")]
             bugs: crate::InjectedBugs::default(),
             stats: Stats::default(),
@@ -639,7 +637,7 @@ impl Client {
     /// The socket for `connection` is open.
     pub fn handle_connected(&mut self, now: Instant, connection: ConnectionId) {
         if let Some(node) = self.subscriber_of(connection) {
-            self.subscriber_connected(node);
+            self.nodes[node].wake_ups.connected(self.config.credentials.as_ref());
             self.sync_subscriptions(now);
             return;
         }
@@ -680,7 +678,7 @@ impl Client {
     /// Bytes arrived on `connection`.
     pub fn handle_input(&mut self, now: Instant, connection: ConnectionId, data: &[u8]) {
         if let Some(node) = self.subscriber_of(connection) {
-            self.subscriber_input(now, node, data);
+            self.wake_ups_input(now, node, data);
             return self.drive(now);
         }
         let Some(node) = self.node_of(connection) else {
@@ -710,7 +708,7 @@ impl Client {
     /// `connection` closed, or could not be opened.
     pub fn handle_closed(&mut self, now: Instant, connection: ConnectionId) {
         if let Some(node) = self.subscriber_of(connection) {
-            self.drop_subscriber(now, node);
+            self.close_wake_ups(now, node);
             return self.drive(now);
         }
         if let Some(node) = self.node_of(connection) {
@@ -724,7 +722,7 @@ impl Client {
     /// what callers without a connection are told.
     pub fn handle_failed(&mut self, now: Instant, connection: ConnectionId, reason: String) {
         if let Some(node) = self.subscriber_of(connection) {
-            self.drop_subscriber(now, node);
+            self.close_wake_ups(now, node);
             return self.drive(now);
         }
         if let Some(node) = self.node_of(connection) {
@@ -749,7 +747,12 @@ impl Client {
         while let Some(effect) = self.waiters.handle_timeout(now) {
             self.apply_waiter(now, effect);
         }
-        self.check_subscribers(now);
+        for node in 0..self.nodes.len() {
+            let retry_after = self.config.reconnect_max_backoff;
+            if let Some(id) = self.nodes[node].wake_ups.handle_timeout(now, retry_after) {
+                self.actions.push_back(Action::Close(id));
+            }
+        }
         while let Some(effect) = self.keep_alive.handle_timeout(now) {
             self.apply_keep_alive(now, effect);
         }
@@ -808,12 +811,8 @@ impl Client {
         });
         requests.or_else(|| {
             self.nodes.iter_mut().find_map(|node| {
-                let subscriber = node.subscriber.as_mut()?;
-                let data = subscriber.take_outgoing()?;
-                Some(Transmit {
-                    connection: subscriber.id(),
-                    data,
-                })
+                let (connection, data) = node.wake_ups.take_outgoing()?;
+                Some(Transmit { connection, data })
             })
         })
     }
@@ -845,11 +844,7 @@ impl Client {
                     Timer::Probe,
                 ),
                 (node.reconnect.next_deadline(), Timer::Reconnect),
-                (
-                    node.subscriber.as_ref().and_then(subscriber::Subscriber::next_deadline),
-                    Timer::Subscriber,
-                ),
-                (node.subscriber_retry.filter(|_| wanted), Timer::Subscriber),
+                (node.wake_ups.poll_timeout(wanted), Timer::Subscriber),
             ]
         });
         let sendable = |job: &ReleaseJob| {

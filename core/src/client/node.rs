@@ -11,7 +11,7 @@ use super::connection::Connection;
 use super::identity::Identity;
 use super::reconnect::Reconnect;
 use super::request::Op;
-use super::subscriber::Subscriber;
+use super::subscriber::WakeUps;
 use crate::address::Endpoint;
 
 #[derive(Debug)]
@@ -31,9 +31,7 @@ pub(super) struct Node {
     /// server's lease data lost (see `recovery`).
     pub(super) holding_until: Option<Instant>,
     /// The wake-up connection, while someone waits on a subject here.
-    pub(super) subscriber: Option<Subscriber>,
-    /// When to open it again after it failed.
-    pub(super) subscriber_retry: Option<Instant>,
+    pub(super) wake_ups: WakeUps,
 }
 
 impl Node {
@@ -45,8 +43,7 @@ impl Node {
             waiting: VecDeque::new(),
             identity: None,
             holding_until: None,
-            subscriber: None,
-            subscriber_retry: None,
+            wake_ups: WakeUps::default(),
         }
     }
 

@@ -1,16 +1,20 @@
 //! Where the sub-machines' effects are applied: the one place that turns
-//! what keep-alive and the waiters ask for into requests, grants and
-//! events, and counts them.
+//! what keep-alive, the waiters and the wake-up connections ask for or
+//! heard into requests, grants, connections and events, and counts them.
 
 use std::time::Instant;
+
+use bytes::Bytes;
 
 use super::callers::Awaits;
 use super::keep_alive;
 use super::request::{AcquireOp, Call, Op, RenewOp, Request};
+use super::subscriber::Heard;
 use super::topology::Route;
 use super::waiters;
 use super::Client;
-use crate::event::{Event, Lease, Outcome, RequestId};
+use crate::event::{Action, ConnectionId, Event, Lease, Outcome, RequestId};
+use crate::lease_id::LeaseId;
 use crate::server_clock::lease_expiry;
 
 impl Client {
@@ -162,6 +166,80 @@ impl Client {
                 Request::Leave(leave.keys, leave.lease, leave.until),
                 deadline,
             );
+        }
+    }
+}
+
+impl Client {
+    /// Brings every node's wake-up connection in line with the channels
+    /// waited on: opened where needed (its subscriptions are sent once it
+    /// is open), subscribed to new channels, unsubscribed from old ones.
+    pub(super) fn sync_subscriptions(&mut self, now: Instant) {
+        let changed = !self.waiters.take_changed().is_empty();
+        let mut dirty = false;
+        for node in &mut self.nodes {
+            dirty |= node.wake_ups.take_dirty();
+        }
+        if !changed && !dirty {
+            return;
+        }
+        let mut wanted: Vec<Vec<Bytes>> = vec![Vec::new(); self.nodes.len()];
+        for (channel, keys) in self.waiters.channels() {
+            if let Route::Node(node) = self.topology.route(keys.slot()) {
+                wanted[node].push(channel.clone());
+            }
+        }
+        for (node, mut wanted) in wanted.into_iter().enumerate() {
+            wanted.sort();
+            if self.nodes[node].wake_ups.should_open(now, &wanted) {
+                let id = ConnectionId(self.next_connection);
+                self.next_connection += 1;
+                let until = now + self.config.connect_timeout;
+                let target = &mut self.nodes[node];
+                target.wake_ups.opening(id, until, self.config.reply_limits);
+                self.actions.push_back(Action::Connect(id, target.endpoint.clone()));
+            } else {
+                self.nodes[node].wake_ups.subscribe(&wanted);
+            }
+        }
+    }
+
+    /// The node whose wake-up connection is `connection`.
+    pub(super) fn subscriber_of(&self, connection: ConnectionId) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|node| node.wake_ups.id() == Some(connection))
+    }
+
+    /// Bytes on `node`'s wake-up connection: what they say goes to the
+    /// waiters (each message counted); a broken stream closes it.
+    pub(super) fn wake_ups_input(&mut self, now: Instant, node: usize, data: &[u8]) {
+        let waiters = &self.waiters;
+        let heard = match self.nodes[node].wake_ups.input(data, |channel| waiters.wants(channel)) {
+            Ok(heard) => heard,
+            Err(()) => return self.close_wake_ups(now, node),
+        };
+        for news in heard {
+            self.stats.wake_ups += 1;
+            let effects = match news {
+                Heard::Wake(channel) => self.waiters.woken(&channel, 1),
+                Heard::WakeThese(channel, ids) => self.waiters.named(&channel, &ids),
+                Heard::Handed(channel, handed) => {
+                    let (lease_ids, held) = (&self.lease_ids, &self.held);
+                    let done_waiting = |id: &LeaseId| lease_ids.issued(id) && !held.contains(id);
+                    self.waiters.handed(now, &channel, handed, done_waiting)
+                }
+            };
+            self.apply_waiters(now, effects);
+        }
+    }
+
+    /// `node`'s wake-up connection closed or failed: closed here too, and
+    /// opened again after the reconnect backoff cap.
+    pub(super) fn close_wake_ups(&mut self, now: Instant, node: usize) {
+        let retry_after = self.config.reconnect_max_backoff;
+        if let Some(id) = self.nodes[node].wake_ups.close(now, retry_after) {
+            self.actions.push_back(Action::Close(id));
         }
     }
 }
