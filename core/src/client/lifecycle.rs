@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::releases::Ran;
 use super::request::{AcquireOp, Op, ReleaseJob, Request, Step};
 use super::topology::{Route, Topology};
 use super::{Client, Connection, RequestId};
@@ -53,7 +54,7 @@ impl Client {
         // Grants read but not confirmed replicated: they exist, unconfirmed.
         for (op, _) in std::mem::take(&mut conn.unreplicated) {
             self.fail(now, op.call.request, Unavailable::ConnectionLost(error.clone()));
-            self.compensate(now, op, false);
+            self.compensate(now, op, Ran::Answered);
         }
         let pending: Vec<Request> = conn.pipeline.drain().collect();
         for request in pending {

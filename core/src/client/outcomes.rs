@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::callers::Awaits;
 use super::keep_alive::Renewed;
+use super::releases::Ran;
 use super::request::{Op, ReleaseJob, ReleaseKind};
 use super::Client;
 use crate::event::{ConnectionError, Event, Inspection, KeysPage, Outcome, Renewal, RequestId, Unavailable};
@@ -131,7 +132,7 @@ impl Client {
     pub(super) fn ambiguous(&mut self, now: Instant, op: Op, error: ConnectionError) -> ConnectionError {
         self.fail(now, op.call().request, Unavailable::ConnectionLost(error.clone()));
         if let Op::Acquire(op) = op {
-            self.compensate(now, op, true);
+            self.compensate(now, op, Ran::MayStillRun);
         }
         error
     }

@@ -16,18 +16,28 @@ use crate::resp::Frame;
 use crate::scripts::ScriptKind;
 use crate::server_error::ServerError;
 
+/// Whether an acquire to compensate has run: its reply was read, or it was
+/// not (its bytes may still reach Redis).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ran {
+    Answered,
+    MayStillRun,
+}
+
 impl Client {
     /// Releases a lease the caller will never hold. Only an acquire can be
     /// compensated: a renewal creates no lease.
     ///
-    /// `may_still_run`: no reply was read for the acquire, so its bytes may
-    /// still reach Redis (held in a buffer, a stalled server, a proxy). Until
-    /// its valid-until a tombstone refuses it, and the release keeps trying
-    /// until any lease it could have made has expired: it runs no later than
-    /// `runnable_until`, and lives a TTL from there. An acquire whose reply
-    /// was read has run; its lease lives a TTL from that reply at most.
-    pub(super) fn compensate(&mut self, now: Instant, op: AcquireOp, may_still_run: bool) {
+    /// [`Ran::MayStillRun`]: no reply was read for the acquire, so its bytes
+    /// may still reach Redis (held in a buffer, a stalled server, a proxy).
+    /// Until its valid-until a tombstone refuses it, and the release keeps
+    /// trying until any lease it could have made has expired: it runs no
+    /// later than `runnable_until`, and lives a TTL from there. An acquire
+    /// whose reply was read has run; its lease lives a TTL from that reply
+    /// at most.
+    pub(super) fn compensate(&mut self, now: Instant, op: AcquireOp, ran: Ran) {
         self.stats.compensations += 1;
+        let may_still_run = ran == Ran::MayStillRun;
         let call = op.call;
         let ran_by = if may_still_run {
             call.runnable_until.unwrap_or(now).max(now)

@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use super::identity;
+use super::releases::Ran;
 use super::request::{AcquireOp, InspectOp, Op, Reading, RenewOp, Request, Step};
 use super::{Client, Phase};
 use crate::event::{ConnectionError, Event, Holder, Inspection, Lease, Outcome, Renewal, Unavailable, Warning};
@@ -322,7 +323,7 @@ impl Client {
             }
             1 if waiting => self.deliver_grant(now, op, token as u64),
             1 if self.bug_skip_late_grant_compensation() => {}
-            1 => self.compensate(now, op, false),
+            1 => self.compensate(now, op, Ran::Answered),
             0 => {
                 if waiting {
                     self.finish(now, request, Outcome::Exceeded);
@@ -540,7 +541,7 @@ impl Client {
                         op.call.request,
                         Unavailable::ConnectionLost(unexpected("wait", &other)),
                     );
-                    self.compensate(now, op, false);
+                    self.compensate(now, op, Ran::Answered);
                 }
                 return Err(unexpected("wait", &other));
             }
@@ -551,7 +552,7 @@ impl Client {
             } else {
                 self.stats.not_replicated += 1;
                 self.fail(now, op.call.request, Unavailable::NotReplicated { acked, wanted });
-                self.compensate(now, op, false);
+                self.compensate(now, op, Ran::Answered);
             }
         }
         Ok(())
@@ -561,7 +562,7 @@ impl Client {
     fn deliver_grant(&mut self, now: Instant, op: AcquireOp, token: u64) {
         let request = op.call.request;
         if !self.callers.contains(request) {
-            return self.compensate(now, op, false);
+            return self.compensate(now, op, Ran::Answered);
         }
         // The grant took it out of its queue: nothing to leave.
         self.waiters.remove(request, true, now);
@@ -619,7 +620,7 @@ impl Client {
                 self.fail(now, request, refused());
                 // It was answered, so it will not run later: no tombstone.
                 if let Op::Acquire(op) = op {
-                    self.compensate(now, op, false);
+                    self.compensate(now, op, Ran::Answered);
                 }
                 Ok(())
             }
