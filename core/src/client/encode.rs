@@ -209,7 +209,7 @@ impl Client {
             scripts: &self.scripts,
             hold: &self.recovery_keys.hold,
             marker: &self.recovery_keys.marker,
-            entropy: &self.entropy,
+            entropy: self.names.entropy(),
             connection: conn.id(),
         };
         conn.pipeline

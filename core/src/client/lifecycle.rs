@@ -15,8 +15,7 @@ impl Client {
         if self.nodes[node].connection.is_some() {
             return; // one generation at a time
         }
-        let id = ConnectionId(self.next_connection);
-        self.next_connection += 1;
+        let id = self.names.connection();
         let target = &mut self.nodes[node];
         target.reconnect.attempting();
         target.connection = Some(Connection::new(

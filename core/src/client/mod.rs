@@ -14,7 +14,7 @@ use crate::event::{
     Unavailable,
 };
 use crate::key::{Key, SubjectKeys};
-use crate::lease_id::{Claim, ClaimError, LeaseId, LeaseIds};
+use crate::lease_id::{Claim, ClaimError, LeaseId};
 use crate::resp::ReplyLimits;
 use crate::scripts::{ScriptKind, Scripts};
 use callers::{Awaits, Callers};
@@ -22,6 +22,7 @@ use connection::{Connection, Phase};
 use deferred::Deferred;
 use held::HeldLeases;
 use keep_alive::KeepAlive;
+use names::Names;
 use node::Node;
 use reconnect::Reconnect;
 use recovery::RecoveryKeys;
@@ -38,6 +39,7 @@ mod held;
 mod identity;
 mod keep_alive;
 mod lifecycle;
+mod names;
 mod node;
 mod outcomes;
 mod reconnect;
@@ -198,10 +200,7 @@ pub enum Timer {
 pub struct Client {
     config: Config,
     scripts: Scripts,
-    lease_ids: LeaseIds,
-    entropy: [u8; 16],
-    next_request: u64,
-    next_connection: u64,
+    names: Names,
     /// The Redis nodes requests go to: the one server, or the cluster's
     /// seeds and every primary heard of since. Never removed, so an index
     /// names one node for the client's life.
@@ -252,10 +251,7 @@ impl Client {
         let mut client = Self {
             config,
             scripts: Scripts::default(),
-            lease_ids: LeaseIds::new(entropy),
-            entropy,
-            next_request: 1,
-            next_connection: 1,
+            names: Names::new(entropy),
             nodes: Vec::new(),
             topology,
             deferred: Deferred::default(),
@@ -308,8 +304,8 @@ impl Client {
     /// The lease id that request `request` holds if granted, for a plain
     /// acquire (weight 1, this client's `holder_label`).
     pub fn lease_id(&self, request: RequestId) -> LeaseId {
-        self.lease_ids
-            .id(request.0)
+        self.names
+            .lease_id(request)
             .with_claim(1, self.config.holder_label.clone())
     }
 
@@ -402,13 +398,13 @@ impl Client {
         let request = match until {
             None => self.register(now, Awaits::Acquire),
             Some(until) => {
-                let request = self.new_request_id();
+                let request = self.names.request();
                 self.callers.insert(request, until.max(now), Awaits::Acquire);
                 request
             }
         };
         let label = claim.label().or(self.config.holder_label.as_ref()).cloned();
-        let lease = self.lease_ids.id(request.0).with_claim(claim.weight(), label);
+        let lease = self.names.lease_id(request).with_claim(claim.weight(), label);
         let call = Call::new(request, lease, keys);
         let op = AcquireOp {
             call,
@@ -452,7 +448,7 @@ impl Client {
     /// unless it is abandoned first; it shares the acquires' timeout.
     pub fn inspect(&mut self, now: Instant, keys: SubjectKeys, holders: u32) -> RequestId {
         let request = self.register(now, Awaits::Inspection);
-        let call = Call::new(request, self.lease_ids.id(request.0), keys);
+        let call = Call::new(request, self.names.lease_id(request), keys);
         // Two reply items per holder after four counts: never ask for a
         // reply the reply limits would refuse (and drop the connection for).
         let fits = self.config.reply_limits.max_array_len.saturating_sub(4) / 2;
@@ -483,7 +479,7 @@ impl Client {
         let request = self.register(now, Awaits::Scan);
         // The scan goes where this slot's keys go: routed (and redirected,
         // and connected on first use) as any request of that slot.
-        let call = Call::new(request, self.lease_ids.id(request.0), SubjectKeys::in_slot(slot));
+        let call = Call::new(request, self.names.lease_id(request), SubjectKeys::in_slot(slot));
         let pattern = crate::key::leases_pattern(&self.config.key_prefix);
         // `COUNT` is a hint a page may overshoot a little: a quarter of the
         // array limit leaves the margin.
@@ -509,16 +505,9 @@ impl Client {
         self.keep_alive.len()
     }
 
-    /// A fresh request id.
-    fn new_request_id(&mut self) -> RequestId {
-        let request = RequestId(self.next_request);
-        self.next_request += 1;
-        request
-    }
-
     /// A new request whose caller waits at most the acquire timeout.
     fn register(&mut self, now: Instant, awaits: Awaits) -> RequestId {
-        let request = self.new_request_id();
+        let request = self.names.request();
         let deadline = now + self.config.acquire_timeout;
         self.callers.insert(request, deadline, awaits);
         request
@@ -885,13 +874,10 @@ impl Client {
             return node;
         }
         // Each node's reconnect jitter draws from its own stream.
-        let mut entropy = self.entropy;
-        entropy[15] ^= self.nodes.len() as u8;
-        entropy[14] ^= (self.nodes.len() >> 8) as u8;
         let reconnect = Reconnect::new(
             self.config.reconnect_initial_backoff,
             self.config.reconnect_max_backoff,
-            entropy,
+            self.names.jitter_seed(self.nodes.len()),
         );
         self.nodes.push(Node::new(endpoint.clone(), reconnect));
         self.nodes.len() - 1

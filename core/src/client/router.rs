@@ -24,7 +24,7 @@ impl Client {
     pub(super) fn apply_keep_alive(&mut self, now: Instant, effect: keep_alive::Effect) {
         match effect {
             keep_alive::Effect::Renew(lease) => {
-                let request = self.new_request_id();
+                let request = self.names.request();
                 let deadline = (now + self.config.acquire_timeout).min(lease.expires_at);
                 self.callers.insert(request, deadline, Awaits::KeepAlive);
                 self.keep_alive.sent(&lease.id, request, now);
@@ -94,7 +94,7 @@ impl Client {
         self.held.insert(now, &lease, op.limit);
         // The renewal answers no caller: its outcome only updates the held
         // lease (or finds it given back already).
-        let renewal = self.new_request_id();
+        let renewal = self.names.request();
         let call = Call::new(renewal, lease.id.clone(), lease.keys.clone());
         let confirm = RenewOp {
             call,
@@ -111,7 +111,7 @@ impl Client {
     /// renewal that confirms it runs on this one, after it in the
     /// replication stream, so a `WAIT` after the renewal covers both.
     fn confirm_handed(&mut self, now: Instant, op: AcquireOp, token: u64) {
-        let renewal = self.new_request_id();
+        let renewal = self.names.request();
         self.callers
             .insert(renewal, now + self.config.request_liveness, Awaits::HandOver);
         let call = Call::new(renewal, op.call.lease.clone(), op.call.keys.clone());
@@ -192,8 +192,7 @@ impl Client {
         for (node, mut wanted) in wanted.into_iter().enumerate() {
             wanted.sort();
             if self.nodes[node].wake_ups.should_open(now, &wanted) {
-                let id = ConnectionId(self.next_connection);
-                self.next_connection += 1;
+                let id = self.names.connection();
                 let until = now + self.config.connect_timeout;
                 let target = &mut self.nodes[node];
                 target.wake_ups.opening(id, until, self.config.reply_limits);
@@ -225,8 +224,8 @@ impl Client {
                 Heard::Wake(channel) => self.waiters.woken(&channel, 1),
                 Heard::WakeThese(channel, ids) => self.waiters.named(&channel, &ids),
                 Heard::Handed(channel, handed) => {
-                    let (lease_ids, held) = (&self.lease_ids, &self.held);
-                    let done_waiting = |id: &LeaseId| lease_ids.issued(id) && !held.contains(id);
+                    let (names, held) = (&self.names, &self.held);
+                    let done_waiting = |id: &LeaseId| names.issued(id) && !held.contains(id);
                     self.waiters.handed(now, &channel, handed, done_waiting)
                 }
             };
