@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 
-use super::request::{AcquireOp, Call, Reading, ReleaseJob, ReleaseKind, Request, Step};
+use super::request::{AcquireOp, Call, Reading, ReleaseJob, Request, Step};
 use super::Client;
 use crate::config::Config;
 use crate::event::ConnectionId;
@@ -74,12 +74,8 @@ impl Request {
             },
             Request::Release(job) => encode_release(std::slice::from_ref(job), wire, out),
             Request::ReleaseMany(jobs) => encode_release(jobs, wire, out),
-            Request::Compensate(job) => {
-                let until = match job.kind {
-                    ReleaseKind::Compensation { tombstone_until_ms } => tombstone_until_ms,
-                    ReleaseKind::Release => 0,
-                };
-                scripts.encode_compensate(out, job.by_text, &job.keys, &job.lease_bytes, until)
+            Request::Compensate(job, tombstone_until_ms) => {
+                scripts.encode_compensate(out, job.by_text, &job.keys, &job.lease_bytes, *tombstone_until_ms)
             }
             Request::Asking => encode_command(out, &[b"ASKING"]),
             Request::Probe => encode_command(out, &[b"PING"]),

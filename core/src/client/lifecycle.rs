@@ -72,7 +72,7 @@ impl Client {
                 Request::Inspect(op) => {
                     self.ambiguous(now, Op::Inspect(op), error.clone());
                 }
-                Request::Release(job) | Request::Compensate(job) => self.retry_release(now, job),
+                Request::Release(job) | Request::Compensate(job, _) => self.retry_release(now, job),
                 Request::ReleaseMany(jobs) => {
                     for job in jobs {
                         self.retry_release(now, job);

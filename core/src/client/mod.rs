@@ -340,7 +340,7 @@ impl Client {
             .filter_map(|node| node.connection.as_ref())
             .flat_map(|c| c.pipeline.pending())
             .map(|r| match r {
-                Request::Release(_) | Request::Compensate(_) => 1,
+                Request::Release(_) | Request::Compensate(..) => 1,
                 Request::ReleaseMany(jobs) => jobs.len(),
                 _ => 0,
             })

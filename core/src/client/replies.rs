@@ -31,7 +31,7 @@ impl Client {
             Request::Renew(op) => self.on_call_reply(now, node, Op::Renew(op), frame),
             Request::Inspect(op) => self.on_inspect_reply(now, node, op, frame),
             Request::AcquireMany(ops) => self.on_batch_reply(now, node, ops, frame),
-            Request::Release(job) | Request::Compensate(job) => self.on_release_reply(now, node, job, frame),
+            Request::Release(job) | Request::Compensate(job, _) => self.on_release_reply(now, node, job, frame),
             Request::ReleaseMany(jobs) => self.on_release_many_reply(now, node, jobs, frame),
             Request::Reassert(job) => self.on_reassert_reply(now, node, job, frame),
             Request::ReleaseAgain(keys, leases) => self.on_release_again_reply(now, node, keys, leases, frame),

@@ -30,8 +30,9 @@ pub(super) enum Request {
     Release(ReleaseJob),
     /// Two or more ordinary releases of one subject, in one `RELEASE`.
     ReleaseMany(Vec<ReleaseJob>),
-    /// A release of a lease no caller got: the `COMPENSATE` script.
-    Compensate(ReleaseJob),
+    /// A release of a lease no caller got: the `COMPENSATE` script, with
+    /// its tombstone's end (server ms; 0 for none).
+    Compensate(ReleaseJob, u64),
     /// `ASKING`, right before the one command an `ASK` redirect sent here.
     Asking,
     /// Writes back a lease this client holds, after the server lost data:
@@ -323,7 +324,7 @@ impl ReleaseJob {
     pub(super) fn into_request(self) -> Request {
         match self.kind {
             ReleaseKind::Release => Request::Release(self),
-            ReleaseKind::Compensation { .. } => Request::Compensate(self),
+            ReleaseKind::Compensation { tombstone_until_ms } => Request::Compensate(self, tombstone_until_ms),
         }
     }
 }
