@@ -35,6 +35,7 @@ mod callers;
 mod connection;
 mod deferred;
 mod encode;
+mod error_class;
 mod held;
 mod identity;
 mod keep_alive;
@@ -289,6 +290,27 @@ impl Client {
             self.waiters.ignore_wake_ups();
         }
         self.bugs = bugs;
+    }
+
+    pub(super) fn bug_skip_echo_check(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.bugs.skip_echo_check;
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+
+    pub(super) fn bug_skip_stale_check(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.bugs.skip_stale_check;
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+
+    pub(super) fn bug_skip_late_grant_compensation(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.bugs.skip_late_grant_compensation;
+        #[cfg(not(feature = "fault-injection"))]
+        false
     }
 
     /// The settings this client was built with.

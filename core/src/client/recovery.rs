@@ -184,7 +184,7 @@ impl Client {
                 }
             }
             Frame::Error(_) => {}
-            other => return Err(super::replies::unexpected("release again", &other)),
+            other => return Err(super::error_class::unexpected("release again", &other)),
         }
         self.step_done(now, node);
         Ok(())
@@ -206,16 +206,16 @@ impl Client {
                     3 => Reassertion::OverLimit,
                     -1 => Reassertion::GivenBack,
                     &STALE => Reassertion::Unconfirmed,
-                    _ => return Err(super::replies::unexpected("reassert", &frame)),
+                    _ => return Err(super::error_class::unexpected("reassert", &frame)),
                 },
                 [Frame::Integer(_), Frame::BulkString(_)] => return Err(ConnectionError::EchoMismatch),
-                _ => return Err(super::replies::unexpected("reassert", &frame)),
+                _ => return Err(super::error_class::unexpected("reassert", &frame)),
             },
             // Refused (out of memory, say): the lease may be missing.
             Frame::Error(message) if ServerErrorKind::of(message) != ServerErrorKind::NoAuth => {
                 Reassertion::Unconfirmed
             }
-            _ => return Err(super::replies::unexpected("reassert", &frame)),
+            _ => return Err(super::error_class::unexpected("reassert", &frame)),
         };
         match outcome {
             Reassertion::Survived => self.stats.leases_survived += 1,

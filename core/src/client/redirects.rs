@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::replies::Redirect;
+use super::error_class::Redirect;
 use super::request::{Op, ReleaseJob, Request, Step};
 use super::Client;
 use crate::cluster::{parse_redirect, parse_shards, parse_slots, Shard};

@@ -3,9 +3,9 @@
 
 use std::time::Instant;
 
+use super::error_class::{error_class, unexpected, ErrorClass};
 use super::lifecycle::release_route;
 use super::release_queue::Given;
-use super::replies::{unexpected, ErrorClass};
 use super::request::{AcquireOp, ReleaseJob, ReleaseKind};
 use super::Client;
 use crate::event::ConnectionError;
@@ -147,7 +147,7 @@ impl Client {
             }
             Frame::Error(message) => {
                 let message = message.to_string();
-                return match self.error_class(&message) {
+                return match error_class(&message, self.topology.is_cluster()) {
                     ErrorClass::NoScript => {
                         job.by_text = true;
                         let script = if job.is_compensation() {
@@ -218,7 +218,7 @@ impl Client {
                 return Err(unexpected("release batch", &other));
             }
         };
-        match self.error_class(&message) {
+        match error_class(&message, self.topology.is_cluster()) {
             ErrorClass::Redirect(redirect) => {
                 for job in jobs {
                     self.redirect_release(now, node, job, redirect, &message);

@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use super::error_class::{classify, describe, error_class, unexpected, unexpected_status, ErrorClass};
 use super::identity;
 use super::releases::Ran;
 use super::request::{AcquireOp, InspectOp, Op, Reading, RenewOp, Request, Step};
@@ -47,7 +48,7 @@ impl Client {
             Request::Leave(keys, lease, until) => match frame {
                 Frame::Integer(_) => Ok(()),
                 Frame::Error(message) => {
-                    match self.error_class(&message) {
+                    match error_class(&message, self.topology.is_cluster()) {
                         ErrorClass::Redirect(_) => self.refresh_topology(now),
                         ErrorClass::NoScript => self.reload(now, node, ScriptKind::Leave),
                         _ => {}
@@ -592,7 +593,7 @@ impl Client {
         let request = op.call().request;
         let error = ServerError::new(message);
         let refused = || Unavailable::Server(error.clone());
-        match self.error_class(message) {
+        match error_class(message, self.topology.is_cluster()) {
             ErrorClass::NoScript => {
                 if self.callers.contains(request) {
                     op.call_mut().by_text = true;
@@ -626,94 +627,6 @@ impl Client {
             }
         }
     }
-
-    pub(super) fn bug_skip_echo_check(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        return self.bugs.skip_echo_check;
-        #[cfg(not(feature = "fault-injection"))]
-        false
-    }
-
-    pub(super) fn bug_skip_stale_check(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        return self.bugs.skip_stale_check;
-        #[cfg(not(feature = "fault-injection"))]
-        false
-    }
-
-    pub(super) fn bug_skip_late_grant_compensation(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        return self.bugs.skip_late_grant_compensation;
-        #[cfg(not(feature = "fault-injection"))]
-        false
-    }
-}
-
-/// What a Redis error reply tells us about the command it answers.
-pub(super) enum ErrorClass {
-    /// The script is not cached: resend it as `EVAL`.
-    NoScript,
-    /// The cluster sends it elsewhere (or later); it did not run.
-    Redirect(Redirect),
-    /// Refused before execution; the connection can go on.
-    NotExecuted,
-    /// Refused before execution, and this connection is of no further use
-    /// (wrong role, wrong node, lost authentication).
-    NotExecutedRetire,
-    /// We cannot know whether the command ran.
-    Unknown,
-}
-
-/// A reply that sends a command elsewhere, or later: it did not run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Redirect {
-    /// `MOVED`: the slot lives on another primary for good.
-    Moved,
-    /// `ASK`: the slot is migrating; ask the other node, this once.
-    Ask,
-    /// `TRYAGAIN`: the subject's keys are split by a migration; soon.
-    TryAgain,
-    /// `READONLY` in a cluster: the node was demoted by a failover.
-    ReadOnly,
-}
-
-/// What an error reply means, on its own. A standalone client reads a
-/// redirect as a refusal (see [`Client::error_class`]).
-pub(super) fn classify(message: &str) -> ErrorClass {
-    use ServerErrorKind as Kind;
-    match ServerErrorKind::of(message) {
-        Kind::NoScript => ErrorClass::NoScript,
-        Kind::Moved => ErrorClass::Redirect(Redirect::Moved),
-        Kind::Ask => ErrorClass::Redirect(Redirect::Ask),
-        Kind::TryAgain => ErrorClass::Redirect(Redirect::TryAgain),
-        Kind::ReadOnly => ErrorClass::Redirect(Redirect::ReadOnly),
-        Kind::Busy
-        | Kind::OutOfMemory
-        | Kind::Loading
-        | Kind::ClusterDown
-        | Kind::MasterDown
-        | Kind::Misconf
-        | Kind::NoPerm
-        | Kind::CrossSlot
-        | Kind::ExecAbort => ErrorClass::NotExecuted,
-        Kind::NoAuth | Kind::WrongPass => ErrorClass::NotExecutedRetire,
-        Kind::Other => ErrorClass::Unknown,
-    }
-}
-
-impl Client {
-    /// What an error reply means here. Standalone, a redirect is a refusal:
-    /// `READONLY` means a replica, of no use for writes (retire, and find
-    /// the primary again); `MOVED` and `ASK` cannot be followed (the
-    /// handshake refuses cluster nodes, so only a server that hid its mode
-    /// says them) and `TRYAGAIN` is not ours to wait for.
-    pub(super) fn error_class(&self, message: &str) -> ErrorClass {
-        match classify(message) {
-            ErrorClass::Redirect(Redirect::ReadOnly) if !self.topology.is_cluster() => ErrorClass::NotExecutedRetire,
-            ErrorClass::Redirect(_) if !self.topology.is_cluster() => ErrorClass::NotExecuted,
-            class => class,
-        }
-    }
 }
 
 /// `TIME`'s reply: seconds and microseconds, as bulk strings of digits.
@@ -734,20 +647,4 @@ fn is_auth_error(message: &str) -> bool {
         ServerErrorKind::of(message),
         ServerErrorKind::NoAuth | ServerErrorKind::WrongPass
     )
-}
-
-fn describe(frame: &Frame) -> String {
-    let mut text = format!("{frame:?}");
-    text.truncate(120);
-    text
-}
-
-/// A `{status, id}` reply whose status the script never gives.
-fn unexpected_status(what: &str, status: i64, lease_bytes: &bytes::Bytes) -> ConnectionError {
-    let frame = Frame::Array(vec![Frame::Integer(status), Frame::BulkString(lease_bytes.clone())]);
-    unexpected(what, &frame)
-}
-
-pub(super) fn unexpected(what: &str, frame: &Frame) -> ConnectionError {
-    ConnectionError::UnexpectedReply(format!("{what}: {}", describe(frame)))
 }
