@@ -62,6 +62,15 @@ async fn repeating_warnings_are_throttled_and_the_lifecycle_is_at_info() {
     // Redis goes away: 200 requests fail open, and the driver tries to
     // reconnect every 20 ms for a second.
     server.stop();
+    // Once the driver has seen the connection go (its first reconnect
+    // failed), every request is refused for want of one: the first line
+    // carries the operating system's reason. (A request sent before it
+    // noticed is told the connection was lost instead.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while lines.count("connecting to Redis failed") == 0 {
+        assert!(std::time::Instant::now() < deadline, "{}", lines.text());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let key = Key::new("tenant", "logs").unwrap();
     for _ in 0..200 {
         let permit = limiter.acquire(&key).await.unwrap();
