@@ -296,13 +296,13 @@ pub enum Event {
     /// A page of keys's one and only outcome (see `Client::scan_keys`).
     /// Never sent after `abandon`.
     Scanned(RequestId, Result<KeysPage, Unavailable>),
-    /// A release (or, with `compensation`, a release we owed for an acquire whose
-    /// caller never got the lease) is done.
+    /// A release is done: of a lease its holder gave back, or of one no
+    /// caller ever got (a compensation).
     Released {
         /// The lease given back.
         lease: LeaseId,
-        /// Whether no caller ever held it.
-        compensation: bool,
+        /// Whose it was.
+        of: ReleaseOf,
     },
     /// A handshake found that `connection`'s server may have lost lease
     /// data; `held` leases this client holds there are being written back,
@@ -345,11 +345,21 @@ pub enum Event {
     ReleaseAbandoned {
         /// The lease that stays.
         lease: LeaseId,
-        /// Whether no caller ever held it.
-        compensation: bool,
+        /// Whose it was.
+        of: ReleaseOf,
         /// Why the release gave up.
         reason: ReleaseFailure,
     },
+}
+
+/// Whose lease a release gives back (see [`Event::Released`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseOf {
+    /// Its holder's: a permit given back.
+    Holder,
+    /// Nobody's: an acquire whose caller never got the lease (it left, or
+    /// the reply was lost), released by the client on its own.
+    Compensation,
 }
 
 /// What a handshake found that weakens a guarantee (see [`Event::Warning`]).

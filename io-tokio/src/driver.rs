@@ -393,16 +393,12 @@ impl<C: Connector> Driver<C> {
                     let _ = reply.send(page.map(Some).map_err(|reason| Error::Unavailable { reason }));
                 }
             }
-            Event::Released { lease, compensation } => {
-                tracing::trace!(%lease, compensation, "inflight: lease released");
+            Event::Released { lease, of } => {
+                tracing::trace!(%lease, ?of, "inflight: lease released");
                 self.release_done(lease, Ok(()));
             }
-            Event::ReleaseAbandoned {
-                lease,
-                compensation,
-                reason,
-            } => {
-                tracing::warn!(%lease, compensation, %reason, "inflight: release gave up; the lease expires at its TTL");
+            Event::ReleaseAbandoned { lease, of, reason } => {
+                tracing::warn!(%lease, ?of, %reason, "inflight: release gave up; the lease expires at its TTL");
                 self.release_done(lease, Err(ReleaseError::Abandoned(reason)));
             }
             Event::Connected(id) => {

@@ -9,7 +9,7 @@ use super::release_queue::Given;
 use super::request::{AcquireOp, ReleaseJob, ReleaseKind};
 use super::Client;
 use crate::event::ConnectionError;
-use crate::event::{Event, ReleaseFailure};
+use crate::event::{Event, ReleaseFailure, ReleaseOf};
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
 use crate::resp::Frame;
@@ -101,10 +101,10 @@ impl Client {
 
     pub(super) fn abandon_release(&mut self, job: ReleaseJob, reason: ReleaseFailure) {
         self.stats.releases_abandoned += 1;
-        let compensation = job.is_compensation();
+        let of = job.whose();
         self.events.push_back(Event::ReleaseAbandoned {
             lease: job.lease,
-            compensation,
+            of,
             reason,
         });
     }
@@ -181,11 +181,8 @@ impl Client {
         }
         self.stats.releases += 1;
         self.remember_release(now, job.lease.clone(), &job.keys);
-        let compensation = job.is_compensation();
-        self.events.push_back(Event::Released {
-            lease: job.lease,
-            compensation,
-        });
+        let of = job.whose();
+        self.events.push_back(Event::Released { lease: job.lease, of });
         Ok(())
     }
 
@@ -204,7 +201,7 @@ impl Client {
                 self.remember_release(now, job.lease.clone(), &job.keys);
                 self.events.push_back(Event::Released {
                     lease: job.lease,
-                    compensation: false,
+                    of: ReleaseOf::Holder,
                 });
             }
             return Ok(());

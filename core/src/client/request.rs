@@ -320,6 +320,14 @@ impl ReleaseJob {
         matches!(self.kind, ReleaseKind::Compensation { .. })
     }
 
+    /// Whose lease it gives back, as its events say.
+    pub(super) fn whose(&self) -> crate::event::ReleaseOf {
+        match self.kind {
+            ReleaseKind::Release => crate::event::ReleaseOf::Holder,
+            ReleaseKind::Compensation { .. } => crate::event::ReleaseOf::Compensation,
+        }
+    }
+
     /// The request for one attempt.
     pub(super) fn into_request(self) -> Request {
         match self.kind {

@@ -20,7 +20,7 @@ fn grants_up_to_the_limit_denies_past_it_and_a_release_admits_again() {
     assert!(pair.events.iter().any(|e| matches!(
         e,
         Event::Released {
-            compensation: false,
+            of: ReleaseOf::Holder,
             ..
         }
     )));
@@ -40,10 +40,13 @@ fn a_grant_for_an_abandoned_caller_is_compensated_and_never_delivered() {
     pair.abandon(a); // ...but the caller is gone before the reply.
     pair.settle();
     assert_eq!(pair.outcome(a), None);
-    assert!(pair
-        .events
-        .iter()
-        .any(|e| matches!(e, Event::Released { compensation: true, .. })));
+    assert!(pair.events.iter().any(|e| matches!(
+        e,
+        Event::Released {
+            of: ReleaseOf::Compensation,
+            ..
+        }
+    )));
     assert!(pair.server.all_live_leases().is_empty());
     // The slot is free again for the next caller.
     let b = pair.acquire("t", "s", 1);
@@ -61,10 +64,13 @@ fn an_outcome_not_yet_taken_is_withdrawn_when_its_caller_leaves() {
     pair.to_client_then_abandon(usize::MAX, a);
     pair.settle();
     assert_eq!(pair.outcome(a), None);
-    assert!(pair
-        .events
-        .iter()
-        .any(|e| matches!(e, Event::Released { compensation: true, .. })));
+    assert!(pair.events.iter().any(|e| matches!(
+        e,
+        Event::Released {
+            of: ReleaseOf::Compensation,
+            ..
+        }
+    )));
     assert!(pair.server.all_live_leases().is_empty());
     let stats = pair.client.stats();
     assert_eq!((stats.granted, stats.compensations), (0, 1));

@@ -123,7 +123,7 @@ fn releases_of_one_subject_in_one_wake_up_go_out_as_one_zrem() {
             matches!(
                 e,
                 Event::Released {
-                    compensation: false,
+                    of: ReleaseOf::Holder,
                     ..
                 }
             )

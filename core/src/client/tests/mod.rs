@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::event::{ConnectionError, Event, Outcome, ReleaseFailure, Renewal, Unavailable};
+use crate::event::{ConnectionError, Event, Outcome, ReleaseFailure, ReleaseOf, Renewal, Unavailable};
 use crate::resp::ProtocolError;
 use crate::testkit::Pair;
 use crate::{Config, Credentials, ServerErrorKind, UnavailablePolicy};

@@ -37,7 +37,7 @@ fn a_release_retries_on_a_fresh_connection_with_backoff() {
     assert!(pair.events.iter().any(|e| matches!(
         e,
         Event::Released {
-            compensation: false,
+            of: ReleaseOf::Holder,
             ..
         }
     )));
@@ -96,7 +96,7 @@ fn a_release_that_cannot_get_through_gives_up_and_says_so() {
     assert!(pair.events.iter().any(|e| matches!(
         e,
         Event::ReleaseAbandoned {
-            compensation: false,
+            of: ReleaseOf::Holder,
             reason: ReleaseFailure::AttemptsExhausted,
             ..
         }

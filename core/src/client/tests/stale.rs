@@ -17,10 +17,13 @@ fn an_acquire_held_back_past_its_liveness_takes_no_slot_even_after_its_compensat
         pair.advance(ms(100));
         pair.refuse();
     }
-    assert!(pair
-        .events
-        .iter()
-        .any(|e| matches!(e, Event::ReleaseAbandoned { compensation: true, .. })));
+    assert!(pair.events.iter().any(|e| matches!(
+        e,
+        Event::ReleaseAbandoned {
+            of: ReleaseOf::Compensation,
+            ..
+        }
+    )));
     // Then the held bytes run: too late, so the script refuses them.
     pair.land_ghosts();
     assert_eq!(
