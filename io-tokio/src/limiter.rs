@@ -112,6 +112,9 @@ impl Acquire {
 /// The most holders `Limiter::holders` lists.
 pub const MAX_HOLDERS: u32 = 2_000;
 
+/// A read handed to the driver: its ticket, and where its answer comes.
+type Sent<T> = (u64, oneshot::Receiver<Result<T, Error>>);
+
 /// The most key names `Limiter::busy_keys` reads from Redis before it
 /// stops looking (it says so with `BusyKeys::complete`).
 pub const MAX_SCANNED_KEYS: usize = 100_000;
@@ -357,11 +360,8 @@ impl Limiter {
                 .iter()
                 .map(|key| self.send_inspect(key, 0))
                 .collect::<Result<Vec<_>, _>>()?;
-            for (key, (ticket, outcome)) in window.iter().zip(sent) {
-                let inspection = match answer(&self.shared.commands, ticket, outcome).await {
-                    Ok(result) => result?,
-                    Err(_) => return Err(Error::Stopped),
-                };
+            for (key, sent) in window.iter().zip(sent) {
+                let inspection = self.answered(sent).await?;
                 let usage = Usage::of(&inspection);
                 if usage.held > 0 || usage.waiting > 0 {
                     keys.push((key.clone(), usage));
@@ -411,48 +411,52 @@ impl Limiter {
     }
 
     async fn scan(&self, shard: usize, cursor: u64) -> Result<Option<inflight_core::KeysPage>, Error> {
-        let ticket = next_ticket();
-        let (reply, outcome) = oneshot::channel();
-        let command = Command::Scan {
+        let sent = self.send(|ticket, reply| Command::Scan {
             ticket,
             shard,
             cursor,
             count: 1000,
             reply,
-        };
-        if self.shared.commands.send(command).is_err() {
-            return Err(Error::Stopped);
-        }
-        match answer(&self.shared.commands, ticket, outcome).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::Stopped),
-        }
+        })?;
+        self.answered(sent).await
     }
 
     async fn inspect(&self, key: &Key, holders: u32) -> Result<Inspection, Error> {
-        let (ticket, outcome) = self.send_inspect(key, holders)?;
-        match answer(&self.shared.commands, ticket, outcome).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::Stopped),
-        }
+        let sent = self.send_inspect(key, holders)?;
+        self.answered(sent).await
     }
 
     /// Hands an inspection to the driver; its answer comes on the receiver.
-    fn send_inspect(
-        &self,
-        key: &Key,
-        holders: u32,
-    ) -> Result<(u64, oneshot::Receiver<Result<Inspection, Error>>), Error> {
-        let ticket = next_ticket();
-        let (reply, outcome) = oneshot::channel();
-        let command = Command::Inspect {
+    fn send_inspect(&self, key: &Key, holders: u32) -> Result<Sent<Inspection>, Error> {
+        self.send(|ticket, reply| Command::Inspect {
             ticket,
             keys: SubjectKeys::new(&self.shared.key_prefix, key),
             holders,
             reply,
-        };
-        self.shared.commands.send(command).map_err(|_| Error::Stopped)?;
+        })
+    }
+
+    /// Hands the driver a read made by `command` from its ticket and reply
+    /// channel.
+    fn send<T>(
+        &self,
+        command: impl FnOnce(u64, oneshot::Sender<Result<T, Error>>) -> Command,
+    ) -> Result<Sent<T>, Error> {
+        let ticket = next_ticket();
+        let (reply, outcome) = oneshot::channel();
+        self.shared
+            .commands
+            .send(command(ticket, reply))
+            .map_err(|_| Error::Stopped)?;
         Ok((ticket, outcome))
+    }
+
+    /// The driver's answer to a read [`Limiter::send`] handed it.
+    async fn answered<T>(&self, (ticket, outcome): Sent<T>) -> Result<T, Error> {
+        match answer(&self.shared.commands, ticket, outcome).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Stopped),
+        }
     }
 
     /// When a request refused with `error` may be tried again (for an HTTP

@@ -56,7 +56,6 @@ pub const USAGE: &str = "usage: inflight <command> <redis-url> [arguments] [opti
 
 /// What to do, parsed.
 enum Command {
-    Help,
     Holders(Key),
     Usage(Key),
     Keys,
@@ -77,7 +76,8 @@ fn value<T: std::str::FromStr>(flag: &str, arg: Option<String>) -> Result<T, Cli
         .map_err(|_| CliError::Usage(format!("{flag} {arg:?} is not a valid value")))
 }
 
-fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, CliError> {
+/// The arguments as a command; `None` for `--help`.
+fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, CliError> {
     let mut positional = Vec::new();
     let mut prefix = "inflight".to_string();
     let mut cluster = false;
@@ -92,15 +92,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, CliError> {
             "--limit" => limit = value("--limit", args.next())?,
             "--interval" => interval = value("--interval", args.next())?,
             "--refreshes" => refreshes = Some(value("--refreshes", args.next())?),
-            "-h" | "--help" => {
-                return Ok(Args {
-                    command: Command::Help,
-                    url: String::new(),
-                    prefix,
-                    cluster,
-                    limit,
-                })
-            }
+            "-h" | "--help" => return Ok(None),
             flag if flag.starts_with('-') => return Err(CliError::Usage(format!("unknown option {flag}"))),
             _ => positional.push(arg),
         }
@@ -142,13 +134,13 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, CliError> {
         }
         _ => return Err(CliError::Usage(format!("unknown command {command:?}"))),
     };
-    Ok(Args {
+    Ok(Some(Args {
         command,
         url,
         prefix,
         cluster,
         limit,
-    })
+    }))
 }
 
 /// The whole program: runs the process's arguments on a runtime of its own,
@@ -180,11 +172,10 @@ pub fn main() -> std::process::ExitCode {
 /// Runs the command `args` (without the program name), writing what it
 /// prints to `out`.
 pub async fn run(args: impl IntoIterator<Item = String>, out: &mut (dyn Write + Send)) -> Result<(), CliError> {
-    let args = parse(args)?;
-    if let Command::Help = args.command {
+    let Some(args) = parse(args)? else {
         writeln!(out, "{USAGE}")?;
         return Ok(());
-    }
+    };
     let target = inflight_core::redact_url(&args.url);
     let mut builder = Limiter::builder(args.url)
         .key_prefix(args.prefix)
@@ -207,7 +198,6 @@ async fn command(
     out: &mut (dyn Write + Send),
 ) -> Result<(), CliError> {
     match command {
-        Command::Help => writeln!(out, "{USAGE}")?,
         Command::Usage(key) => write!(out, "{}", render::usage(&limiter.usage(key).await?))?,
         Command::Holders(key) => write!(out, "{}", render::holders(&limiter.holders(key).await?, Instant::now()))?,
         Command::Keys => write!(out, "{}", render::keys(&limiter.busy_keys(limit).await?))?,
@@ -237,18 +227,23 @@ async fn command(
 mod tests {
     use super::*;
 
-    fn args(line: &str) -> Result<Args, CliError> {
+    fn args(line: &str) -> Result<Option<Args>, CliError> {
         parse(line.split_whitespace().map(String::from))
     }
 
     #[test]
     fn the_commands_parse_with_their_options_and_refuse_what_is_off() {
-        let top = args("top redis://h --limit 5 --interval 0.5 --refreshes 3 --cluster").unwrap();
+        let top = args("top redis://h --limit 5 --interval 0.5 --refreshes 3 --cluster")
+            .unwrap()
+            .unwrap();
         assert!(matches!(top.command, Command::Top { refreshes: Some(3), .. }));
         assert_eq!((top.limit, top.cluster), (5, true));
-        assert!(matches!(args("keys redis://h").unwrap().command, Command::Keys));
-        assert!(matches!(args("--help").unwrap().command, Command::Help));
-        assert!(matches!(args("usage redis://h -h").unwrap().command, Command::Help));
+        assert!(matches!(
+            args("keys redis://h").unwrap().unwrap().command,
+            Command::Keys
+        ));
+        assert!(args("--help").unwrap().is_none());
+        assert!(args("usage redis://h -h").unwrap().is_none());
         for bad in [
             "keys",
             "keys redis://h extra",
@@ -261,7 +256,7 @@ mod tests {
         ] {
             assert!(matches!(args(bad), Err(CliError::Usage(_))), "{bad}");
         }
-        assert!(args("usage redis://h ns ''x").is_ok());
+        assert!(args("usage redis://h ns ''x").unwrap().is_some());
         assert!(matches!(
             parse(["usage", "redis://h", "ns", ""].map(String::from)),
             Err(CliError::Key(_))

@@ -44,30 +44,38 @@ pub fn key_name(key: &Key) -> String {
 /// `keys`: the busiest keys, one line each, then what the scan covered.
 pub fn keys(busy: &BusyKeys) -> String {
     let mut out = String::new();
-    let width = busy
-        .keys
-        .iter()
-        .map(|(k, _)| key_name(k).len())
-        .max()
-        .unwrap_or(3)
-        .max(3);
+    let width = key_width(busy);
     let _ = writeln!(
         out,
         "{:<width$}  {:>6}  {:>6}  {:>7}",
         "KEY", "HELD", "LIMIT", "WAITING"
     );
     for (key, usage) in &busy.keys {
-        let _ = writeln!(
-            out,
-            "{:<width$}  {:>6}  {:>6}  {:>7}",
-            key_name(key),
-            usage.held,
-            limit(usage),
-            usage.waiting
-        );
+        let _ = writeln!(out, "{}", key_columns(key, usage, width));
     }
     let _ = writeln!(out, "{}", coverage(busy));
     out
+}
+
+/// The width of the key column: the longest name, or its heading.
+fn key_width(busy: &BusyKeys) -> usize {
+    busy.keys
+        .iter()
+        .map(|(k, _)| key_name(k).len())
+        .max()
+        .unwrap_or(3)
+        .max(3)
+}
+
+/// A key's name, units held, limit and waiters, as `keys` and `top` print them.
+fn key_columns(key: &Key, usage: &Usage, width: usize) -> String {
+    format!(
+        "{:<width$}  {:>6}  {:>6}  {:>7}",
+        key_name(key),
+        usage.held,
+        limit(usage),
+        usage.waiting
+    )
 }
 
 /// What a scan covered, in words.
@@ -123,13 +131,7 @@ pub fn top_frame(target: &str, busy: &BusyKeys, holders: &[String], frame: u64) 
     let mut out = String::new();
     let _ = writeln!(out, "inflight top: {target}   refresh {frame}   (Ctrl-C quits)");
     let _ = writeln!(out);
-    let width = busy
-        .keys
-        .iter()
-        .map(|(k, _)| key_name(k).len())
-        .max()
-        .unwrap_or(3)
-        .max(3);
+    let width = key_width(busy);
     let _ = writeln!(
         out,
         "{:<width$}  {:>6}  {:>6}  {:>7}  {:<w$}  HOLDERS",
@@ -143,11 +145,8 @@ pub fn top_frame(target: &str, busy: &BusyKeys, holders: &[String], frame: u64) 
     for (i, (key, usage)) in busy.keys.iter().enumerate() {
         let _ = writeln!(
             out,
-            "{:<width$}  {:>6}  {:>6}  {:>7}  {}  {}",
-            key_name(key),
-            usage.held,
-            limit(usage),
-            usage.waiting,
+            "{}  {}  {}",
+            key_columns(key, usage, width),
             bar(usage.held, usage.limit_recorded, BAR),
             holders.get(i).map(String::as_str).unwrap_or("")
         );
