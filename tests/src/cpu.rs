@@ -16,11 +16,8 @@ pub fn process_seconds() -> f64 {
 
 /// CPU seconds `server` has used (`INFO cpu`: system + user).
 pub fn redis_seconds(server: &RedisServer) -> f64 {
-    let info = match server.client().call(&[b"INFO", b"cpu"]) {
-        Ok(inflight_core::resp::Frame::BulkString(info)) => String::from_utf8_lossy(&info).into_owned(),
-        other => panic!("INFO cpu: {other:?}"),
-    };
-    info.lines()
+    info(server, "cpu")
+        .lines()
         .filter(|line| line.starts_with("used_cpu_sys:") || line.starts_with("used_cpu_user:"))
         .filter_map(|line| line.split(':').nth(1)?.trim().parse::<f64>().ok())
         .sum()
@@ -29,13 +26,18 @@ pub fn redis_seconds(server: &RedisServer) -> f64 {
 /// Commands `server` has run, those its scripts called included (the sum of
 /// `calls=` in `INFO commandstats`).
 pub fn redis_commands(server: &RedisServer) -> f64 {
-    let info = match server.client().call(&[b"INFO", b"commandstats"]) {
-        Ok(inflight_core::resp::Frame::BulkString(info)) => String::from_utf8_lossy(&info).into_owned(),
-        other => panic!("INFO commandstats: {other:?}"),
-    };
-    info.lines()
+    info(server, "commandstats")
+        .lines()
         .filter_map(|line| line.split("calls=").nth(1)?.split(',').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// One section of `server`'s `INFO`.
+fn info(server: &RedisServer, section: &str) -> String {
+    match server.client().call(&[b"INFO", section.as_bytes()]) {
+        Ok(inflight_core::resp::Frame::BulkString(info)) => String::from_utf8_lossy(&info).into_owned(),
+        other => panic!("INFO {section}: {other:?}"),
+    }
 }
 
 /// The host's (all CPUs) total and steal jiffies (`/proc/stat`).

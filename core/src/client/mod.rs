@@ -451,16 +451,9 @@ impl Client {
     /// in-flight cap.
     pub fn renew(&mut self, now: Instant, lease: &Lease) -> RequestId {
         let request = self.register(now, Awaits::Renewal);
-        let call = Call::new(request, lease.id.clone(), lease.keys.clone());
-        let (token, granted_at) = (lease.fencing_token, lease.granted_at);
-        self.submit(
-            now,
-            Op::Renew(RenewOp {
-                call,
-                token,
-                granted_at,
-            }),
-        );
+        let (id, keys) = (lease.id.clone(), lease.keys.clone());
+        let renewal = RenewOp::new(request, id, keys, lease.fencing_token, lease.granted_at);
+        self.submit(now, Op::Renew(renewal));
         request
     }
 

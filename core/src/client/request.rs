@@ -174,6 +174,30 @@ pub(super) struct RenewOp {
     pub(super) granted_at: Instant,
 }
 
+impl RenewOp {
+    /// A renewal, as request `request`, of lease `lease` of `keys` that
+    /// keeps its fencing `token` and its `granted_at`.
+    pub(super) fn new(request: RequestId, lease: LeaseId, keys: SubjectKeys, token: u64, granted_at: Instant) -> Self {
+        Self {
+            call: Call::new(request, lease, keys),
+            token,
+            granted_at,
+        }
+    }
+}
+
+impl AcquireOp {
+    /// Readied to be sent again as a fresh write (a waiter's next check):
+    /// its lease, if granted, lives a TTL from then, and it starts with no
+    /// redirect behind it.
+    pub(super) fn resend(mut self) -> Self {
+        self.call.sent_at = None;
+        self.call.ask = None;
+        self.call.redirects = 0;
+        self
+    }
+}
+
 /// Reads what a subject holds. Writes nothing, so whatever happens to it
 /// there is nothing to undo. Its call's lease id is never used in Redis.
 #[derive(Debug)]

@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::callers::Awaits;
 use super::keep_alive;
-use super::request::{AcquireOp, Call, Op, RenewOp, Request};
+use super::request::{AcquireOp, Op, RenewOp, Request};
 use super::subscriber::Heard;
 use super::topology::Route;
 use super::waiters;
@@ -28,11 +28,7 @@ impl Client {
                 let deadline = (now + self.config.acquire_timeout).min(lease.expires_at);
                 self.callers.insert(request, deadline, Awaits::KeepAlive);
                 self.keep_alive.sent(&lease.id, request, now);
-                let renewal = RenewOp {
-                    call: Call::new(request, lease.id, lease.keys),
-                    token: lease.fencing_token,
-                    granted_at: lease.granted_at,
-                };
+                let renewal = RenewOp::new(request, lease.id, lease.keys, lease.fencing_token, lease.granted_at);
                 self.submit(now, Op::Renew(renewal));
             }
             keep_alive::Effect::Kept { lease, expires_at } => {
@@ -95,12 +91,7 @@ impl Client {
         // The renewal answers no caller: its outcome only updates the held
         // lease (or finds it given back already).
         let renewal = self.names.request();
-        let call = Call::new(renewal, lease.id.clone(), lease.keys.clone());
-        let confirm = RenewOp {
-            call,
-            token,
-            granted_at: now,
-        };
+        let confirm = RenewOp::new(renewal, lease.id.clone(), lease.keys.clone(), token, now);
         self.finish(now, request, Outcome::Granted(lease));
         self.route_op(now, Op::Renew(confirm));
     }
@@ -114,12 +105,7 @@ impl Client {
         let renewal = self.names.request();
         self.callers
             .insert(renewal, now + self.config.request_liveness, Awaits::HandOver);
-        let call = Call::new(renewal, op.call.lease.clone(), op.call.keys.clone());
-        let confirm = RenewOp {
-            call,
-            token,
-            granted_at: now,
-        };
+        let confirm = RenewOp::new(renewal, op.call.lease.clone(), op.call.keys.clone(), token, now);
         self.waiters.confirming(renewal, op, token);
         self.route_op(now, Op::Renew(confirm));
     }
@@ -129,17 +115,12 @@ impl Client {
     /// Otherwise the reservation is gone (or unconfirmed): the waiter checks
     /// again, keeping its place if it still has one.
     pub(super) fn handed_confirmed(&mut self, now: Instant, renewal: RequestId, extended: bool) {
-        let Some((mut op, token)) = self.waiters.confirmed(renewal) else {
+        let Some((op, token)) = self.waiters.confirmed(renewal) else {
             return;
         };
         let node = match self.topology.route(op.call.keys.slot()) {
             Route::Node(node) if extended && self.nodes[node].is_ready() => node,
-            _ => {
-                op.call.sent_at = None;
-                op.call.ask = None;
-                op.call.redirects = 0;
-                return self.route_op(now, Op::Acquire(op));
-            }
+            _ => return self.route_op(now, Op::Acquire(op.resend())),
         };
         let acks = self
             .config

@@ -202,11 +202,7 @@ impl Waiters {
     /// Takes `request` out of its parking to be sent again, as a fresh
     /// write (its lease, if granted, lives a TTL from then).
     fn check(&mut self, request: RequestId) -> Option<Effect> {
-        let mut op = self.unpark(request)?;
-        op.call.sent_at = None;
-        op.call.ask = None;
-        op.call.redirects = 0;
-        Some(Effect::Check(op))
+        Some(Effect::Check(self.unpark(request)?.resend()))
     }
 
     fn unpark(&mut self, request: RequestId) -> Option<AcquireOp> {
