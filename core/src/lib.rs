@@ -20,21 +20,9 @@ pub mod config;
 pub mod event;
 #[cfg(feature = "fault-injection")]
 mod fault;
-#[cfg(any(test, feature = "model"))]
-#[allow(missing_docs)] // test support (feature `model`), not the library's API
-#[doc(hidden)]
-pub mod fuzzing;
 mod jitter;
 pub mod key;
 pub mod lease_id;
-#[cfg(any(test, feature = "model"))]
-#[allow(missing_docs)] // test support (feature `model`), not the library's API
-#[doc(hidden)]
-pub mod model;
-#[cfg(any(test, feature = "model"))]
-#[allow(missing_docs)] // test support (feature `model`), not the library's API
-#[doc(hidden)]
-pub mod model_cluster;
 // The wire internals stay reachable for the test harness, the simulator and
 // the fuzzers (which speak RESP with the core's own codec), but are not the
 // library's API: a driver needs none of them.
@@ -47,10 +35,6 @@ pub mod scripts;
 mod server_clock;
 mod server_error;
 pub mod slot;
-#[cfg(any(test, feature = "model"))]
-#[allow(missing_docs)] // test support (feature `model`), not the library's API
-#[doc(hidden)]
-pub mod testkit;
 
 pub use address::{redact_url, Endpoint, ServerAddress};
 pub use client::{Client, Timer};

@@ -8,5 +8,5 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     // One arbitrary starting instant; only differences from it matter.
     static START: OnceLock<Instant> = OnceLock::new();
-    inflight_core::fuzzing::client_ops(data, *START.get_or_init(Instant::now));
+    inflight_testkit::fuzzing::client_ops(data, *START.get_or_init(Instant::now));
 });

@@ -2,4 +2,4 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| inflight_core::fuzzing::key_encoding(data));
+fuzz_target!(|data: &[u8]| inflight_testkit::fuzzing::key_encoding(data));

@@ -7,8 +7,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use inflight_core::model::{ModelConnection, RedisModel};
-use inflight_core::model_cluster::{ClusterConnection, Migration, ModelCluster};
+use inflight_testkit::model::{ModelConnection, RedisModel};
+use inflight_testkit::model_cluster::{ClusterConnection, Migration, ModelCluster};
 
 use crate::rng::Rng;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use inflight_core::model::{ModelConnection, RedisModel};
 use inflight_core::resp::{Frame, ReplyLimits, ReplyReader};
 use inflight_core::scripts::{ScriptKind, Scripts};
+use inflight_testkit::model::{ModelConnection, RedisModel};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;

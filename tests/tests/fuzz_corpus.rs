@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use inflight_core::fuzzing;
+use inflight_testkit::fuzzing;
 
 fn inputs(target: &str) -> Vec<PathBuf> {
     let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");

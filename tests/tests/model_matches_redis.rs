@@ -8,9 +8,9 @@
 use bytes::BytesMut;
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
-use inflight_core::model::{ModelConnection, RedisModel};
 use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
 use inflight_core::scripts::{LeaseCall, ScriptKind, Scripts, WaitArgs};
+use inflight_testkit::model::{ModelConnection, RedisModel};
 use inflight_tests::{RedisServer, Rng};
 
 #[test]

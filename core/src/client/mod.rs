@@ -901,6 +901,3 @@ impl Client {
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod props;

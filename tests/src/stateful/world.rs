@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
-use inflight_core::model::RedisModel;
 use inflight_core::resp::Frame;
 use inflight_core::scripts::{Scripts, WaitArgs};
+use inflight_testkit::model::RedisModel;
 
 use super::program::{ClientSetup, Program, Step};
 use crate::subject::{answer, command, Snapshot, Subject, Wire};

@@ -6,8 +6,8 @@ use bytes::Bytes;
 use super::scripts::{bulk, int, integer, lua_number, units, weight, Stop};
 use super::store::ZaddFlags;
 use super::RedisModel;
-use crate::resp::Frame;
-use crate::scripts::STALE;
+use inflight_core::resp::Frame;
+use inflight_core::scripts::STALE;
 
 impl RedisModel {
     pub(super) fn release(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {

@@ -1,15 +1,16 @@
-//! Protocol stories for the `Client`, told through the test bench.
+//! Protocol stories for the `Client`, told through the test bench: the real
+//! client against the model server, over a simulated wire, in virtual time.
 
 use std::time::{Duration, Instant};
 
-use crate::event::{ConnectionError, Event, Outcome, ReleaseFailure, ReleaseOf, Renewal, Unavailable};
-use crate::resp::ProtocolError;
-use crate::testkit::Pair;
-use crate::{Config, Credentials, ServerErrorKind, UnavailablePolicy};
+use inflight_core::event::{ConnectionError, Event, Outcome, ReleaseFailure, ReleaseOf, Renewal, Unavailable};
+use inflight_core::resp::ProtocolError;
+use inflight_core::{Config, Credentials, ServerErrorKind, UnavailablePolicy};
+use inflight_testkit::Pair;
 
 mod acquires;
 mod batching;
-#[cfg(feature = "model")]
+
 mod cluster;
 mod connections;
 mod durations;
@@ -18,44 +19,43 @@ mod recovery;
 mod releases;
 mod renewals;
 mod stale;
-mod sub_machines;
 
 /// The one clock read of these tests: an arbitrary starting point.
 #[allow(clippy::disallowed_methods)]
-pub(super) fn start() -> Instant {
+fn start() -> Instant {
     Instant::now()
 }
 
-pub(super) fn config() -> Config {
+fn config() -> Config {
     Config {
         lease_ttl: Duration::from_secs(3600),
         ..Config::default()
     }
 }
 
-pub(super) fn ms(n: u64) -> Duration {
+fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-pub(super) fn renewed(pair: &Pair, request: crate::event::RequestId) -> Option<&Renewal> {
+fn renewed(pair: &Pair, request: inflight_core::event::RequestId) -> Option<&Renewal> {
     pair.events.iter().find_map(|event| match event {
         Event::Renewed(r, renewal) if *r == request => Some(renewal),
         _ => None,
     })
 }
 
-pub(super) fn key(namespace: &str, subject: &str) -> crate::Key {
-    crate::Key::new(namespace, subject).unwrap()
+fn key(namespace: &str, subject: &str) -> inflight_core::Key {
+    inflight_core::Key::new(namespace, subject).unwrap()
 }
 
-pub(super) fn limit(n: u32) -> std::num::NonZeroU32 {
+fn limit(n: u32) -> std::num::NonZeroU32 {
     std::num::NonZeroU32::new(n).unwrap()
 }
 
 /// Reconnect delays after failed attempts, for a client built with `entropy`.
-pub(super) fn reconnect_delays(entropy: [u8; 16], attempts: usize) -> Vec<Duration> {
-    use crate::event::Action;
-    use crate::Client;
+fn reconnect_delays(entropy: [u8; 16], attempts: usize) -> Vec<Duration> {
+    use inflight_core::event::Action;
+    use inflight_core::Client;
     let mut now = start();
     let mut client = Client::new(config(), entropy, now).unwrap();
     let mut delays = Vec::new();
@@ -74,7 +74,7 @@ pub(super) fn reconnect_delays(entropy: [u8; 16], attempts: usize) -> Vec<Durati
 }
 
 /// A short-TTL limiter, as in the fleets where ghost leases hurt most.
-pub(super) fn short_ttl() -> Config {
+fn short_ttl() -> Config {
     Config {
         lease_ttl: Duration::from_secs(1),
         request_liveness: Duration::from_secs(2),

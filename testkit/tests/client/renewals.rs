@@ -102,5 +102,5 @@ fn a_renewal_that_runs_too_late_changes_nothing_and_says_so() {
         Some(Renewal::Unavailable(Unavailable::Timeout))
     ));
     pair.land_ghosts();
-    assert_eq!(pair.server.renewals.last(), Some(&crate::scripts::STALE));
+    assert_eq!(pair.server.renewals.last(), Some(&inflight_core::scripts::STALE));
 }

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::event::{ConnectionId, Event, Lease, Outcome, RequestId};
-use crate::key::{Key, SubjectKeys};
-use crate::lease_id::LeaseId;
 use crate::model::{ModelConnection, RedisModel};
-use crate::{Client, Config};
+use inflight_core::event::{ConnectionId, Event, Lease, Outcome, RequestId};
+use inflight_core::key::{Key, SubjectKeys};
+use inflight_core::lease_id::LeaseId;
+use inflight_core::{Client, Config};
 
 mod ledger;
 
@@ -139,7 +139,7 @@ impl Pair {
         let limit = NonZeroU32::new(limit).expect("non-zero limit");
         let keys = SubjectKeys::new(&self.client.config().key_prefix, &key);
         let redis_key = keys.leases().clone();
-        let claim = crate::lease_id::Claim::weighing(weight).expect("a valid weight");
+        let claim = inflight_core::lease_id::Claim::weighing(weight).expect("a valid weight");
         let request = self
             .client
             .acquire_claim(self.now, keys, limit, &claim, None)
@@ -370,7 +370,11 @@ impl Pair {
             self.exchange();
             // Idle probes come back for as long as leases are held: they
             // are not work left to do.
-            match self.client.next_timer(Some(crate::Timer::Probe)).map(|(at, _)| at) {
+            match self
+                .client
+                .next_timer(Some(inflight_core::Timer::Probe))
+                .map(|(at, _)| at)
+            {
                 Some(at) => {
                     let by = at.saturating_duration_since(self.now);
                     self.advance(by);

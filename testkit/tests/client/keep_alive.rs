@@ -2,7 +2,7 @@
 //! is lost.
 
 use super::*;
-use crate::event::LeaseLost;
+use inflight_core::event::LeaseLost;
 
 fn kept_config() -> Config {
     Config {
@@ -69,9 +69,9 @@ fn a_lease_found_gone_is_reported_lost_and_dropped() {
     let lease = pair.held[0].clone();
     pair.client.keep_alive(pair.now, &lease);
     // Someone else's release (or a flush) takes it behind the holder's back.
-    let mut conn = crate::model::ModelConnection::new();
+    let mut conn = inflight_testkit::model::ModelConnection::new();
     let mut command = bytes::BytesMut::new();
-    crate::resp::encode_command(&mut command, &[b"ZREM", lease.redis_key(), &lease.id().to_bytes()]);
+    inflight_core::resp::encode_command(&mut command, &[b"ZREM", lease.redis_key(), &lease.id().to_bytes()]);
     pair.server.handle(&mut conn, &command).unwrap();
     pair.advance(ms(1000));
     pair.exchange();

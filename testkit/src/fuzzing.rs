@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
 
-use crate::event::{Action, Event, RequestId};
-use crate::key::{hash_tag, Key, SubjectKeys};
-use crate::lease_id::LeaseId;
-use crate::scripts::{ScriptKind, Scripts};
-use crate::testkit::Pair;
-use crate::{Client, Config, ServerAddress};
+use crate::pair::Pair;
+use inflight_core::event::{Action, Event, RequestId};
+use inflight_core::key::{hash_tag, Key, SubjectKeys};
+use inflight_core::lease_id::LeaseId;
+use inflight_core::scripts::{ScriptKind, Scripts};
+use inflight_core::{Client, Config, ServerAddress};
 
 /// One step of a caller/network interleaving (see [`run_ops`]).
 #[derive(Arbitrary, Clone, Debug)]
@@ -201,12 +201,12 @@ pub fn cluster_replies(data: &[u8], start: Instant) {
     let (header, payload) = data.split_at(data.len().min(2));
     let chunking = header.first().copied().unwrap_or(0);
     let mut spread = header.get(1).copied().unwrap_or(0);
-    let endpoint = |port| crate::Endpoint::Tcp {
+    let endpoint = |port| inflight_core::Endpoint::Tcp {
         host: "127.0.0.1".into(),
         port,
     };
     let config = Config {
-        servers: crate::Servers::Cluster {
+        servers: inflight_core::Servers::Cluster {
             seeds: vec![endpoint(7000)],
             tls: false,
         },
@@ -218,7 +218,7 @@ pub fn cluster_replies(data: &[u8], start: Instant) {
     let abandoned = std::cell::RefCell::new(Vec::new());
     // Opens what the client asks for, with an honest handshake, and checks
     // every event.
-    let mut pump = |client: &mut Client, connections: &mut Vec<crate::ConnectionId>, honest: bool| loop {
+    let mut pump = |client: &mut Client, connections: &mut Vec<inflight_core::ConnectionId>, honest: bool| loop {
         let mut progressed = false;
         while let Some(action) = client.poll_action() {
             progressed = true;
@@ -366,7 +366,7 @@ pub fn handshake(data: &[u8], start: Instant) {
                 Event::Acquired(request, outcome) => {
                     *answered.entry(request).or_default() += 1;
                     assert_eq!(answered[&request], 1, "a second outcome for {request:?}");
-                    if matches!(outcome, crate::Outcome::Granted(_)) {
+                    if matches!(outcome, inflight_core::Outcome::Granted(_)) {
                         assert!(ready, "granted before the handshake finished");
                         if let Some(held) = lost {
                             assert_eq!(reasserted, held, "granted before the held leases were written back");
@@ -428,8 +428,9 @@ pub fn config_url(data: &[u8], start: Instant) {
     let url: String = input.arbitrary().unwrap_or_default();
     if let Ok(address) = ServerAddress::parse(&url) {
         let reachable = match &address.endpoint {
-            crate::Endpoint::Tcp { host, port } => !host.is_empty() && *port != 0,
-            crate::Endpoint::Unix(path) => path.is_absolute(),
+            inflight_core::Endpoint::Tcp { host, port } => !host.is_empty() && *port != 0,
+            inflight_core::Endpoint::Unix(path) => path.is_absolute(),
+            other => panic!("an endpoint of a kind this check does not know: {other:?}"),
         };
         assert!(reachable, "{url:?} -> {address:?}");
     }

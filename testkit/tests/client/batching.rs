@@ -37,7 +37,7 @@ fn a_batch_member_abandoned_before_it_is_written_is_never_sent() {
         written.extend_from_slice(&transmit.data);
     }
     let text = String::from_utf8_lossy(&written);
-    let lease = |r: crate::event::RequestId| pair.client.lease_id(r).to_string();
+    let lease = |r: inflight_core::event::RequestId| pair.client.lease_id(r).to_string();
     assert!(text.contains(&lease(requests[0])) && text.contains(&lease(requests[2])));
     assert!(
         !text.contains(&lease(requests[1])),
@@ -47,9 +47,9 @@ fn a_batch_member_abandoned_before_it_is_written_is_never_sent() {
 
 #[test]
 fn a_batch_reply_with_one_wrong_echo_makes_every_member_ambiguous() {
-    use crate::model::{ModelConnection, RedisModel};
-    let mut client = crate::Client::new(config(), [7; 16], start()).unwrap();
-    let Some(crate::event::Action::Connect(id, _)) = client.poll_action() else {
+    use inflight_testkit::model::{ModelConnection, RedisModel};
+    let mut client = inflight_core::Client::new(config(), [7; 16], start()).unwrap();
+    let Some(inflight_core::event::Action::Connect(id, _)) = client.poll_action() else {
         panic!("a new client connects");
     };
     client.handle_connected(start(), id);
@@ -151,9 +151,9 @@ fn a_release_batch_cut_off_is_retried_and_still_frees_every_slot() {
 #[test]
 fn batches_never_outgrow_the_reply_limits() {
     let config = Config {
-        reply_limits: crate::ReplyLimits {
+        reply_limits: inflight_core::ReplyLimits {
             max_array_len: 10,
-            ..crate::ReplyLimits::default()
+            ..inflight_core::ReplyLimits::default()
         },
         ..config()
     };
@@ -174,9 +174,9 @@ fn batches_never_outgrow_the_reply_limits() {
 #[test]
 fn the_largest_release_batch_reaches_the_model_whole() {
     let mut pair = Pair::connected(config(), start());
-    let count = crate::scripts::MAX_RELEASE_BATCH + 3;
-    for _ in 0..count.div_ceil(crate::scripts::MAX_BATCH) {
-        pair.acquire_burst("t", "s", 1000, crate::scripts::MAX_BATCH);
+    let count = inflight_core::scripts::MAX_RELEASE_BATCH + 3;
+    for _ in 0..count.div_ceil(inflight_core::scripts::MAX_BATCH) {
+        pair.acquire_burst("t", "s", 1000, inflight_core::scripts::MAX_BATCH);
         pair.exchange();
     }
     assert!(pair.held.len() >= count);

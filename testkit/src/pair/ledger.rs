@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use bytes::Bytes;
 
 use super::Pair;
-use crate::event::{Action, Event, Outcome, Renewal, RequestId};
-use crate::lease_id::LeaseId;
+use inflight_core::event::{Action, Event, Outcome, Renewal, RequestId};
+use inflight_core::lease_id::LeaseId;
 
 impl Pair {
     /// Drains the client's outputs into the wire and checks every event.

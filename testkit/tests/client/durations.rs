@@ -8,10 +8,10 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::*;
-use crate::config::MAX_DURATION;
-use crate::key::SubjectKeys;
-use crate::lease_id::Claim;
-use crate::{Client, Recovery, ReleasePolicy, ReplicaAcks};
+use inflight_core::config::MAX_DURATION;
+use inflight_core::key::SubjectKeys;
+use inflight_core::lease_id::Claim;
+use inflight_core::{Client, Recovery, ReleasePolicy, ReplicaAcks};
 
 fn duration() -> impl Strategy<Value = Duration> {
     prop_oneof![

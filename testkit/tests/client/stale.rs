@@ -28,7 +28,7 @@ fn an_acquire_held_back_past_its_liveness_takes_no_slot_even_after_its_compensat
     pair.land_ghosts();
     assert_eq!(
         pair.server.acquires.last().map(|a| a.status),
-        Some(crate::scripts::STALE)
+        Some(inflight_core::scripts::STALE)
     );
     assert!(pair.server.all_live_leases().is_empty(), "a ghost lease nobody holds");
 }
@@ -75,7 +75,7 @@ fn an_acquire_held_back_past_its_leases_expiry_takes_nothing() {
     pair.land_ghosts();
     assert_eq!(
         pair.server.acquires.last().map(|a| a.status),
-        Some(crate::scripts::STALE)
+        Some(inflight_core::scripts::STALE)
     );
     assert!(pair.server.all_live_leases().is_empty());
 }

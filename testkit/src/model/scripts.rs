@@ -7,8 +7,8 @@ use bytes::Bytes;
 
 use super::store::ZaddFlags;
 use super::RedisModel;
-use crate::resp::Frame;
-use crate::scripts::ScriptKind;
+use inflight_core::resp::Frame;
+use inflight_core::scripts::ScriptKind;
 
 /// A script that stopped with an error reply (before writing anything).
 pub(super) type Stop = Frame;

@@ -14,9 +14,9 @@ use std::collections::HashSet;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::lease_id::is_extra_unit;
-use crate::resp::{Frame, ReplyLimits, ReplyReader};
-use crate::scripts::{ScriptKind, Scripts};
+use inflight_core::lease_id::is_extra_unit;
+use inflight_core::resp::{Frame, ReplyLimits, ReplyReader};
+use inflight_core::scripts::{ScriptKind, Scripts};
 use store::Store;
 
 mod acquire;
@@ -109,7 +109,8 @@ impl ModelConnection {
                 max_line_bytes: 4 * 1024,
                 // Room for the longest command we send: a plain release of
                 // MAX_RELEASE_BATCH ids of every unit of the heaviest weight.
-                max_array_len: 10 + crate::scripts::MAX_RELEASE_BATCH * crate::lease_id::MAX_WEIGHT as usize,
+                max_array_len: 10
+                    + inflight_core::scripts::MAX_RELEASE_BATCH * inflight_core::lease_id::MAX_WEIGHT as usize,
                 max_depth: 2,
             }),
             authenticated: false,
@@ -125,7 +126,7 @@ impl ModelConnection {
     /// The push frame that delivers a message on `channel`.
     pub fn message(channel: &Bytes, payload: &[u8]) -> Bytes {
         let mut out = BytesMut::new();
-        crate::resp::encode_command(&mut out, &[b"smessage", channel, payload]);
+        inflight_core::resp::encode_command(&mut out, &[b"smessage", channel, payload]);
         out.freeze()
     }
 }

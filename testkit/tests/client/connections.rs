@@ -166,7 +166,7 @@ fn poll_timeout_is_none_when_idle_and_a_probe_while_a_lease_is_held() {
     // Something is at stake (a lease to write back after a failover): the
     // idle connection is probed.
     let probe = pair.now + config().idle_probe;
-    assert_eq!(pair.client.next_timer(None), Some((probe, crate::Timer::Probe)));
+    assert_eq!(pair.client.next_timer(None), Some((probe, inflight_core::Timer::Probe)));
     pair.release(0);
     pair.exchange();
     assert_eq!(pair.client.poll_timeout(), None);

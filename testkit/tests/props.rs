@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use proptest::prelude::*;
 
-use crate::fuzzing::{run_ops, Op};
+use inflight_testkit::fuzzing::{run_ops, Op};
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![

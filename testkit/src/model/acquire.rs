@@ -5,8 +5,8 @@ use bytes::Bytes;
 use super::scripts::{bulk, int, integer, lua_number, text, weight, Stop};
 use super::store::ZaddFlags;
 use super::RedisModel;
-use crate::resp::Frame;
-use crate::scripts::{RECOVERING, STALE};
+use inflight_core::resp::Frame;
+use inflight_core::scripts::{RECOVERING, STALE};
 
 impl RedisModel {
     pub(super) fn acquire(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {

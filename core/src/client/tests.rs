@@ -1,7 +1,16 @@
 //! The sub-machines driven alone, by their own timers: what each asks the
 //! client to do (its effects), with no client around it.
 
+use std::time::Instant;
+
+/// The one clock read of these tests: an arbitrary starting point.
+#[allow(clippy::disallowed_methods)]
+fn start() -> Instant {
+    Instant::now()
+}
+
 mod keep_alive {
+    use super::start;
     use crate::client::keep_alive::{Effect, KeepAlive, Renewed};
     use crate::event::{Lease, LeaseLost, RequestId};
     use crate::key::{Key, SubjectKeys};
@@ -25,7 +34,7 @@ mod keep_alive {
     #[test]
     fn it_renews_retries_and_loses_on_its_own_schedule() {
         let ttl = Duration::from_secs(6);
-        let t0 = crate::client::tests::start();
+        let t0 = start();
         let mut keep = KeepAlive::new(ttl);
         let held = lease(1, t0, ttl);
         keep.keep(t0, &held);
@@ -81,7 +90,7 @@ mod keep_alive {
     #[test]
     fn a_renewal_answered_after_a_release_changes_nothing() {
         let ttl = Duration::from_secs(6);
-        let t0 = crate::client::tests::start();
+        let t0 = start();
         let mut keep = KeepAlive::new(ttl);
         let held = lease(1, t0, ttl);
         keep.keep(t0, &held);
@@ -99,6 +108,7 @@ mod keep_alive {
 }
 
 mod waiters {
+    use super::start;
     use std::num::NonZeroU32;
 
     use crate::client::request::AcquireOp;
@@ -138,7 +148,7 @@ mod waiters {
     /// waiter checks on its own timer, and a hand-over is delivered.
     #[test]
     fn wake_ups_checks_and_hand_overs_come_back_as_effects() {
-        let t0 = crate::client::tests::start();
+        let t0 = start();
         let recheck = Duration::from_secs(1);
         let mut waiters = Waiters::new(recheck, Duration::from_secs(5));
         let until = t0 + Duration::from_secs(30);
@@ -208,7 +218,7 @@ mod waiters {
 
     #[test]
     fn an_injected_deafness_ignores_wake_ups_but_not_own_checks() {
-        let t0 = crate::client::tests::start();
+        let t0 = start();
         let mut waiters = Waiters::new(Duration::from_secs(1), Duration::from_secs(5));
         waiters.ignore_wake_ups_for_test();
         let until = t0 + Duration::from_secs(30);
@@ -228,6 +238,7 @@ mod waiters {
 }
 
 mod release_queue {
+    use super::start;
     use std::time::{Duration, Instant};
 
     use crate::client::release_queue::{Given, ReleaseQueue};
@@ -266,7 +277,7 @@ mod release_queue {
     /// node, given up after its attempts, past its deadline, or for room.
     #[test]
     fn retries_back_off_and_give_up_for_a_reason() {
-        let t0 = crate::client::tests::start();
+        let t0 = start();
         let mut queue = ReleaseQueue::new(policy());
         let ms = Duration::from_millis;
         assert!(queue.retry(t0, job(1, t0, Duration::from_secs(60))).is_none());
@@ -314,6 +325,7 @@ mod release_queue {
 }
 
 mod wake_ups {
+    use super::start;
     use std::time::Duration;
 
     use bytes::Bytes;
@@ -334,7 +346,7 @@ mod wake_ups {
     /// timers.
     #[test]
     fn it_opens_subscribes_hears_and_retries_on_its_timers() {
-        let t0 = crate::client::tests::start();
+        let t0 = start();
         let mut wake_ups = WakeUps::default();
         let (a, b) = (Bytes::from_static(b"p:{t|a}:wake"), Bytes::from_static(b"p:{t|b}:wake"));
         assert!(!wake_ups.should_open(t0, &[]), "nobody waits");
@@ -390,7 +402,7 @@ mod wake_ups {
 
     #[test]
     fn a_connection_that_does_not_open_in_time_is_closed() {
-        let t0 = crate::client::tests::start();
+        let t0 = start();
         let mut wake_ups = WakeUps::default();
         wake_ups.opening(ConnectionId(3), t0 + Duration::from_secs(1), ReplyLimits::default());
         assert!(wake_ups.handle_timeout(t0, Duration::from_secs(2)).is_none());

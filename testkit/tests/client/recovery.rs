@@ -3,8 +3,8 @@
 //! held for the recovery window, replicas are refused, fencing tokens rise.
 
 use super::*;
-use crate::event::{DataLoss, Reassertion};
-use crate::Recovery;
+use inflight_core::event::{DataLoss, Reassertion};
+use inflight_core::Recovery;
 
 fn losses(pair: &Pair) -> Vec<(DataLoss, usize)> {
     pair.events
@@ -202,7 +202,7 @@ fn a_failover_to_a_replica_that_missed_the_last_grant_is_found_and_repaired() {
     let replica = pair.server.clone(); // in sync up to here
     assert!(granted(&mut pair, 2).is_some()); // never replicated
     pair.restart_server(false);
-    pair.server = crate::model::RedisModel::promoted_from(&replica, replica.now_ms + 5, |_, _| true);
+    pair.server = inflight_testkit::model::RedisModel::promoted_from(&replica, replica.now_ms + 5, |_, _| true);
     pair.exchange();
     assert_eq!(losses(&pair), vec![(DataLoss::FailedOver, 2)]);
     let mut found = reassertions(&pair);
@@ -213,7 +213,7 @@ fn a_failover_to_a_replica_that_missed_the_last_grant_is_found_and_repaired() {
 
 fn waiting_for(replicas: u32) -> Config {
     Config {
-        replica_acks: Some(crate::ReplicaAcks {
+        replica_acks: Some(inflight_core::ReplicaAcks {
             replicas,
             timeout: Duration::from_millis(50),
         }),
@@ -258,12 +258,12 @@ fn with_replica_acks_a_wait_that_falls_short_releases_the_grants() {
 #[test]
 fn replica_acks_must_be_possible_within_the_acquire_timeout() {
     let mut config = waiting_for(1);
-    config.replica_acks = Some(crate::ReplicaAcks {
+    config.replica_acks = Some(inflight_core::ReplicaAcks {
         replicas: 1,
         timeout: config.acquire_timeout,
     });
     assert!(config.validate().is_err());
-    config.replica_acks = Some(crate::ReplicaAcks {
+    config.replica_acks = Some(inflight_core::ReplicaAcks {
         replicas: 0,
         timeout: Duration::from_millis(5),
     });

@@ -9,8 +9,8 @@
 use bytes::Bytes;
 
 use crate::model::RedisModel;
-use crate::resp::Frame;
-use crate::slot::{slot_of, SLOTS};
+use inflight_core::resp::Frame;
+use inflight_core::slot::{slot_of, SLOTS};
 
 /// One slot on its way from one host to another.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -210,9 +210,9 @@ fn command_keys<'a>(name: &str, args: &'a [Bytes]) -> Option<&'a [Bytes]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::{Key, SubjectKeys};
     use crate::model::ModelConnection;
-    use crate::resp::encode_command;
+    use inflight_core::key::{Key, SubjectKeys};
+    use inflight_core::resp::encode_command;
 
     fn call(
         cluster: &ModelCluster,
@@ -229,7 +229,7 @@ mod tests {
                 cluster.intercept(host, conn, model, args)
             })
             .unwrap();
-        let mut reader = crate::resp::ReplyReader::new(crate::resp::ReplyLimits::TOPOLOGY);
+        let mut reader = inflight_core::resp::ReplyReader::new(inflight_core::resp::ReplyLimits::TOPOLOGY);
         reader.push(&replies[0]);
         reader.next_frame().unwrap().unwrap()
     }
@@ -273,9 +273,9 @@ mod tests {
         cluster.finish_migration();
         assert!(error(call(&cluster, 0, &mut conn, &mut model, &zrem)).starts_with("MOVED"));
         let shards = call(&cluster, 2, &mut conn, &mut model, &[b"CLUSTER", b"SHARDS"]);
-        let table = crate::cluster::parse_shards(
+        let table = inflight_core::cluster::parse_shards(
             &shards,
-            &crate::Endpoint::Tcp {
+            &inflight_core::Endpoint::Tcp {
                 host: "x".into(),
                 port: 1,
             },

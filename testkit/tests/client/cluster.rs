@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use super::{key, limit, ms, start};
-use crate::event::{Action, ConnectionId, Event, Lease, Outcome, RequestId, Unavailable};
-use crate::key::SubjectKeys;
-use crate::model::{ModelConnection, RedisModel};
-use crate::model_cluster::{ClusterConnection, Migration, ModelCluster};
-use crate::{Client, Config, Endpoint, Servers, Stats};
+use inflight_core::event::{Action, ConnectionId, Event, Lease, Outcome, RequestId, Unavailable};
+use inflight_core::key::SubjectKeys;
+use inflight_core::{Client, Config, Endpoint, Servers, Stats};
+use inflight_testkit::model::{ModelConnection, RedisModel};
+use inflight_testkit::model_cluster::{ClusterConnection, Migration, ModelCluster};
 
 const BASE_PORT: u16 = 7000;
 
@@ -108,10 +108,10 @@ impl Bench {
     }
 
     fn record(&mut self, data: &[u8]) {
-        let mut reader = crate::resp::ReplyReader::new(crate::resp::ReplyLimits::TOPOLOGY);
+        let mut reader = inflight_core::resp::ReplyReader::new(inflight_core::resp::ReplyLimits::TOPOLOGY);
         reader.push(data);
-        while let Ok(Some(crate::resp::Frame::Array(items))) = reader.next_frame() {
-            if let Some(crate::resp::Frame::BulkString(name)) = items.first() {
+        while let Ok(Some(inflight_core::resp::Frame::Array(items))) = reader.next_frame() {
+            if let Some(inflight_core::resp::Frame::BulkString(name)) = items.first() {
                 self.written.push(String::from_utf8_lossy(name).to_ascii_uppercase());
             }
         }

@@ -1,0 +1,21 @@
+//! # inflight-testkit
+//!
+//! The test bench of `inflight`, kept out of the published `inflight-core`:
+//!
+//! - [`model`]: a reference model of the Redis lease set that speaks RESP
+//!   and runs the same scripts' logic, for property tests, the simulator and
+//!   the differential test against a real server;
+//! - [`model_cluster`]: the model as a Redis Cluster (slots, `MOVED`, `ASK`);
+//! - [`Pair`]: a real `Client` wired to the model through a simulated wire,
+//!   with virtual time and an independent ledger;
+//! - [`fuzzing`]: the bodies of the fuzz targets, shared with the corpus
+//!   replay in the integration tests.
+#![forbid(unsafe_code)]
+
+pub mod fuzzing;
+
+pub mod model;
+pub mod model_cluster;
+mod pair;
+
+pub use pair::Pair;
