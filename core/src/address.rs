@@ -1,7 +1,25 @@
 //! Where the server is: the URL forms a user gives, parsed into an endpoint
 //! and credentials, and redacted wherever they are shown.
 
-use crate::config::{ConfigError, Credentials};
+use crate::config::error::ConfigError;
+
+/// Credentials sent with `AUTH` when a connection opens.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// ACL user; `None` sends the legacy single-password `AUTH`.
+    pub username: Option<String>,
+    /// The password (never printed: `Debug` redacts it).
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
 
 /// Why a `protocol=` query option is refused.
 const NO_RESP3: &str = "protocol=… is not supported: inflight speaks RESP2, which every Redis and Valkey serves";

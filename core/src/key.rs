@@ -12,6 +12,7 @@ use std::io::Write as _;
 use bytes::Bytes;
 
 use crate::lease_id::LeaseId;
+use crate::slot::{hash_tag, slot_of, SLOTS};
 
 /// Longest namespace or subject accepted, in bytes, before encoding.
 pub const MAX_COMPONENT_LEN: usize = 512;
@@ -146,7 +147,7 @@ impl SubjectKeys {
         text.push('}');
         let base_len = text.len();
         text.push_str(":leases");
-        let slot = crate::slot::slot_of(text.as_bytes());
+        let slot = slot_of(text.as_bytes());
         Self {
             leases: Bytes::from(text),
             base_len,
@@ -159,7 +160,7 @@ impl SubjectKeys {
     pub fn in_slot(slot: u16) -> Self {
         (0u32..)
             .map(|n| Self::new("", &Key::new("inflight-slot", n.to_string()).expect("a valid key")))
-            .find(|keys| keys.slot == slot % crate::slot::SLOTS)
+            .find(|keys| keys.slot == slot % SLOTS)
             .expect("every slot has a subject")
     }
 
@@ -171,7 +172,7 @@ impl SubjectKeys {
         let mut leases = Vec::with_capacity(base.len() + 7);
         leases.extend_from_slice(base);
         leases.extend_from_slice(b":leases");
-        let slot = crate::slot::slot_of(&leases);
+        let slot = slot_of(&leases);
         Some(Self {
             leases: Bytes::from(leases),
             base_len: base.len(),
@@ -251,14 +252,6 @@ fn push_encoded(out: &mut String, component: &str) {
             other => out.push(other),
         }
     }
-}
-
-/// The Redis Cluster hash tag of a key: the bytes between the first `{` and the
-/// first `}` after it, when that section is non-empty.
-pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
-    let open = key.iter().position(|&b| b == b'{')?;
-    let close = key[open + 1..].iter().position(|&b| b == b'}')? + open + 1;
-    (close > open + 1).then(|| &key[open + 1..close])
 }
 
 #[cfg(test)]

@@ -5,10 +5,16 @@
 //! keeps the low 14 bits. Every key of one subject shares its hash tag, so a
 //! subject lives in exactly one slot, on exactly one primary.
 
-use crate::key::hash_tag;
-
 /// Slots in a Redis Cluster.
 pub const SLOTS: u16 = 16384;
+
+/// The Redis Cluster hash tag of a key: the bytes between the first `{` and the
+/// first `}` after it, when that section is non-empty.
+pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let close = key[open + 1..].iter().position(|&b| b == b'}')? + open + 1;
+    (close > open + 1).then(|| &key[open + 1..close])
+}
 
 /// The cluster slot of `key`, as Redis computes it (`CLUSTER KEYSLOT`).
 pub fn slot_of(key: &[u8]) -> u16 {

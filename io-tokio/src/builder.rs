@@ -25,6 +25,28 @@ enum Start {
     Lazy,
 }
 
+impl Limiter {
+    /// Starts a builder for `redis://[user:password@]host:port[/db]`, or
+    /// `rediss://…` for TLS (feature `tls`).
+    pub fn builder(url: impl Into<String>) -> Builder {
+        Builder::new(url.into())
+    }
+
+    /// A builder for a Redis Cluster reached through any of `seed_urls`
+    /// (tried in order until one answers; all with the same scheme and
+    /// credentials): the same as `builder(first).cluster()` with more seeds.
+    /// An empty list is refused at `connect`.
+    pub fn cluster_builder<I, S>(seed_urls: I) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut urls = seed_urls.into_iter().map(Into::into);
+        let first = urls.next().unwrap_or_default();
+        Builder::new(first).with_seeds(urls.collect())
+    }
+}
+
 /// Configures and connects a [`Limiter`]. Every setting is validated by `connect`.
 ///
 /// Its `Debug` print hides secrets: the URL's password and the TLS private key.

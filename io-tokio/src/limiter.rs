@@ -8,7 +8,6 @@ use inflight_core::key::SubjectKeys;
 use inflight_core::{Claim, Holder, Inspection, Key, Label, Stats, Unavailable, UnavailablePolicy};
 use tokio::sync::{oneshot, watch};
 
-use crate::builder::Builder;
 use crate::drained::Drained;
 use crate::error::Error;
 use crate::mailbox::{answer, next_ticket, Command, Commands};
@@ -178,26 +177,6 @@ pub(crate) struct RetryHints {
 }
 
 impl Limiter {
-    /// Starts a builder for `redis://[user:password@]host:port[/db]`, or
-    /// `rediss://…` for TLS (feature `tls`).
-    pub fn builder(url: impl Into<String>) -> Builder {
-        Builder::new(url.into())
-    }
-
-    /// A builder for a Redis Cluster reached through any of `seed_urls`
-    /// (tried in order until one answers; all with the same scheme and
-    /// credentials): the same as `builder(first).cluster()` with more seeds.
-    /// An empty list is refused at `connect`.
-    pub fn cluster_builder<I, S>(seed_urls: I) -> Builder
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        let mut urls = seed_urls.into_iter().map(Into::into);
-        let first = urls.next().unwrap_or_default();
-        Builder::new(first).with_seeds(urls.collect())
-    }
-
     /// A handle on a started driver.
     pub(crate) fn new(commands: Commands, stats: watch::Receiver<Stats>, settings: Settings) -> Self {
         let Settings {

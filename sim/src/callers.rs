@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::http_callers::{self, HttpCaller};
 use crate::ledger::Ledger;
 use crate::rng::Rng;
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, ACQUIRE_TIMEOUT};
 
 /// The key prefix of every simulated limiter; subjects are `load|<key>`.
 pub const KEY_PREFIX: &str = "sim";
@@ -24,9 +24,6 @@ pub const KEY_PREFIX: &str = "sim";
 pub fn subject_keys(name: &str) -> inflight_core::key::SubjectKeys {
     inflight_core::key::SubjectKeys::new(KEY_PREFIX, &Key::new("load", name).expect("valid key"))
 }
-
-/// The caller latency budget every simulated limiter uses.
-pub const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// How long a request may go unanswered before its connection is replaced,
 /// and after which Redis refuses it (its valid-until).

@@ -23,9 +23,9 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::callers::ACQUIRE_TIMEOUT;
 use crate::ledger::Ledger;
 use crate::rng::Rng;
+use crate::scenario::ACQUIRE_TIMEOUT;
 
 /// What one simulated HTTP request asks for.
 #[derive(Clone, Debug)]

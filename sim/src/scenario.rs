@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+/// The caller latency budget every simulated limiter uses.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_millis(100);
+
 #[derive(Clone, Debug)]
 pub struct Scenario {
     pub name: &'static str,

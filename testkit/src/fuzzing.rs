@@ -10,9 +10,10 @@ use arbitrary::{Arbitrary, Unstructured};
 
 use crate::pair::Pair;
 use inflight_core::event::{Action, Event, RequestId};
-use inflight_core::key::{hash_tag, Key, SubjectKeys};
+use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::scripts::{ScriptKind, Scripts};
+use inflight_core::slot::hash_tag;
 use inflight_core::{Client, Config, ServerAddress};
 
 /// One step of a caller/network interleaving (see [`run_ops`]).

@@ -4,10 +4,11 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use inflight_core::key::{hash_tag, Key, SubjectKeys};
+use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::resp::Frame;
 use inflight_core::scripts::{LeaseCall, ScriptKind, Scripts, WaitArgs};
+use inflight_core::slot::hash_tag;
 use inflight_tests::{RedisServer, RespClient};
 
 struct Leases {

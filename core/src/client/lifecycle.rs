@@ -4,7 +4,6 @@ use std::time::{Duration, Instant};
 
 use super::releases::Ran;
 use super::request::{AcquireOp, Op, ReleaseJob, Request, Step};
-use super::topology::{Route, Topology};
 use super::{Client, Connection, RequestId};
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Unavailable};
 use crate::scripts::{ScriptKind, MAX_BATCH, MAX_RELEASE_BATCH};
@@ -155,7 +154,7 @@ impl Client {
             let idle: Vec<usize> = self
                 .releases
                 .due(now)
-                .filter_map(|job| release_route(&self.topology, job))
+                .filter_map(|job| self.topology.node_for(job.keys.slot(), job.ask))
                 .filter(|node| self.nodes[*node].connection.is_none() && !self.nodes[*node].reconnect.backing_off())
                 .collect();
             for node in idle {
@@ -163,7 +162,11 @@ impl Client {
             }
             let ready: Vec<bool> = self.nodes.iter().map(super::node::Node::is_ready).collect();
             let topology = &self.topology;
-            let sendable = |job: &ReleaseJob| release_route(topology, job).is_some_and(|node| ready[node]);
+            let sendable = |job: &ReleaseJob| {
+                topology
+                    .node_for(job.keys.slot(), job.ask)
+                    .is_some_and(|node| ready[node])
+            };
             for job in self.releases.take_due(now, sendable) {
                 self.submit_release(now, job);
             }
@@ -292,7 +295,10 @@ impl Client {
         let same_subject =
             |a: &ReleaseJob, b: &ReleaseJob| a.keys.leases() == b.keys.leases() && a.ask == b.ask && a.plain == b.plain;
         for (mut jobs, oldest) in batches(staged, MAX_RELEASE_BATCH, same_subject) {
-            let node = release_route(&self.topology, &jobs[0]).filter(|node| self.nodes[*node].is_ready());
+            let node = self
+                .topology
+                .node_for(jobs[0].keys.slot(), jobs[0].ask)
+                .filter(|node| self.nodes[*node].is_ready());
             let Some(node) = node else {
                 for job in jobs {
                     self.queue_release(job);
@@ -321,17 +327,6 @@ impl Client {
             return;
         }
         self.send(node, Request::Reload(kind), now + self.config.request_liveness);
-    }
-}
-
-/// The node a release goes to: an `ASK` target once, else its slot's owner.
-pub(super) fn release_route(topology: &Topology, job: &ReleaseJob) -> Option<usize> {
-    if let Some(node) = job.ask {
-        return Some(node);
-    }
-    match topology.route(job.keys.slot()) {
-        Route::Node(node) => Some(node),
-        Route::AwaitTopology | Route::NoOwner => None,
     }
 }
 

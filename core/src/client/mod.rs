@@ -852,7 +852,9 @@ impl Client {
             ]
         });
         let sendable = |job: &ReleaseJob| {
-            lifecycle::release_route(&self.topology, job).is_some_and(|node| self.nodes[node].is_ready())
+            self.topology
+                .node_for(job.keys.slot(), job.ask)
+                .is_some_and(|node| self.nodes[node].is_ready())
         };
         [
             (self.callers.next_deadline(), Timer::Caller),

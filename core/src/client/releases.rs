@@ -4,7 +4,6 @@
 use std::time::Instant;
 
 use super::error_class::{error_class, unexpected, ErrorClass};
-use super::lifecycle::release_route;
 use super::release_queue::Given;
 use super::request::{AcquireOp, ReleaseJob, ReleaseKind};
 use super::Client;
@@ -67,7 +66,7 @@ impl Client {
     /// Sends `job` to the node that owns its subject if that node is ready;
     /// else it waits (and a primary not connected yet is connected).
     pub(super) fn submit_release(&mut self, now: Instant, job: ReleaseJob) {
-        let Some(node) = release_route(&self.topology, &job) else {
+        let Some(node) = self.topology.node_for(job.keys.slot(), job.ask) else {
             self.refresh_topology(now);
             self.queue_release(job);
             return;

@@ -106,6 +106,18 @@ impl Topology {
         }
     }
 
+    /// The node a request of `slot` goes to now, if any: an `ASK` target
+    /// (once), else the slot's owner when one is known.
+    pub(super) fn node_for(&self, slot: u16, ask: Option<usize>) -> Option<usize> {
+        if ask.is_some() {
+            return ask;
+        }
+        match self.route(slot) {
+            Route::Node(node) => Some(node),
+            Route::AwaitTopology | Route::NoOwner => None,
+        }
+    }
+
     /// Whether `node` owns a slot (standalone: the one node always does).
     /// Nodes that own none are not reconnected; seeds are, until a table is known.
     pub(super) fn wanted(&self, node: usize) -> bool {
