@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::resp::{Frame, ReplyLimits, ReplyReader};
-use inflight_core::scripts::{LeaseCall, ScriptKind, Scripts};
+use inflight_core::scripts::{Eval, LeaseCall, ScriptKind, Scripts};
 use inflight_tokio::{Error, Limiter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -307,8 +307,8 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
             expiry_ms,
             valid_until_ms: 99_999_999_999_999,
         };
-        scripts.encode_acquire(out, false, call, HIGH_LIMIT, b"bench:recovery", None);
-        scripts.encode_release(out, &keys, false, 1, b"bench:recovery", [id.as_bytes()]);
+        scripts.encode_acquire(out, Eval::Sha, call, HIGH_LIMIT, b"bench:recovery", None);
+        scripts.encode_release(out, &keys, Eval::Sha, 1, b"bench:recovery", [id.as_bytes()]);
     };
     let warm_until = Instant::now() + budget.warmup;
     let mut started = None;

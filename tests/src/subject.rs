@@ -6,7 +6,7 @@
 use bytes::{Bytes, BytesMut};
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
-use inflight_core::scripts::{LeaseCall, ScriptKind, Scripts, WaitArgs};
+use inflight_core::scripts::{Eval, LeaseCall, ScriptKind, Scripts, WaitArgs};
 use inflight_testkit::model::{ModelConnection, RedisModel};
 
 use crate::RespClient;
@@ -136,7 +136,7 @@ impl Subject {
         let mut out = BytesMut::new();
         let call = self.call(id, expiry_ms, valid_until_ms);
         self.scripts
-            .encode_acquire(&mut out, false, call, limit, &self.hold, wait);
+            .encode_acquire(&mut out, Eval::Sha, call, limit, &self.hold, wait);
         out.freeze()
     }
 
@@ -152,14 +152,14 @@ impl Subject {
         let mut out = BytesMut::new();
         let ids = ids.iter().map(|id| id.as_bytes());
         self.scripts
-            .encode_release(&mut out, &self.keys, false, held_ms, &self.hold, ids);
+            .encode_release(&mut out, &self.keys, Eval::Sha, held_ms, &self.hold, ids);
         out.freeze()
     }
 
     pub fn encode_compensate(&self, id: &str, tombstone_until_ms: u64) -> Bytes {
         let mut out = BytesMut::new();
         self.scripts
-            .encode_compensate(&mut out, false, &self.keys, id.as_bytes(), tombstone_until_ms);
+            .encode_compensate(&mut out, Eval::Sha, &self.keys, id.as_bytes(), tombstone_until_ms);
         out.freeze()
     }
 
@@ -172,7 +172,7 @@ impl Subject {
     pub fn encode_renew(&self, id: &str, expiry_ms: u64, valid_until_ms: u64) -> Bytes {
         let mut out = BytesMut::new();
         self.scripts
-            .encode_renew(&mut out, false, self.call(id, expiry_ms, valid_until_ms));
+            .encode_renew(&mut out, Eval::Sha, self.call(id, expiry_ms, valid_until_ms));
         out.freeze()
     }
 

@@ -9,7 +9,7 @@ use bytes::BytesMut;
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
-use inflight_core::scripts::{LeaseCall, ScriptKind, Scripts, WaitArgs};
+use inflight_core::scripts::{Eval, LeaseCall, ScriptKind, Scripts, WaitArgs};
 use inflight_testkit::model::{ModelConnection, RedisModel};
 use inflight_tests::{RedisServer, Rng};
 
@@ -64,7 +64,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
         let limit = 1 + rng.below(4) as u32;
         match rng.below(16) {
             // Acquire (sometimes by text), with a small limit so denials happen.
-            0..=4 => scripts.encode_acquire(&mut command, rng.below(4) == 0, call, limit, hold, None),
+            0..=4 => scripts.encode_acquire(&mut command, text_sometimes(&mut rng), call, limit, hold, None),
             5..=6 => {
                 // The plain release (during a slot migration): every unit.
                 let units: Vec<Vec<u8>> = inflight_core::lease_id::units(id.as_bytes()).collect();
@@ -80,7 +80,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                     .collect();
                 let held = rng.below(300);
                 let ids = std::iter::once(id.as_bytes()).chain(more.iter().map(|m| m.as_bytes()));
-                scripts.encode_release(&mut command, keys, false, held, hold, ids);
+                scripts.encode_release(&mut command, keys, Eval::Sha, held, hold, ids);
             }
             12 | 15 => {
                 // Acquire or wait in the queue, with a patience that sheds
@@ -89,13 +89,13 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                     lifetime_ms: 3_600_000,
                     patience_ms: rng.below(400),
                 };
-                scripts.encode_acquire(&mut command, rng.below(4) == 0, call, limit, hold, Some(wait));
+                scripts.encode_acquire(&mut command, text_sometimes(&mut rng), call, limit, hold, Some(wait));
             }
             13 => scripts.encode_leave(&mut command, keys, id.as_bytes()),
             8 => {
                 // A tombstone until the acquire's valid-until, or none (0).
                 let until = if rng.below(2) == 0 { 0 } else { valid_until_ms };
-                scripts.encode_compensate(&mut command, false, keys, id.as_bytes(), until)
+                scripts.encode_compensate(&mut command, Eval::Sha, keys, id.as_bytes(), until)
             }
             10 => {
                 // A batch of ids, one in five repeating an earlier one (one
@@ -125,7 +125,7 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                 let marker = format!("value-{}", rng.below(3));
                 scripts.encode_mark(&mut command, b"diff:node", marker.as_bytes())
             }
-            9 => scripts.encode_renew(&mut command, rng.below(4) == 0, call),
+            9 => scripts.encode_renew(&mut command, text_sometimes(&mut rng), call),
             _ => {
                 let kind = ScriptKind::LOADED[rng.below(ScriptKind::LOADED.len() as u64) as usize];
                 scripts.encode_load(&mut command, kind);
@@ -277,4 +277,13 @@ fn tokens_checked(
         }
     }
     Frame::Array(items)
+}
+
+/// A script named by its text one call in four (as after a `NOSCRIPT`).
+fn text_sometimes(rng: &mut Rng) -> Eval {
+    if rng.below(4) == 0 {
+        Eval::Text
+    } else {
+        Eval::Sha
+    }
 }

@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::resp::Frame;
-use inflight_core::scripts::{LeaseCall, ScriptKind, Scripts, WaitArgs};
+use inflight_core::scripts::{Eval, LeaseCall, ScriptKind, Scripts, WaitArgs};
 use inflight_core::slot::hash_tag;
 use inflight_tests::{RedisServer, RespClient};
 
@@ -74,7 +74,7 @@ impl Leases {
         };
         let mut out = BytesMut::new();
         self.scripts
-            .encode_acquire(&mut out, false, call, limit, &self.hold, None);
+            .encode_acquire(&mut out, Eval::Sha, call, limit, &self.hold, None);
         match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
                 [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(reclaimed)] => {
@@ -129,7 +129,7 @@ impl Leases {
         };
         let mut out = BytesMut::new();
         self.scripts
-            .encode_compensate(&mut out, false, &self.keys, id_text.as_bytes(), until);
+            .encode_compensate(&mut out, Eval::Sha, &self.keys, id_text.as_bytes(), until);
         let reply = self.client.call_raw(&out).unwrap();
         assert_eq!(
             reply,
@@ -153,7 +153,7 @@ impl Leases {
             valid_until_ms: valid_until,
         };
         let mut out = BytesMut::new();
-        self.scripts.encode_renew(&mut out, false, call);
+        self.scripts.encode_renew(&mut out, Eval::Sha, call);
         match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
                 [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(reclaimed)]
@@ -214,7 +214,7 @@ impl Leases {
         };
         let mut out = BytesMut::new();
         self.scripts
-            .encode_acquire(&mut out, false, call, limit, &self.hold, Some(wait));
+            .encode_acquire(&mut out, Eval::Sha, call, limit, &self.hold, Some(wait));
         match self.client.call_raw(&out).unwrap() {
             Frame::Array(items) => match &items[..] {
                 [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token), Frame::Integer(ahead), Frame::Integer(expected), Frame::Integer(reclaimed)]
@@ -236,7 +236,7 @@ impl Leases {
         let mut out = BytesMut::new();
         let ids = ids.iter().map(|id| id.as_bytes());
         self.scripts
-            .encode_release(&mut out, &self.keys, false, held_ms, &self.hold, ids);
+            .encode_release(&mut out, &self.keys, Eval::Sha, held_ms, &self.hold, ids);
         match self.client.call_raw(&out).unwrap() {
             Frame::Integer(n) => n,
             other => panic!("unexpected RELEASE reply {other:?}"),
@@ -398,7 +398,7 @@ fn injective_keys_keep_subjects_apart_and_share_one_hash_tag() {
             expiry_ms: client.server_ms() + LONG,
             valid_until_ms: 99_999_999_999_999,
         };
-        scripts.encode_acquire(&mut out, true, call, 1, b"", None);
+        scripts.encode_acquire(&mut out, Eval::Text, call, 1, b"", None);
         let reply = client.call_raw(&out).unwrap();
         assert!(
             matches!(&reply, Frame::Array(items) if items.first() == Some(&Frame::Integer(1))),
@@ -420,7 +420,7 @@ fn evalsha_of_an_unloaded_script_answers_noscript() {
         expiry_ms: 1,
         valid_until_ms: 1,
     };
-    Scripts::default().encode_acquire(&mut out, false, call, 1, b"", None);
+    Scripts::default().encode_acquire(&mut out, Eval::Sha, call, 1, b"", None);
     match client.call_raw(&out).unwrap() {
         Frame::Error(message) => assert!(message.starts_with("NOSCRIPT"), "{message}"),
         other => panic!("expected NOSCRIPT, got {other:?}"),
@@ -488,7 +488,7 @@ impl Leases {
     /// Runs one of the scripts sent by text (`REASSERT`, `MARK`, `HOLD`).
     fn by_text(&mut self, kind: ScriptKind, keys: &[&[u8]], args: &[&[u8]]) -> Frame {
         let mut out = BytesMut::new();
-        self.scripts.encode_call(&mut out, kind, true, keys, args);
+        self.scripts.encode_call(&mut out, kind, Eval::Text, keys, args);
         self.client.call_raw(&out).unwrap()
     }
 

@@ -5,14 +5,14 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 
-use super::request::{AcquireOp, Call, Reading, ReleaseJob, Request, Step};
+use super::request::{AcquireOp, Call, Reading, ReleaseJob, ReleaseKind, Request, Step};
 use super::Client;
 use crate::config::Config;
 use crate::event::ConnectionId;
 use crate::key::SubjectKeys;
 use crate::lease_id::units;
 use crate::resp::encode_command;
-use crate::scripts::{LeaseCall, Scripts, WaitArgs};
+use crate::scripts::{Eval, LeaseCall, Scripts, WaitArgs};
 
 /// What commands are written with, besides the request itself.
 struct Wire<'a> {
@@ -50,9 +50,9 @@ impl Request {
             // and while the hold lasts it hands over no more than it frees.
             Request::ReleaseAgain(keys, leases) => {
                 let ids: Vec<Vec<u8>> = leases.iter().map(|lease| lease.to_bytes()).collect();
-                scripts.encode_release(out, keys, true, 0, wire.hold, ids.iter().map(|id| &id[..]));
+                scripts.encode_release(out, keys, Eval::Text, 0, wire.hold, ids.iter().map(|id| &id[..]));
             }
-            Request::Renew(op) => scripts.encode_renew(out, op.call.by_text, lease_call(&op.call)),
+            Request::Renew(op) => scripts.encode_renew(out, op.call.eval, lease_call(&op.call)),
             Request::Inspect(op) => match &op.reading {
                 Reading::Subject { holders } => scripts.encode_inspect(out, &op.call.keys, *holders),
                 Reading::Keys { cursor, count, pattern } => {
@@ -75,7 +75,7 @@ impl Request {
             Request::Release(job) => encode_release(std::slice::from_ref(job), wire, out),
             Request::ReleaseMany(jobs) => encode_release(jobs, wire, out),
             Request::Compensate(job, tombstone_until_ms) => {
-                scripts.encode_compensate(out, job.by_text, &job.keys, &job.lease_bytes, *tombstone_until_ms)
+                scripts.encode_compensate(out, job.eval, &job.keys, &job.lease_bytes, *tombstone_until_ms)
             }
             Request::Asking => encode_command(out, &[b"ASKING"]),
             Request::Probe => encode_command(out, &[b"PING"]),
@@ -140,7 +140,7 @@ fn encode_acquire(op: &AcquireOp, wire: &Wire, out: &mut BytesMut) {
     });
     let call = &op.call;
     wire.scripts
-        .encode_acquire(out, call.by_text, lease_call(call), op.limit.get(), wire.hold, wait)
+        .encode_acquire(out, call.eval, lease_call(call), op.limit.get(), wire.hold, wait)
 }
 
 fn encode_acquire_many(ops: &[AcquireOp], wire: &Wire, out: &mut BytesMut) {
@@ -165,13 +165,13 @@ fn encode_acquire_many(ops: &[AcquireOp], wire: &Wire, out: &mut BytesMut) {
 /// migration, a plain `ZREM`.
 fn encode_release(jobs: &[ReleaseJob], wire: &Wire, out: &mut BytesMut) {
     let keys = &jobs[0].keys;
-    if jobs[0].plain {
+    if jobs[0].kind == ReleaseKind::Removal {
         return encode_plain_release(keys, jobs.iter().map(|job| &job.lease_bytes[..]), out);
     }
     let held = jobs.iter().map(|job| job.held_ms).sum::<u64>() / jobs.len() as u64;
     let ids = jobs.iter().map(|job| &job.lease_bytes[..]);
     wire.scripts
-        .encode_release(out, keys, jobs[0].by_text, held, wire.hold, ids);
+        .encode_release(out, keys, jobs[0].eval, held, wire.hold, ids);
 }
 
 /// A plain `ZREM` of leases of one subject: every unit of each (see
@@ -196,15 +196,15 @@ impl Client {
 
     /// Writes `request` on `node`'s current connection; its reply is due by `deadline`.
     pub(super) fn send(&mut self, node: usize, request: Request, deadline: Instant) {
-        let conn = self.nodes[node]
+        let conn = self.net.nodes[node]
             .connection
             .as_mut()
             .expect("sent on the current connection");
         let wire = Wire {
             config: &self.config,
-            scripts: &self.scripts,
-            hold: &self.recovery_keys.hold,
-            marker: &self.recovery_keys.marker,
+            scripts: &self.net.scripts,
+            hold: &self.recovery.keys.hold,
+            marker: &self.recovery.keys.marker,
             entropy: self.names.entropy(),
             connection: conn.id(),
         };

@@ -6,23 +6,23 @@ use super::releases::Ran;
 use super::request::{AcquireOp, Op, ReleaseJob, Request, Step};
 use super::{Client, Connection, RequestId};
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Unavailable};
-use crate::scripts::{ScriptKind, MAX_BATCH, MAX_RELEASE_BATCH};
+use crate::scripts::{Eval, ScriptKind, MAX_BATCH, MAX_RELEASE_BATCH};
 
 impl Client {
     /// Opens a connection to `node`.
     pub(super) fn start_connect(&mut self, now: Instant, node: usize) {
-        if self.nodes[node].connection.is_some() {
+        if self.net.nodes[node].connection.is_some() {
             return; // one generation at a time
         }
         let id = self.names.connection();
-        let target = &mut self.nodes[node];
+        let target = &mut self.net.nodes[node];
         target.reconnect.attempting();
         target.connection = Some(Connection::new(
             id,
             now + self.config.connect_timeout,
             self.config.reply_limits,
         ));
-        self.actions.push_back(Action::Connect(id, target.endpoint.clone()));
+        self.out.action(Action::Connect(id, target.endpoint.clone()));
     }
 
     /// Gives up `node`'s current connection: a failed attempt backs off
@@ -30,22 +30,22 @@ impl Client {
     /// once (in a cluster, only while the node still owns slots). Other
     /// nodes' requests are untouched.
     pub(super) fn drop_connection(&mut self, now: Instant, node: usize, error: ConnectionError) {
-        let Some(mut conn) = self.nodes[node].connection.take() else {
+        let Some(mut conn) = self.net.nodes[node].connection.take() else {
             return;
         };
-        self.actions.push_back(Action::Close(conn.id()));
+        self.out.action(Action::Close(conn.id()));
         if !conn.is_ready() {
             return self.connect_failed(now, node, conn.id(), error);
         }
-        self.stats.connections_replaced += 1;
-        self.events.push_back(Event::Retired(conn.id(), error.clone()));
+        self.out.stats.connections_replaced += 1;
+        self.out.event(Event::Retired(conn.id(), error.clone()));
         // Never written: they wait for the next connection like any other.
         for (op, _) in conn.take_staged().into_iter().rev() {
-            self.nodes[node].waiting.push_front(op);
+            self.net.nodes[node].waiting.push_front(op);
         }
         // The replacement first: what the old one leaves behind (releases
         // to retry, compensations) waits for it.
-        let wanted = self.topology.wanted(node);
+        let wanted = self.net.topology.wanted(node);
         if wanted {
             self.start_connect(now, node);
         }
@@ -77,7 +77,7 @@ impl Client {
                         self.retry_release(now, job);
                     }
                 }
-                Request::Handshake(Step::Shards | Step::Slots) => self.topology.refreshed(),
+                Request::Handshake(Step::Shards | Step::Slots) => self.net.topology.refreshed(),
                 // A recovery cut short is done again by the next handshake,
                 // which finds the same loss (the node's identity is only
                 // updated once a connection is ready).
@@ -95,11 +95,11 @@ impl Client {
         if !wanted {
             // A node that owns no slot any more: what waited for it goes
             // where its slot lives now.
-            for op in std::mem::take(&mut self.nodes[node].waiting) {
+            for op in std::mem::take(&mut self.net.nodes[node].waiting) {
                 self.route_op(now, op);
             }
         }
-        if self.topology.is_cluster() {
+        if self.net.topology.is_cluster() {
             // A node that failed may have failed over.
             self.refresh_topology(now);
         }
@@ -109,24 +109,24 @@ impl Client {
     /// is known, the next seed is tried at once; only when every seed has
     /// failed is the failure reported (and the client backs off).
     fn connect_failed(&mut self, now: Instant, node: usize, id: ConnectionId, error: ConnectionError) {
-        let waiting = std::mem::take(&mut self.nodes[node].waiting);
-        if let Some(seed) = self.topology.next_seed(node) {
-            self.nodes[node].reconnect.forget();
-            self.nodes[seed].waiting.extend(waiting);
-            if self.nodes[seed].connection.is_none() {
+        let waiting = std::mem::take(&mut self.net.nodes[node].waiting);
+        if let Some(seed) = self.net.topology.next_seed(node) {
+            self.net.nodes[node].reconnect.forget();
+            self.net.nodes[seed].waiting.extend(waiting);
+            if self.net.nodes[seed].connection.is_none() {
                 self.start_connect(now, seed);
             }
             return;
         }
-        self.nodes[node].reconnect.failed(now, error.clone());
-        self.events.push_back(Event::ConnectFailed(id, error.clone()));
+        self.net.nodes[node].reconnect.failed(now, error.clone());
+        self.out.event(Event::ConnectFailed(id, error.clone()));
         // Nothing was sent for them; the server is not there for now.
         for op in waiting {
             self.fail(now, op.call().request, Unavailable::NotConnected(error.clone()));
         }
-        if self.topology.is_cluster() {
-            for op in self.deferred.take_awaiting_topology() {
-                if self.topology.known() {
+        if self.net.topology.is_cluster() {
+            for op in self.net.deferred.take_awaiting_topology() {
+                if self.net.topology.known() {
                     self.route_op(now, op);
                 } else {
                     self.fail(now, op.call().request, Unavailable::NotConnected(error.clone()));
@@ -140,11 +140,11 @@ impl Client {
     pub(super) fn drive(&mut self, now: Instant) {
         self.sync_subscriptions(now);
         self.send_leaves(now);
-        for node in 0..self.nodes.len() {
-            if !self.nodes[node].is_ready() {
+        for node in 0..self.net.nodes.len() {
+            if !self.net.nodes[node].is_ready() {
                 continue;
             }
-            while let Some(op) = self.nodes[node].waiting.pop_front() {
+            while let Some(op) = self.net.nodes[node].waiting.pop_front() {
                 self.send_call(now, node, op);
             }
         }
@@ -154,14 +154,16 @@ impl Client {
             let idle: Vec<usize> = self
                 .releases
                 .due(now)
-                .filter_map(|job| self.topology.node_for(job.keys.slot(), job.ask))
-                .filter(|node| self.nodes[*node].connection.is_none() && !self.nodes[*node].reconnect.backing_off())
+                .filter_map(|job| self.net.topology.node_for(job.keys.slot(), job.ask))
+                .filter(|node| {
+                    self.net.nodes[*node].connection.is_none() && !self.net.nodes[*node].reconnect.backing_off()
+                })
                 .collect();
             for node in idle {
                 self.start_connect(now, node);
             }
-            let ready: Vec<bool> = self.nodes.iter().map(super::node::Node::is_ready).collect();
-            let topology = &self.topology;
+            let ready: Vec<bool> = self.net.nodes.iter().map(super::node::Node::is_ready).collect();
+            let topology = &self.net.topology;
             let sendable = |job: &ReleaseJob| {
                 topology
                     .node_for(job.keys.slot(), job.ask)
@@ -178,13 +180,13 @@ impl Client {
     /// script that runs later refuses it.
     pub(super) fn send_call(&mut self, now: Instant, node: usize, mut op: Op) {
         if matches!(op, Op::Acquire(_)) && self.holding(now, node) {
-            self.stats.recovering += 1;
+            self.out.stats.recovering += 1;
             return self.fail(now, op.call().request, Unavailable::Recovering);
         }
         let call = op.call_mut();
         call.sent_at.get_or_insert(now);
         let no_deadline = self.bug_skip_stale_check();
-        let conn = self.nodes[node]
+        let conn = self.net.nodes[node]
             .connection
             .as_mut()
             .expect("sent on the current connection");
@@ -229,10 +231,10 @@ impl Client {
     /// Forgets a request that has not been written yet (its caller is gone):
     /// nothing reached Redis, so nothing needs compensating.
     pub(super) fn unsend(&mut self, request: RequestId) {
-        if self.deferred.remove(request) {
+        if self.net.deferred.remove(request) {
             return;
         }
-        for node in &mut self.nodes {
+        for node in &mut self.net.nodes {
             let before = node.waiting.len();
             node.waiting.retain(|op| op.call().request != request);
             if node.waiting.len() != before || node.connection.as_mut().is_some_and(|c| c.unstage(request)) {
@@ -248,7 +250,7 @@ impl Client {
     /// loses nothing by going first.
     pub(super) fn write_staged(&mut self) {
         self.write_staged_releases();
-        for node in 0..self.nodes.len() {
+        for node in 0..self.net.nodes.len() {
             self.write_staged_acquires(node);
         }
     }
@@ -261,7 +263,7 @@ impl Client {
         let most = MAX_BATCH
             .min(self.config.reply_limits.max_array_len.saturating_sub(1) / 3)
             .max(1);
-        let Some(conn) = self.nodes[node].connection.as_mut() else {
+        let Some(conn) = self.net.nodes[node].connection.as_mut() else {
             return;
         };
         let staged = conn.take_staged();
@@ -293,12 +295,13 @@ impl Client {
             return;
         }
         let same_subject =
-            |a: &ReleaseJob, b: &ReleaseJob| a.keys.leases() == b.keys.leases() && a.ask == b.ask && a.plain == b.plain;
+            |a: &ReleaseJob, b: &ReleaseJob| a.keys.leases() == b.keys.leases() && a.ask == b.ask && a.kind == b.kind;
         for (mut jobs, oldest) in batches(staged, MAX_RELEASE_BATCH, same_subject) {
             let node = self
+                .net
                 .topology
                 .node_for(jobs[0].keys.slot(), jobs[0].ask)
-                .filter(|node| self.nodes[*node].is_ready());
+                .filter(|node| self.net.nodes[*node].is_ready());
             let Some(node) = node else {
                 for job in jobs {
                     self.queue_release(job);
@@ -319,7 +322,7 @@ impl Client {
 
     /// Queues a `SCRIPT LOAD` on `node`'s ready connection, once per script at a time.
     pub(super) fn reload(&mut self, now: Instant, node: usize, kind: ScriptKind) {
-        let conn = self.nodes[node]
+        let conn = self.net.nodes[node]
             .connection
             .as_mut()
             .expect("replies come from the current connection");
@@ -338,7 +341,9 @@ fn acquire_groups(staged: Vec<(Op, Instant)>, most: usize) -> Vec<(Group, Instan
     let mut groups: Vec<(Group, Instant)> = Vec::new();
     for (op, at) in staged {
         match op {
-            Op::Acquire(acquire) if !acquire.call.by_text && acquire.call.ask.is_none() && acquire.wait.is_none() => {
+            Op::Acquire(acquire)
+                if acquire.call.eval == Eval::Sha && acquire.call.ask.is_none() && acquire.wait.is_none() =>
+            {
                 let same = |ops: &Vec<AcquireOp>| {
                     ops.len() < most
                         && ops[0].limit == acquire.limit

@@ -3,29 +3,29 @@
 //! orchestrates (callers, connection, release queue, reconnect backoff,
 //! request kinds) each live in a file of their own.
 
-use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::time::Instant;
 
 use crate::address::Endpoint;
 use crate::config::{Config, ConfigError, Servers};
 use crate::event::{
-    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, Renewal, RequestId, Stats, Transmit,
+    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats, Transmit,
     Unavailable,
 };
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{Claim, ClaimError, LeaseId};
 use crate::resp::ReplyLimits;
-use crate::scripts::{ScriptKind, Scripts};
+use crate::scripts::ScriptKind;
 use callers::{Awaits, Callers};
 use connection::{Connection, Phase};
-use deferred::Deferred;
 use held::HeldLeases;
 use keep_alive::KeepAlive;
 use names::Names;
+use network::Network;
 use node::Node;
+use outbox::Outbox;
 use reconnect::Reconnect;
-use recovery::RecoveryKeys;
+use recovery::{RecoveryKeys, RecoveryState};
 use release_queue::ReleaseQueue;
 use request::{AcquireOp, Call, InspectOp, Op, Reading, ReleaseJob, ReleaseKind, RenewOp, Request, Step, Wait};
 use topology::{Route, Topology};
@@ -41,7 +41,9 @@ mod identity;
 mod keep_alive;
 mod lifecycle;
 mod names;
+mod network;
 mod node;
+mod outbox;
 mod outcomes;
 mod reconnect;
 mod recovery;
@@ -200,37 +202,25 @@ pub enum Timer {
 /// ```
 pub struct Client {
     config: Config,
-    scripts: Scripts,
     names: Names,
-    /// The Redis nodes requests go to: the one server, or the cluster's
-    /// seeds and every primary heard of since. Never removed, so an index
-    /// names one node for the client's life.
-    nodes: Vec<Node>,
-    /// Which node serves which subject.
-    topology: Topology,
-    /// Acquires and renewals that a redirect sent back: to be routed again
-    /// at their time, or once a slot table is known.
-    deferred: Deferred,
+    /// The servers: nodes, slot table, requests sent back by a redirect.
+    net: Network,
     /// Callers still waiting for an outcome, with their deadline.
     callers: Callers,
     /// Releases staged for the next write, or waiting for a connection or
     /// their retry time.
     releases: ReleaseQueue,
-    events: VecDeque<Event>,
-    actions: VecDeque<Action>,
-    /// The leases callers hold now, to write back after a data loss.
-    held: HeldLeases,
-    /// The marker and hold keys of recovery.
-    recovery_keys: RecoveryKeys,
+    /// Actions and events for the driver, and the running totals.
+    out: Outbox,
+    /// The leases callers hold now, and the keys recovery writes.
+    recovery: RecoveryState,
     /// Waiting acquires between their checks.
     waiters: Waiters,
     /// The leases this client renews on its own.
     keep_alive: KeepAlive,
-    /// The wake-up connections must be brought in line with the waiters.
     /// Deliberate bugs, for the simulator's self-test only.
     #[cfg(feature = "fault-injection")]
     bugs: crate::InjectedBugs,
-    stats: Stats,
 }
 
 impl Client {
@@ -251,29 +241,26 @@ impl Client {
         let waiters = Waiters::new(config.waiter_recheck(), config.waiter_lifetime());
         let mut client = Self {
             config,
-            scripts: Scripts::default(),
             names: Names::new(entropy),
-            nodes: Vec::new(),
-            topology,
-            deferred: Deferred::default(),
+            net: Network::new(topology),
             callers: Callers::default(),
             releases,
-            events: VecDeque::new(),
-            actions: VecDeque::new(),
-            held: HeldLeases::default(),
-            recovery_keys,
+            out: Outbox::default(),
+            recovery: RecoveryState {
+                held: HeldLeases::default(),
+                keys: recovery_keys,
+            },
             waiters,
             keep_alive,
             #[cfg(feature = "fault-injection")]
             bugs: crate::InjectedBugs::default(),
-            stats: Stats::default(),
         };
         for endpoint in endpoints {
             client.node_at(&endpoint);
         }
         if let Servers::Cluster { tls, .. } = client.config.servers {
             // The same seed given twice is one node.
-            client.topology = Topology::cluster(client.nodes.len(), tls);
+            client.net.topology = Topology::cluster(client.net.nodes.len(), tls);
         }
         client.start_connect(now, 0);
         Ok(client)
@@ -320,7 +307,7 @@ impl Client {
 
     /// Running totals of outcomes, releases and connections.
     pub fn stats(&self) -> Stats {
-        self.stats
+        self.out.stats
     }
 
     /// The lease id that request `request` holds if granted, for a plain
@@ -334,12 +321,12 @@ impl Client {
     /// The first node's current connection and whether it is ready: the
     /// server's, standalone; the first seed's, in cluster mode.
     pub fn connection(&self) -> Option<(ConnectionId, bool)> {
-        self.nodes[0].connection.as_ref().map(|c| (c.id(), c.is_ready()))
+        self.net.nodes[0].connection.as_ref().map(|c| (c.id(), c.is_ready()))
     }
 
     /// Every current connection: its id, where it goes, whether it is ready.
     pub fn connections(&self) -> impl Iterator<Item = (ConnectionId, &Endpoint, bool)> + '_ {
-        self.nodes.iter().filter_map(|node| {
+        self.net.nodes.iter().filter_map(|node| {
             let conn = node.connection.as_ref()?;
             Some((conn.id(), &node.endpoint, conn.is_ready()))
         })
@@ -347,7 +334,8 @@ impl Client {
 
     /// Where `connection` goes, while it is current.
     pub fn endpoint(&self, connection: ConnectionId) -> Option<&Endpoint> {
-        self.nodes
+        self.net
+            .nodes
             .iter()
             .find(|node| node.has(connection))
             .map(|node| &node.endpoint)
@@ -357,6 +345,7 @@ impl Client {
     /// (waiters whose callers left) not written yet.
     pub fn outstanding_releases(&self) -> usize {
         let in_flight: usize = self
+            .net
             .nodes
             .iter()
             .filter_map(|node| node.connection.as_ref())
@@ -373,13 +362,13 @@ impl Client {
     /// Leases granted to callers and not given back yet (nor expired, as of
     /// the last sweep): those written back if a server loses its data.
     pub fn held_leases(&self) -> usize {
-        self.held.len()
+        self.recovery.held.len()
     }
 
     /// Acquires waiting for a connection or for their reply, abandoned ones
     /// included (their reply may still call for a compensation).
     pub fn in_flight_calls(&self) -> usize {
-        self.nodes.iter().map(Node::in_flight).sum::<usize>() + self.deferred.len()
+        self.net.nodes.iter().map(Node::in_flight).sum::<usize>() + self.net.deferred.len()
     }
 
     // ---- calls from users -------------------------------------------------
@@ -481,7 +470,7 @@ impl Client {
     /// How many primaries hold lease sets: 1 for a standalone server, the
     /// cluster's primaries once its slot table is known (0 before).
     pub fn shards(&self) -> usize {
-        self.topology.slot_per_primary().len()
+        self.net.topology.slot_per_primary().len()
     }
 
     /// Reads one page of the keys primary `shard` (below [`Client::shards`])
@@ -490,7 +479,7 @@ impl Client {
     /// `Event::Scanned` follows, unless it is abandoned first; it shares the
     /// acquires' timeout. `None` if there is no such shard.
     pub fn scan_keys(&mut self, now: Instant, shard: usize, cursor: u64, count: u32) -> Option<RequestId> {
-        let slot = *self.topology.slot_per_primary().get(shard)?;
+        let slot = *self.net.topology.slot_per_primary().get(shard)?;
         let request = self.register(now, Awaits::Scan);
         // The scan goes where this slot's keys go: routed (and redirected,
         // and connected on first use) as any request of that slot.
@@ -510,7 +499,7 @@ impl Client {
     /// and `Event::LeaseLost` if it is lost. Nothing happens for a lease
     /// this client does not hold (released, or lost already).
     pub fn keep_alive(&mut self, now: Instant, lease: &Lease) {
-        if self.held.contains(&lease.id) {
+        if self.recovery.held.contains(&lease.id) {
             self.keep_alive.keep(now, lease);
         }
     }
@@ -542,17 +531,17 @@ impl Client {
     fn route_op(&mut self, now: Instant, op: Op) {
         let route = match op.call().ask {
             Some(node) => Route::Node(node),
-            None => self.topology.route(op.call().keys.slot()),
+            None => self.net.topology.route(op.call().keys.slot()),
         };
         let node = match route {
             Route::Node(node) => node,
-            Route::AwaitTopology => return self.deferred.until_topology(op),
+            Route::AwaitTopology => return self.net.deferred.until_topology(op),
             Route::NoOwner => {
                 self.refresh_topology(now);
                 return self.fail(now, op.call().request, Unavailable::NoPrimary);
             }
         };
-        let target = &mut self.nodes[node];
+        let target = &mut self.net.nodes[node];
         let promoted = target.connection.as_ref().is_some_and(|c| c.replica.is_some());
         match target.connection.as_ref().map(|c| c.phase) {
             // Handshaken while its server was a replica (a cluster seed, say),
@@ -562,7 +551,7 @@ impl Client {
             Some(Phase::Ready) if promoted => {
                 target.waiting.push_back(op);
                 self.drop_connection(now, node, ConnectionError::Promoted);
-                if self.nodes[node].connection.is_none() {
+                if self.net.nodes[node].connection.is_none() {
                     self.start_connect(now, node);
                 }
             }
@@ -592,23 +581,10 @@ impl Client {
             self.send_leaves(now);
             return;
         }
-        // A driver feeds a reply and the caller's departure in one wake-up
-        // before it takes any event, so the outcome may be queued but unseen.
-        let queued = self
-            .events
-            .iter()
-            .position(|event| {
-                matches!(event, Event::Acquired(r, _) | Event::Renewed(r, _) | Event::Inspected(r, _) | Event::Scanned(r, _) if *r == request)
-            });
-        match queued.and_then(|at| self.events.remove(at)) {
-            Some(Event::Acquired(_, outcome)) => self.withdraw(now, outcome),
-            // The lease stays its holder's, with the expiry it knew.
-            Some(Event::Renewed(_, renewal)) => match renewal {
-                Renewal::Extended(_) => self.stats.renewals -= 1,
-                Renewal::Lost => self.stats.leases_lost -= 1,
-                Renewal::Unavailable(_) => self.stats.unavailable -= 1,
-            },
-            _ => {}
+        // Its answer may be queued, unseen: a grant's lease is given back;
+        // a renewed lease stays its holder's, with the expiry it knew.
+        if let Some(Event::Acquired(_, outcome)) = self.out.withdraw(request) {
+            self.withdraw(now, outcome);
         }
     }
 
@@ -617,7 +593,7 @@ impl Client {
         // A write-back of this lease (after a data loss) that may still run
         // would bring it back: the release then leaves a tombstone until
         // that write-back's valid-until, as a compensation does.
-        let kind = match self.held.give_back(now, &lease.id) {
+        let kind = match self.recovery.held.give_back(now, &lease.id) {
             Some(tombstone_until_ms) => ReleaseKind::Compensation { tombstone_until_ms },
             None => ReleaseKind::Release,
         };
@@ -641,14 +617,16 @@ impl Client {
     /// The socket for `connection` is open.
     pub fn handle_connected(&mut self, now: Instant, connection: ConnectionId) {
         if let Some(node) = self.subscriber_of(connection) {
-            self.nodes[node].wake_ups.connected(self.config.credentials.as_ref());
+            self.net.nodes[node]
+                .wake_ups
+                .connected(self.config.credentials.as_ref());
             self.sync_subscriptions(now);
             return;
         }
-        let Some(node) = self.node_of(connection) else {
+        let Some(node) = self.net.node_of(connection) else {
             return;
         };
-        let conn = self.nodes[node].connection.as_mut().expect("node_of found it");
+        let conn = self.net.nodes[node].connection.as_mut().expect("node_of found it");
         let Phase::Connecting { deadline } = conn.phase else {
             return;
         };
@@ -662,7 +640,7 @@ impl Client {
         steps.push(Step::Ping);
         steps.push(Step::Role);
         steps.push(Step::Info);
-        if self.topology.is_cluster() {
+        if self.net.topology.is_cluster() {
             steps.push(Step::Shards);
         } else {
             steps.push(Step::Marker);
@@ -685,12 +663,16 @@ impl Client {
             self.wake_ups_input(now, node, data);
             return self.drive(now);
         }
-        let Some(node) = self.node_of(connection) else {
+        let Some(node) = self.net.node_of(connection) else {
             return; // A retired generation: nothing it says is trusted.
         };
-        let conn = self.nodes[node].connection.as_mut().expect("node_of found it");
+        let conn = self.net.nodes[node].connection.as_mut().expect("node_of found it");
         conn.pipeline.receive(data);
-        while let Some(conn) = self.nodes[node].connection.as_mut().filter(|c| c.id() == connection) {
+        while let Some(conn) = self.net.nodes[node]
+            .connection
+            .as_mut()
+            .filter(|c| c.id() == connection)
+        {
             let reply = match conn.pipeline.next_reply() {
                 Ok(Some(reply)) => reply,
                 Ok(None) => break,
@@ -715,7 +697,7 @@ impl Client {
             self.close_wake_ups(now, node);
             return self.drive(now);
         }
-        if let Some(node) = self.node_of(connection) {
+        if let Some(node) = self.net.node_of(connection) {
             self.drop_connection(now, node, ConnectionError::Closed);
             self.drive(now);
         }
@@ -729,7 +711,7 @@ impl Client {
             self.close_wake_ups(now, node);
             return self.drive(now);
         }
-        if let Some(node) = self.node_of(connection) {
+        if let Some(node) = self.net.node_of(connection) {
             self.drop_connection(now, node, ConnectionError::Io(reason));
             self.drive(now);
         }
@@ -751,20 +733,24 @@ impl Client {
         while let Some(effect) = self.waiters.handle_timeout(now) {
             self.apply_waiter(now, effect);
         }
-        for node in 0..self.nodes.len() {
+        for node in 0..self.net.nodes.len() {
             let retry_after = self.config.reconnect_max_backoff;
-            if let Some(id) = self.nodes[node].wake_ups.handle_timeout(now, retry_after) {
-                self.actions.push_back(Action::Close(id));
+            if let Some(id) = self.net.nodes[node].wake_ups.handle_timeout(now, retry_after) {
+                self.out.action(Action::Close(id));
             }
         }
         while let Some(effect) = self.keep_alive.handle_timeout(now) {
             self.apply_keep_alive(now, effect);
         }
-        for node in 0..self.nodes.len() {
-            if let Some(error) = self.nodes[node].connection.as_ref().and_then(|conn| conn.overdue(now)) {
+        for node in 0..self.net.nodes.len() {
+            if let Some(error) = self.net.nodes[node]
+                .connection
+                .as_ref()
+                .and_then(|conn| conn.overdue(now))
+            {
                 self.drop_connection(now, node, error);
             }
-            let probe = self.nodes[node]
+            let probe = self.net.nodes[node]
                 .connection
                 .as_ref()
                 .and_then(|conn| conn.probe_at(self.config.idle_probe))
@@ -772,21 +758,21 @@ impl Client {
             if probe.is_some_and(|at| at <= now) {
                 self.send(node, Request::Probe, now + self.config.request_liveness);
             }
-            if self.nodes[node].connection.is_none() && self.nodes[node].reconnect.due(now) {
-                if self.topology.wanted(node) {
+            if self.net.nodes[node].connection.is_none() && self.net.nodes[node].reconnect.due(now) {
+                if self.net.topology.wanted(node) {
                     self.start_connect(now, node);
                 } else {
-                    self.nodes[node].reconnect.forget();
+                    self.net.nodes[node].reconnect.forget();
                 }
             }
         }
         for job in self.releases.take_expired(now) {
             self.abandon_release(job, ReleaseFailure::Expired);
         }
-        if self.topology.next_deadline().is_some_and(|at| at <= now) {
+        if self.net.topology.next_deadline().is_some_and(|at| at <= now) {
             self.refresh_topology(now);
         }
-        for op in self.deferred.take_due(now) {
+        for op in self.net.deferred.take_due(now) {
             self.route_op(now, op);
         }
         self.drive(now);
@@ -796,13 +782,13 @@ impl Client {
 
     /// The next socket to open or close, if any. Drain first after every input.
     pub fn poll_action(&mut self) -> Option<Action> {
-        self.actions.pop_front()
+        self.out.next_action()
     }
 
     /// The next bytes to write, if any; staged calls are written here, in one go.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.write_staged();
-        let requests = self.nodes.iter_mut().find_map(|node| {
+        let requests = self.net.nodes.iter_mut().find_map(|node| {
             let conn = node.connection.as_mut()?;
             if matches!(conn.phase, Phase::Connecting { .. }) {
                 return None;
@@ -814,7 +800,7 @@ impl Client {
             })
         });
         requests.or_else(|| {
-            self.nodes.iter_mut().find_map(|node| {
+            self.net.nodes.iter_mut().find_map(|node| {
                 let (connection, data) = node.wake_ups.take_outgoing()?;
                 Some(Transmit { connection, data })
             })
@@ -823,7 +809,7 @@ impl Client {
 
     /// The next event for callers (outcomes, releases, connection news), if any.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        self.out.next_event()
     }
 
     /// The next instant at which `handle_timeout` has work to do.
@@ -838,7 +824,7 @@ impl Client {
     pub fn next_timer(&self, except: Option<Timer>) -> Option<(Instant, Timer)> {
         let wanted = self.waiters.len() > 0;
         let probing = self.probing();
-        let nodes = self.nodes.iter().flat_map(|node| {
+        let nodes = self.net.nodes.iter().flat_map(|node| {
             let conn = node.connection.as_ref();
             [
                 (conn.and_then(Connection::next_deadline), Timer::Connection),
@@ -852,15 +838,16 @@ impl Client {
             ]
         });
         let sendable = |job: &ReleaseJob| {
-            self.topology
+            self.net
+                .topology
                 .node_for(job.keys.slot(), job.ask)
-                .is_some_and(|node| self.nodes[node].is_ready())
+                .is_some_and(|node| self.net.nodes[node].is_ready())
         };
         [
             (self.callers.next_deadline(), Timer::Caller),
             (self.releases.poll_timeout(sendable), Timer::Release),
-            (self.topology.next_deadline(), Timer::Topology),
-            (self.deferred.next_deadline(), Timer::Deferred),
+            (self.net.topology.next_deadline(), Timer::Topology),
+            (self.net.deferred.next_deadline(), Timer::Deferred),
             (self.waiters.poll_timeout(), Timer::Waiter),
             (self.keep_alive.poll_timeout(), Timer::KeepAlive),
         ]
@@ -875,29 +862,24 @@ impl Client {
     /// stake on them (a held lease to write back after a failover, a
     /// waiter); an idle client sends nothing.
     fn probing(&self) -> bool {
-        self.held.len() > 0 || self.waiters.len() > 0
+        self.recovery.held.len() > 0 || self.waiters.len() > 0
     }
 
     // ---- nodes ------------------------------------------------------------
 
-    /// The node whose current connection is `connection`.
-    fn node_of(&self, connection: ConnectionId) -> Option<usize> {
-        self.nodes.iter().position(|node| node.has(connection))
-    }
-
     /// The node at `endpoint`, added if new.
     pub(super) fn node_at(&mut self, endpoint: &Endpoint) -> usize {
-        if let Some(node) = self.nodes.iter().position(|node| node.endpoint == *endpoint) {
+        if let Some(node) = self.net.nodes.iter().position(|node| node.endpoint == *endpoint) {
             return node;
         }
         // Each node's reconnect jitter draws from its own stream.
         let reconnect = Reconnect::new(
             self.config.reconnect_initial_backoff,
             self.config.reconnect_max_backoff,
-            self.names.jitter_seed(self.nodes.len()),
+            self.names.jitter_seed(self.net.nodes.len()),
         );
-        self.nodes.push(Node::new(endpoint.clone(), reconnect));
-        self.nodes.len() - 1
+        self.net.nodes.push(Node::new(endpoint.clone(), reconnect));
+        self.net.nodes.len() - 1
     }
 }
 

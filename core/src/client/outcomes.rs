@@ -24,38 +24,18 @@ impl Client {
         if !self.stop_waiting(now, request) {
             return false;
         }
-        match &outcome {
-            Outcome::Granted(_) => self.stats.granted += 1,
-            Outcome::Exceeded => self.stats.denied += 1,
-            Outcome::Shed(_) => {
-                self.stats.denied += 1;
-                self.stats.shed += 1;
-            }
-            Outcome::Unavailable(_) => self.stats.unavailable += 1,
-            Outcome::FailOpen(_) => self.stats.fail_open += 1,
-        }
-        self.events.push_back(Event::Acquired(request, outcome));
+        self.out.event(Event::Acquired(request, outcome));
         true
     }
 
-    /// Takes back an outcome whose caller left before seeing it: it is no
-    /// longer counted, and the lease of a grant is compensated.
+    /// Takes back an outcome whose caller left before seeing it (never
+    /// delivered, so never counted): the lease of a grant is compensated.
     pub(super) fn withdraw(&mut self, now: Instant, outcome: Outcome) {
-        match outcome {
-            Outcome::Granted(lease) => {
-                self.held.remove(&lease.id);
-                self.stats.granted -= 1;
-                self.stats.compensations += 1;
-                let compensation = ReleaseKind::Compensation { tombstone_until_ms: 0 };
-                self.submit_release(now, ReleaseJob::of(lease, compensation, now));
-            }
-            Outcome::Exceeded => self.stats.denied -= 1,
-            Outcome::Shed(_) => {
-                self.stats.denied -= 1;
-                self.stats.shed -= 1;
-            }
-            Outcome::Unavailable(_) => self.stats.unavailable -= 1,
-            Outcome::FailOpen(_) => self.stats.fail_open -= 1,
+        if let Outcome::Granted(lease) = outcome {
+            self.recovery.held.remove(&lease.id);
+            self.out.stats.compensations += 1;
+            let compensation = ReleaseKind::Compensation { tombstone_until_ms: 0 };
+            self.submit_release(now, ReleaseJob::of(lease, compensation, now));
         }
     }
 
@@ -79,12 +59,7 @@ impl Client {
             }
             return;
         }
-        match &renewal {
-            Renewal::Extended(_) => self.stats.renewals += 1,
-            Renewal::Lost => self.stats.leases_lost += 1,
-            Renewal::Unavailable(_) => self.stats.unavailable += 1,
-        }
-        self.events.push_back(Event::Renewed(request, renewal));
+        self.out.event(Event::Renewed(request, renewal));
     }
 
     /// Delivers an inspection's outcome if its caller still waits.
@@ -95,14 +70,14 @@ impl Client {
         inspection: Result<Inspection, Unavailable>,
     ) {
         if self.stop_waiting(now, request) {
-            self.events.push_back(Event::Inspected(request, inspection));
+            self.out.event(Event::Inspected(request, inspection));
         }
     }
 
     /// Delivers a page of keys if its caller still waits.
     pub(super) fn finish_scan(&mut self, now: Instant, request: RequestId, page: Result<KeysPage, Unavailable>) {
         if self.stop_waiting(now, request) {
-            self.events.push_back(Event::Scanned(request, page));
+            self.out.event(Event::Scanned(request, page));
         }
     }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::held::HeldLeases;
 use super::request::{Reassert, Request, Step};
 use super::topology::Route;
 use super::{Client, Phase};
@@ -24,6 +25,14 @@ use crate::server_error::ServerErrorKind;
 /// The keys recovery uses on a standalone server, outside every subject's
 /// hash tag (`{prefix}:node`, `{prefix}:recovery`; subject keys are
 /// `{prefix}:{...}:...`, so none can collide with them).
+/// What recovery after a data loss works from: the leases callers hold
+/// now (to write back) and the keys it marks and holds servers with.
+#[derive(Debug)]
+pub(super) struct RecoveryState {
+    pub(super) held: HeldLeases,
+    pub(super) keys: RecoveryKeys,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct RecoveryKeys {
     /// The lease-data marker.
@@ -57,9 +66,12 @@ impl Client {
         let Some(loss) = self.loss_on(node) else {
             return false;
         };
-        self.stats.data_losses += 1;
+        self.out.stats.data_losses += 1;
         let window = self.config.recovery_window().filter(|_| !self.bug_no_recovery());
-        let conn = self.nodes[node].connection.as_ref().expect("a handshake just ended");
+        let conn = self.net.nodes[node]
+            .connection
+            .as_ref()
+            .expect("a handshake just ended");
         // Each write-back carries its holder's expiry and a valid-until, in
         // this server's clock (read by the handshake just done). Without a
         // reading (never, after a full handshake) they are written stale:
@@ -70,6 +82,7 @@ impl Client {
         let valid_until_ms = clock.map_or(0, |clock| clock.server_ms(valid_until));
         let jobs: Vec<Reassert> = match window {
             Some(_) => self
+                .recovery
                 .held
                 .on(now, |keys| self.owns(node, keys.slot()))
                 .into_iter()
@@ -85,9 +98,11 @@ impl Client {
             None => Vec::new(),
         };
         for job in &jobs {
-            self.held.reasserting(&job.lease, valid_until_ms, runnable_until);
+            self.recovery
+                .held
+                .reasserting(&job.lease, valid_until_ms, runnable_until);
         }
-        self.events.push_back(Event::DataLoss {
+        self.out.event(Event::DataLoss {
             connection: conn.id(),
             loss,
             held: jobs.len(),
@@ -96,22 +111,26 @@ impl Client {
             return false;
         };
         let again: Vec<Request> = self
+            .recovery
             .held
             .released_on(now, window, |keys| self.owns(node, keys.slot()))
             .into_iter()
             .map(|(keys, leases)| Request::ReleaseAgain(keys, leases))
             .collect();
         let until = now + window;
-        let target = &mut self.nodes[node];
+        let target = &mut self.net.nodes[node];
         target.holding_until = Some(target.holding_until.map_or(until, |at| at.max(until)));
-        let hold = !self.recovery_keys.hold.is_empty();
+        let hold = !self.recovery.keys.hold.is_empty();
         let steps = jobs.len() + again.len() + usize::from(hold);
         if steps == 0 {
             return false;
         }
         // A fresh budget: the handshake's own may be nearly spent.
         let deadline = now + self.config.connect_timeout;
-        let conn = self.nodes[node].connection.as_mut().expect("a handshake just ended");
+        let conn = self.net.nodes[node]
+            .connection
+            .as_mut()
+            .expect("a handshake just ended");
         conn.phase = Phase::Handshaking { deadline, steps };
         if hold {
             self.send(node, Request::Handshake(Step::Hold), deadline);
@@ -131,14 +150,15 @@ impl Client {
     /// had a ready connection to it; or, for a node never seen before, since
     /// it was a replica of a primary this client knew (a cluster failover).
     fn loss_on(&self, node: usize) -> Option<DataLoss> {
-        let conn = self.nodes[node].connection.as_ref()?;
+        let conn = self.net.nodes[node].connection.as_ref()?;
         if conn.replica.is_some() {
             return None; // no lease lives on a replica, none is written there
         }
         let now = &conn.identity;
-        match &self.nodes[node].identity {
+        match &self.net.nodes[node].identity {
             Some(before) => now.loss_since(before),
             None => self
+                .net
                 .nodes
                 .iter()
                 .filter_map(|other| other.identity.as_ref())
@@ -156,12 +176,12 @@ impl Client {
 
     /// Whether leases of `slot` live on `node`.
     fn owns(&self, node: usize, slot: u16) -> bool {
-        !self.topology.is_cluster() || self.topology.route(slot) == Route::Node(node)
+        !self.net.topology.is_cluster() || self.net.topology.route(slot) == Route::Node(node)
     }
 
     /// Whether new grants on `node` are held after a loss it found.
     pub(super) fn holding(&self, now: Instant, node: usize) -> bool {
-        self.nodes[node].holding_until.is_some_and(|until| now < until)
+        self.net.nodes[node].holding_until.is_some_and(|until| now < until)
     }
 
     /// The reply to releasing lately released leases again (`RELEASE`): how
@@ -177,7 +197,7 @@ impl Client {
     ) -> Result<(), ConnectionError> {
         match frame {
             Frame::Integer(back) if (0..=leases.iter().map(|l| i64::from(l.weight())).sum()).contains(&back) => {
-                self.stats.releases_repeated += back as u64;
+                self.out.stats.releases_repeated += back as u64;
                 // Confirmed again, by a server that may fail over in turn.
                 for lease in leases {
                     self.remember_release(now, lease, &keys);
@@ -218,15 +238,15 @@ impl Client {
             _ => return Err(super::error_class::unexpected("reassert", &frame)),
         };
         match outcome {
-            Reassertion::Survived => self.stats.leases_survived += 1,
-            Reassertion::Restored => self.stats.leases_restored += 1,
+            Reassertion::Survived => self.out.stats.leases_survived += 1,
+            Reassertion::Restored => self.out.stats.leases_restored += 1,
             Reassertion::OverLimit => {
-                self.stats.leases_restored += 1;
-                self.stats.over_admissions += 1;
+                self.out.stats.leases_restored += 1;
+                self.out.stats.over_admissions += 1;
             }
             Reassertion::Unconfirmed | Reassertion::GivenBack => {}
         }
-        self.events.push_back(Event::Reasserted {
+        self.out.event(Event::Reasserted {
             lease: job.lease,
             outcome,
         });

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use super::error_class::Redirect;
-use super::request::{Op, ReleaseJob, Request, Step};
+use super::request::{Op, ReleaseJob, ReleaseKind, Request, Step};
 use super::Client;
 use crate::cluster::{parse_redirect, parse_shards, parse_slots, Shard};
 use crate::event::{ConnectionError, Unavailable};
@@ -57,12 +57,12 @@ impl Client {
                 self.route_op(now, op);
             }
             Redirect::TryAgain => {
-                self.stats.try_again += 1;
-                self.deferred.until(now + TRY_AGAIN_DELAY, op);
+                self.out.stats.try_again += 1;
+                self.net.deferred.until(now + TRY_AGAIN_DELAY, op);
             }
             Redirect::ReadOnly => {
                 self.refresh_topology(now);
-                self.deferred.until(now + TRY_AGAIN_DELAY, op);
+                self.net.deferred.until(now + TRY_AGAIN_DELAY, op);
             }
         }
     }
@@ -97,9 +97,9 @@ impl Client {
                 None => self.retry_release(now, job),
             },
             Redirect::TryAgain => {
-                self.stats.try_again += 1;
-                if !job.is_compensation() {
-                    job.plain = true;
+                self.out.stats.try_again += 1;
+                if job.kind == ReleaseKind::Release {
+                    job.kind = ReleaseKind::Removal;
                 }
                 self.retry_release(now, job);
             }
@@ -113,14 +113,14 @@ impl Client {
     /// The node a `MOVED` or `ASK` names (added if new); a `MOVED` also
     /// updates the slot and asks for a (rate-limited) table refresh.
     fn follow(&mut self, now: Instant, node: usize, redirect: Redirect, message: &str) -> Option<usize> {
-        let (slot, endpoint) = parse_redirect(message, &self.nodes[node].endpoint)?;
+        let (slot, endpoint) = parse_redirect(message, &self.net.nodes[node].endpoint)?;
         let target = self.node_at(&endpoint);
         if redirect == Redirect::Moved {
-            self.stats.moved += 1;
-            self.topology.moved(slot, target);
+            self.out.stats.moved += 1;
+            self.net.topology.moved(slot, target);
             self.refresh_topology(now);
         } else {
-            self.stats.asked += 1;
+            self.out.stats.asked += 1;
         }
         Some(target)
     }
@@ -128,20 +128,21 @@ impl Client {
     /// Reads the slot table again, from a ready node, unless a refresh is on
     /// its way or went out too recently (then one is owed for later).
     pub(super) fn refresh_topology(&mut self, now: Instant) {
-        if !self.topology.is_cluster() {
+        if !self.net.topology.is_cluster() {
             return;
         }
-        if !self.topology.want_refresh(now) {
+        if !self.net.topology.want_refresh(now) {
             return;
         }
-        let ready = (0..self.nodes.len()).find(|node| self.nodes[*node].is_ready() && self.topology.wanted(*node));
-        let ready = ready.or_else(|| (0..self.nodes.len()).find(|node| self.nodes[*node].is_ready()));
+        let ready =
+            (0..self.net.nodes.len()).find(|node| self.net.nodes[*node].is_ready() && self.net.topology.wanted(*node));
+        let ready = ready.or_else(|| (0..self.net.nodes.len()).find(|node| self.net.nodes[*node].is_ready()));
         // With no ready node, the next handshake reads the table anyway.
         let Some(node) = ready else {
-            self.topology.refreshed();
+            self.net.topology.refreshed();
             return;
         };
-        self.stats.topology_refreshes += 1;
+        self.out.stats.topology_refreshes += 1;
         self.send(
             node,
             Request::Handshake(Step::Shards),
@@ -159,8 +160,8 @@ impl Client {
         step: Step,
         frame: Frame,
     ) -> Result<(), ConnectionError> {
-        let handshaking = !self.nodes[node].is_ready();
-        let asked = self.nodes[node].endpoint.clone();
+        let handshaking = !self.net.nodes[node].is_ready();
+        let asked = self.net.nodes[node].endpoint.clone();
         let parsed = match (&frame, step) {
             (Frame::Error(_), Step::Shards) => {
                 // Redis before 7 has no `CLUSTER SHARDS`: ask the older way
@@ -170,14 +171,14 @@ impl Client {
                 return Ok(());
             }
             (Frame::Error(message), _) => Err(ConnectionError::Handshake(message.to_string())),
-            (frame, Step::Shards) => parse_shards(frame, &asked, self.topology.tls())
+            (frame, Step::Shards) => parse_shards(frame, &asked, self.net.topology.tls())
                 .map_err(|error| ConnectionError::UnexpectedReply(error.to_string())),
             (frame, _) => {
                 parse_slots(frame, &asked).map_err(|error| ConnectionError::UnexpectedReply(error.to_string()))
             }
         };
         if !handshaking {
-            self.topology.refreshed();
+            self.net.topology.refreshed();
         }
         match parsed {
             Ok(shards) if !shards.is_empty() => self.learn(now, &shards),
@@ -197,8 +198,8 @@ impl Client {
     /// one are routed.
     fn learn(&mut self, now: Instant, shards: &[Shard]) {
         let owners: Vec<usize> = shards.iter().map(|shard| self.node_at(&shard.primary)).collect();
-        self.topology.learn(shards, &owners);
-        for op in self.deferred.take_awaiting_topology() {
+        self.net.topology.learn(shards, &owners);
+        for op in self.net.deferred.take_awaiting_topology() {
             self.route_op(now, op);
         }
     }

@@ -12,7 +12,7 @@ use crate::event::{Event, ReleaseFailure, ReleaseOf};
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
 use crate::resp::Frame;
-use crate::scripts::ScriptKind;
+use crate::scripts::{Eval, ScriptKind};
 use crate::server_error::ServerError;
 
 /// Whether an acquire to compensate has run: its reply was read, or it was
@@ -35,7 +35,7 @@ impl Client {
     /// whose reply was read has run; its lease lives a TTL from that reply
     /// at most.
     pub(super) fn compensate(&mut self, now: Instant, op: AcquireOp, ran: Ran) {
-        self.stats.compensations += 1;
+        self.out.stats.compensations += 1;
         let may_still_run = ran == Ran::MayStillRun;
         let call = op.call;
         let ran_by = if may_still_run {
@@ -52,11 +52,10 @@ impl Client {
             },
             // Nobody held it: it says nothing about hold times.
             held_ms: 0,
-            plain: false,
             failures: 0,
             deadline: ran_by + self.config.lease_ttl,
             not_before: now,
-            by_text: false,
+            eval: Eval::Sha,
             ask: None,
             redirects: 0,
         };
@@ -66,15 +65,15 @@ impl Client {
     /// Sends `job` to the node that owns its subject if that node is ready;
     /// else it waits (and a primary not connected yet is connected).
     pub(super) fn submit_release(&mut self, now: Instant, job: ReleaseJob) {
-        let Some(node) = self.topology.node_for(job.keys.slot(), job.ask) else {
+        let Some(node) = self.net.topology.node_for(job.keys.slot(), job.ask) else {
             self.refresh_topology(now);
             self.queue_release(job);
             return;
         };
-        if self.nodes[node].is_ready() {
+        if self.net.nodes[node].is_ready() {
             return self.send_release(now, node, job);
         }
-        if self.nodes[node].connection.is_none() && !self.nodes[node].reconnect.backing_off() {
+        if self.net.nodes[node].connection.is_none() && !self.net.nodes[node].reconnect.backing_off() {
             self.start_connect(now, node);
         }
         self.queue_release(job);
@@ -93,15 +92,15 @@ impl Client {
     pub(super) fn retry_release(&mut self, now: Instant, job: ReleaseJob) {
         match self.releases.retry(now, job) {
             // Counted only once it is really queued for another attempt.
-            None => self.stats.release_retries += 1,
+            None => self.out.stats.release_retries += 1,
             Some(Given::Up(job, reason)) => self.abandon_release(job, reason),
         }
     }
 
     pub(super) fn abandon_release(&mut self, job: ReleaseJob, reason: ReleaseFailure) {
-        self.stats.releases_abandoned += 1;
+        self.out.stats.releases_abandoned += 1;
         let of = job.whose();
-        self.events.push_back(Event::ReleaseAbandoned {
+        self.out.event(Event::ReleaseAbandoned {
             lease: job.lease,
             of,
             reason,
@@ -122,7 +121,7 @@ impl Client {
     /// Keeps a confirmed release for a recovery to repeat (see `held`).
     pub(super) fn remember_release(&mut self, now: Instant, lease: LeaseId, keys: &SubjectKeys) {
         if let Some(horizon) = self.config.recovery_window() {
-            self.held.released(now, horizon, lease, keys);
+            self.recovery.held.released(now, horizon, lease, keys);
         }
     }
 
@@ -146,9 +145,9 @@ impl Client {
             }
             Frame::Error(message) => {
                 let message = message.to_string();
-                return match error_class(&message, self.topology.is_cluster()) {
+                return match error_class(&message, self.net.topology.is_cluster()) {
                     ErrorClass::NoScript => {
-                        job.by_text = true;
+                        job.eval = Eval::Text;
                         let script = if job.is_compensation() {
                             ScriptKind::Compensate
                         } else {
@@ -178,10 +177,10 @@ impl Client {
             self.retry_release(now, job);
             return Err(unexpected("release", &frame));
         }
-        self.stats.releases += 1;
+        self.out.stats.releases += 1;
         self.remember_release(now, job.lease.clone(), &job.keys);
         let of = job.whose();
-        self.events.push_back(Event::Released { lease: job.lease, of });
+        self.out.event(Event::Released { lease: job.lease, of });
         Ok(())
     }
 
@@ -196,9 +195,9 @@ impl Client {
     ) -> Result<(), ConnectionError> {
         if let Frame::Integer(_) = frame {
             for job in jobs {
-                self.stats.releases += 1;
+                self.out.stats.releases += 1;
                 self.remember_release(now, job.lease.clone(), &job.keys);
-                self.events.push_back(Event::Released {
+                self.out.event(Event::Released {
                     lease: job.lease,
                     of: ReleaseOf::Holder,
                 });
@@ -214,7 +213,7 @@ impl Client {
                 return Err(unexpected("release batch", &other));
             }
         };
-        match error_class(&message, self.topology.is_cluster()) {
+        match error_class(&message, self.net.topology.is_cluster()) {
             ErrorClass::Redirect(redirect) => {
                 for job in jobs {
                     self.redirect_release(now, node, job, redirect, &message);
@@ -224,7 +223,7 @@ impl Client {
             ErrorClass::NoScript => {
                 self.reload(now, node, ScriptKind::Release);
                 for mut job in jobs {
-                    job.by_text = true;
+                    job.eval = Eval::Text;
                     self.send_release(now, node, job);
                 }
                 Ok(())

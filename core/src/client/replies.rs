@@ -9,7 +9,7 @@ use super::request::{AcquireOp, InspectOp, Op, Reading, RenewOp, Request, Step};
 use super::{Client, Phase};
 use crate::event::{ConnectionError, Event, Holder, Inspection, Lease, Outcome, Renewal, Unavailable, Warning};
 use crate::resp::Frame;
-use crate::scripts::{ScriptKind, RECOVERING, STALE};
+use crate::scripts::{Eval, ScriptKind, RECOVERING, STALE};
 use crate::server_clock::{lease_expiry, ServerClock};
 use crate::server_error::{ServerError, ServerErrorKind};
 
@@ -48,7 +48,7 @@ impl Client {
             Request::Leave(keys, lease, until) => match frame {
                 Frame::Integer(_) => Ok(()),
                 Frame::Error(message) => {
-                    match error_class(&message, self.topology.is_cluster()) {
+                    match error_class(&message, self.net.topology.is_cluster()) {
                         ErrorClass::Redirect(_) => self.refresh_topology(now),
                         ErrorClass::NoScript => self.reload(now, node, ScriptKind::Leave),
                         _ => {}
@@ -71,7 +71,7 @@ impl Client {
         if let Step::Shards | Step::Slots = step {
             return self.on_topology_reply(now, node, step, frame);
         }
-        let cluster = self.topology.is_cluster();
+        let cluster = self.net.topology.is_cluster();
         // Standalone, a replica is refused. In a cluster it may serve as a
         // source of the slot table (a seed demoted by a failover, say): no
         // route sends a write to a node the table does not name as a
@@ -79,7 +79,7 @@ impl Client {
         // Standalone, the refusal waits for `INFO` (the next step), so that
         // a cluster node reached without cluster mode hears that first.
         if let (Step::Role, Some(Err(role))) = (step, identity::primary(&frame)) {
-            if let Some(conn) = self.nodes[node].connection.as_mut() {
+            if let Some(conn) = self.net.nodes[node].connection.as_mut() {
                 conn.replica = Some(role);
             }
         }
@@ -87,7 +87,7 @@ impl Client {
             (Some(role), false) => Err(ConnectionError::Replica(role.clone())),
             _ => Ok(()),
         };
-        let conn = self.nodes[node]
+        let conn = self.net.nodes[node]
             .connection
             .as_mut()
             .expect("replies come from the current connection");
@@ -112,8 +112,8 @@ impl Client {
                             return Err(ConnectionError::Eviction(policy));
                         }
                         let id = conn.id();
-                        self.stats.server_warnings += 1;
-                        self.events.push_back(Event::Warning(id, Warning::Eviction(policy)));
+                        self.out.stats.server_warnings += 1;
+                        self.out.event(Event::Warning(id, Warning::Eviction(policy)));
                     }
                     true
                 }
@@ -121,8 +121,8 @@ impl Client {
             (Step::Info, Frame::Error(message)) if !is_auth_error(message) => {
                 refused_replica(conn)?;
                 let id = conn.id();
-                self.stats.server_warnings += 1;
-                self.events.push_back(Event::Warning(id, Warning::InfoRefused));
+                self.out.stats.server_warnings += 1;
+                self.out.event(Event::Warning(id, Warning::InfoRefused));
                 true
             }
             // A server (or an ACL) that will not say: go on. A cluster node
@@ -140,7 +140,7 @@ impl Client {
                 None => false,
             },
             (Step::Hold, Frame::Integer(_)) => true,
-            (Step::Load(kind), Frame::BulkString(sha)) => &sha[..] == self.scripts.get(*kind).sha.as_bytes(),
+            (Step::Load(kind), Frame::BulkString(sha)) => &sha[..] == self.net.scripts.get(*kind).sha.as_bytes(),
             (Step::Load(kind), Frame::Error(_)) if !handshaking => {
                 // A reload after NOSCRIPT failed; `EVAL` keeps working without it.
                 conn.reloaded(*kind);
@@ -181,7 +181,7 @@ impl Client {
     /// last one, a connection whose server lost lease data first writes
     /// back what this client holds there (more steps); then it is ready.
     pub(super) fn step_done(&mut self, now: Instant, node: usize) {
-        let target = &mut self.nodes[node];
+        let target = &mut self.net.nodes[node];
         let Some(conn) = target.connection.as_mut() else {
             return;
         };
@@ -198,13 +198,13 @@ impl Client {
                 return;
             }
         }
-        let target = &mut self.nodes[node];
+        let target = &mut self.net.nodes[node];
         let conn = target.connection.as_mut().expect("checked above");
         conn.phase = Phase::Ready;
         conn.heard(now);
         target.identity = Some(conn.identity.clone());
         target.reconnect.succeeded();
-        self.events.push_back(Event::Connected(conn.id()));
+        self.out.event(Event::Connected(conn.id()));
     }
 
     /// The reply to one acquire or renewal: `{status, own id}`, checked for
@@ -253,7 +253,7 @@ impl Client {
         if echo != op.call().lease_bytes && !self.bug_skip_echo_check() {
             return Err(self.ambiguous(now, op, ConnectionError::EchoMismatch));
         }
-        self.stats.reclaimed += reclaimed as u64;
+        self.out.stats.reclaimed += reclaimed as u64;
         match op {
             Op::Acquire(op) if op.wait.is_some() => self.on_waiting_status(now, node, op, status, token, expected_ms),
             Op::Acquire(op) => self.on_acquire_status(now, node, op, status, token),
@@ -316,7 +316,7 @@ impl Client {
             }
             1 if self.config.replica_acks.is_some() => {
                 // Delivered (or released) when the `WAIT` after it answers.
-                let conn = self.nodes[node]
+                let conn = self.net.nodes[node]
                     .connection
                     .as_mut()
                     .expect("replies come from the current connection");
@@ -337,7 +337,7 @@ impl Client {
             // non-grant, but no evidence about the limit (never `Exceeded`).
             STALE => self.fail(now, request, Unavailable::Stale),
             RECOVERING => {
-                self.stats.recovering += 1;
+                self.out.stats.recovering += 1;
                 self.fail(now, request, Unavailable::Recovering);
             }
             _ => {
@@ -445,11 +445,11 @@ impl Client {
                     granted_at: op.granted_at,
                     release_until: expires_at,
                 };
-                self.held.renewed(&lease);
+                self.recovery.held.renewed(&lease);
                 Renewal::Extended(lease)
             }
             0 => {
-                self.held.remove(&op.call.lease);
+                self.recovery.held.remove(&op.call.lease);
                 if !self.keep_alive.is_renewal(request) {
                     // Found gone by its holder's own renewal: not kept any more.
                     self.keep_alive.remove(&op.call.lease);
@@ -509,7 +509,7 @@ impl Client {
             return Err(self.all_ambiguous(now, ops, ConnectionError::EchoMismatch));
         }
         if let Some(Frame::Integer(reclaimed)) = items.last() {
-            self.stats.reclaimed += *reclaimed as u64;
+            self.out.stats.reclaimed += *reclaimed as u64;
         }
         let mut result = Ok(());
         for (op, triple) in ops.into_iter().zip(items.chunks_exact(3)) {
@@ -526,7 +526,7 @@ impl Client {
     /// it. Enough delivers the grants read since the last one; too few (or
     /// an error) releases them.
     fn on_wait_reply(&mut self, now: Instant, node: usize, frame: Frame) -> Result<(), ConnectionError> {
-        let conn = self.nodes[node]
+        let conn = self.net.nodes[node]
             .connection
             .as_mut()
             .expect("replies come from the current connection");
@@ -551,7 +551,7 @@ impl Client {
             if acked >= wanted {
                 self.deliver_grant(now, op, token);
             } else {
-                self.stats.not_replicated += 1;
+                self.out.stats.not_replicated += 1;
                 self.fail(now, op.call.request, Unavailable::NotReplicated { acked, wanted });
                 self.compensate(now, op, Ran::Answered);
             }
@@ -577,7 +577,7 @@ impl Client {
             granted_at: now,
             release_until: expires_at,
         };
-        self.held.insert(now, &lease, op.limit);
+        self.recovery.held.insert(now, &lease, op.limit);
         self.finish(now, request, Outcome::Granted(lease));
     }
 
@@ -593,10 +593,10 @@ impl Client {
         let request = op.call().request;
         let error = ServerError::new(message);
         let refused = || Unavailable::Server(error.clone());
-        match error_class(message, self.topology.is_cluster()) {
+        match error_class(message, self.net.topology.is_cluster()) {
             ErrorClass::NoScript => {
                 if self.callers.contains(request) {
-                    op.call_mut().by_text = true;
+                    op.call_mut().eval = Eval::Text;
                     self.reload(now, node, op.script());
                     self.send_call(now, node, op);
                 }

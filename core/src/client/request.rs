@@ -10,7 +10,7 @@ use bytes::Bytes;
 use crate::event::{Lease, RequestId};
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
-use crate::scripts::ScriptKind;
+use crate::scripts::{Eval, ScriptKind};
 
 /// One request in a connection's FIFO, with what its reply means.
 #[derive(Debug)]
@@ -117,8 +117,8 @@ pub(super) struct Call {
     /// Our instant by which the server has surely passed `valid_until_ms`:
     /// from then on the request cannot act any more.
     pub(super) runnable_until: Option<Instant>,
-    /// Send `EVAL` with the script text (after `NOSCRIPT`).
-    pub(super) by_text: bool,
+    /// How the script is named: by text after a `NOSCRIPT`.
+    pub(super) eval: Eval,
     /// An `ASK` redirect names this node for the next attempt only.
     pub(super) ask: Option<usize>,
     /// Redirects followed so far; a request bounced around too often fails.
@@ -136,7 +136,7 @@ impl Call {
             valid_until_ms: 0,
             expiry_ms: 1,
             runnable_until: None,
-            by_text: false,
+            eval: Eval::Sha,
             ask: None,
             redirects: 0,
         }
@@ -283,6 +283,11 @@ pub(super) struct Reassert {
 pub(super) enum ReleaseKind {
     /// The holder gives its lease back (`RELEASE`).
     Release,
+    /// The holder's lease, by a plain `ZREM` of its units: a slot migrating
+    /// told `RELEASE` `TRYAGAIN` (the subject's keys are split between two
+    /// nodes until the migration ends), and one key follows `ASK` at once.
+    /// Waiters of the subject then learn of the slot at their own check.
+    Removal,
     /// A lease no caller received: `COMPENSATE`, with a tombstone until
     /// `tombstone_until_ms` (the acquire's valid-until while it may still
     /// run; 0 when its reply was read).
@@ -300,18 +305,14 @@ pub(super) struct ReleaseJob {
     /// How long the lease was held, in ms (the release script keeps the
     /// subject's average while it has waiters).
     pub(super) held_ms: u64,
-    /// Send a plain `ZREM` instead of `RELEASE`: a slot migrating told the
-    /// script `TRYAGAIN` (its six keys are split between two nodes until
-    /// the migration ends), and one key follows `ASK` at once. Waiters of
-    /// the subject then learn of the slot at their own check.
-    pub(super) plain: bool,
     /// Failed attempts so far.
     pub(super) failures: u32,
     /// Retries stop here: the lease has expired by then anyway.
     pub(super) deadline: Instant,
     /// Next attempt not before.
     pub(super) not_before: Instant,
-    pub(super) by_text: bool,
+    /// How the script is named: by text after a `NOSCRIPT`.
+    pub(super) eval: Eval,
     /// An `ASK` redirect names this node for the next attempt only.
     pub(super) ask: Option<usize>,
     /// Redirects followed so far (they are not failures: a slot may move
@@ -328,13 +329,12 @@ impl ReleaseJob {
             lease_bytes: Bytes::from(lease.id.to_bytes()),
             lease: lease.id,
             held_ms: now.saturating_duration_since(lease.granted_at).as_millis() as u64,
-            plain: false,
             keys: lease.keys,
             kind,
             failures: 0,
             deadline: lease.expires_at.max(lease.release_until),
             not_before: now,
-            by_text: false,
+            eval: Eval::Sha,
             ask: None,
             redirects: 0,
         }
@@ -347,7 +347,7 @@ impl ReleaseJob {
     /// Whose lease it gives back, as its events say.
     pub(super) fn whose(&self) -> crate::event::ReleaseOf {
         match self.kind {
-            ReleaseKind::Release => crate::event::ReleaseOf::Holder,
+            ReleaseKind::Release | ReleaseKind::Removal => crate::event::ReleaseOf::Holder,
             ReleaseKind::Compensation { .. } => crate::event::ReleaseOf::Compensation,
         }
     }
@@ -355,7 +355,7 @@ impl ReleaseJob {
     /// The request for one attempt.
     pub(super) fn into_request(self) -> Request {
         match self.kind {
-            ReleaseKind::Release => Request::Release(self),
+            ReleaseKind::Release | ReleaseKind::Removal => Request::Release(self),
             ReleaseKind::Compensation { tombstone_until_ms } => Request::Compensate(self, tombstone_until_ms),
         }
     }

@@ -32,13 +32,13 @@ impl Client {
                 self.submit(now, Op::Renew(renewal));
             }
             keep_alive::Effect::Kept { lease, expires_at } => {
-                self.stats.kept_alive += 1;
-                self.events.push_back(Event::KeptAlive { lease, expires_at });
+                self.out.stats.kept_alive += 1;
+                self.out.event(Event::KeptAlive { lease, expires_at });
             }
             keep_alive::Effect::Lost { lease, reason } => {
-                self.stats.keep_alive_lost += 1;
-                self.held.remove(&lease);
-                self.events.push_back(Event::LeaseLost { lease, reason });
+                self.out.stats.keep_alive_lost += 1;
+                self.recovery.held.remove(&lease);
+                self.out.event(Event::LeaseLost { lease, reason });
             }
         }
     }
@@ -56,7 +56,7 @@ impl Client {
         match effect {
             waiters::Effect::Check(op) => self.route_op(now, Op::Acquire(op)),
             waiters::Effect::Handed { op, token } => {
-                self.stats.handed_over += 1;
+                self.out.stats.handed_over += 1;
                 if self.config.replica_acks.is_some() {
                     self.confirm_handed(now, op, token);
                 } else {
@@ -87,7 +87,7 @@ impl Client {
             release_until: now + self.config.request_liveness + self.config.lease_ttl,
         };
         self.waiters.remove(request, true, now);
-        self.held.insert(now, &lease, op.limit);
+        self.recovery.held.insert(now, &lease, op.limit);
         // The renewal answers no caller: its outcome only updates the held
         // lease (or finds it given back already).
         let renewal = self.names.request();
@@ -118,15 +118,15 @@ impl Client {
         let Some((op, token)) = self.waiters.confirmed(renewal) else {
             return;
         };
-        let node = match self.topology.route(op.call.keys.slot()) {
-            Route::Node(node) if extended && self.nodes[node].is_ready() => node,
+        let node = match self.net.topology.route(op.call.keys.slot()) {
+            Route::Node(node) if extended && self.net.nodes[node].is_ready() => node,
             _ => return self.route_op(now, Op::Acquire(op.resend())),
         };
         let acks = self
             .config
             .replica_acks
             .expect("confirmations wait only with replica_acks");
-        let conn = self.nodes[node].connection.as_mut().expect("ready");
+        let conn = self.net.nodes[node].connection.as_mut().expect("ready");
         conn.unreplicated.push((op, token));
         let deadline = now + self.config.request_liveness + acks.timeout;
         self.send(node, Request::Wait, deadline);
@@ -134,13 +134,13 @@ impl Client {
 
     /// Writes the `LEAVE`s owed, on the nodes that serve them, if ready.
     pub(super) fn send_leaves(&mut self, now: Instant) {
-        let (topology, nodes) = (&self.topology, &self.nodes);
+        let (topology, nodes) = (&self.net.topology, &self.net.nodes);
         let leaves = self.waiters.take_leaves(now, |keys| match topology.route(keys.slot()) {
             Route::Node(node) => Some(node).filter(|node| nodes[*node].is_ready()),
             Route::AwaitTopology | Route::NoOwner => None,
         });
         for leave in leaves {
-            self.stats.waiters_left += 1;
+            self.out.stats.waiters_left += 1;
             let deadline = now + self.config.request_liveness;
             self.send(
                 leave.node,
@@ -158,35 +158,36 @@ impl Client {
     pub(super) fn sync_subscriptions(&mut self, now: Instant) {
         let changed = !self.waiters.take_changed().is_empty();
         let mut dirty = false;
-        for node in &mut self.nodes {
+        for node in &mut self.net.nodes {
             dirty |= node.wake_ups.take_dirty();
         }
         if !changed && !dirty {
             return;
         }
-        let mut wanted: Vec<Vec<Bytes>> = vec![Vec::new(); self.nodes.len()];
+        let mut wanted: Vec<Vec<Bytes>> = vec![Vec::new(); self.net.nodes.len()];
         for (channel, keys) in self.waiters.channels() {
-            if let Route::Node(node) = self.topology.route(keys.slot()) {
+            if let Route::Node(node) = self.net.topology.route(keys.slot()) {
                 wanted[node].push(channel.clone());
             }
         }
         for (node, mut wanted) in wanted.into_iter().enumerate() {
             wanted.sort();
-            if self.nodes[node].wake_ups.should_open(now, &wanted) {
+            if self.net.nodes[node].wake_ups.should_open(now, &wanted) {
                 let id = self.names.connection();
                 let until = now + self.config.connect_timeout;
-                let target = &mut self.nodes[node];
+                let target = &mut self.net.nodes[node];
                 target.wake_ups.opening(id, until, self.config.reply_limits);
-                self.actions.push_back(Action::Connect(id, target.endpoint.clone()));
+                self.out.action(Action::Connect(id, target.endpoint.clone()));
             } else {
-                self.nodes[node].wake_ups.subscribe(&wanted);
+                self.net.nodes[node].wake_ups.subscribe(&wanted);
             }
         }
     }
 
     /// The node whose wake-up connection is `connection`.
     pub(super) fn subscriber_of(&self, connection: ConnectionId) -> Option<usize> {
-        self.nodes
+        self.net
+            .nodes
             .iter()
             .position(|node| node.wake_ups.id() == Some(connection))
     }
@@ -195,17 +196,20 @@ impl Client {
     /// waiters (each message counted); a broken stream closes it.
     pub(super) fn wake_ups_input(&mut self, now: Instant, node: usize, data: &[u8]) {
         let waiters = &self.waiters;
-        let heard = match self.nodes[node].wake_ups.input(data, |channel| waiters.wants(channel)) {
+        let heard = match self.net.nodes[node]
+            .wake_ups
+            .input(data, |channel| waiters.wants(channel))
+        {
             Ok(heard) => heard,
             Err(()) => return self.close_wake_ups(now, node),
         };
         for news in heard {
-            self.stats.wake_ups += 1;
+            self.out.stats.wake_ups += 1;
             let effects = match news {
                 Heard::Wake(channel) => self.waiters.woken(&channel, 1),
                 Heard::WakeThese(channel, ids) => self.waiters.named(&channel, &ids),
                 Heard::Handed(channel, handed) => {
-                    let (names, held) = (&self.names, &self.held);
+                    let (names, held) = (&self.names, &self.recovery.held);
                     let done_waiting = |id: &LeaseId| names.issued(id) && !held.contains(id);
                     self.waiters.handed(now, &channel, handed, done_waiting)
                 }
@@ -218,8 +222,8 @@ impl Client {
     /// opened again after the reconnect backoff cap.
     pub(super) fn close_wake_ups(&mut self, now: Instant, node: usize) {
         let retry_after = self.config.reconnect_max_backoff;
-        if let Some(id) = self.nodes[node].wake_ups.close(now, retry_after) {
-            self.actions.push_back(Action::Close(id));
+        if let Some(id) = self.net.nodes[node].wake_ups.close(now, retry_after) {
+            self.out.action(Action::Close(id));
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use bytes::BytesMut;
 
-use super::{ScriptKind, Scripts};
+use super::{Eval, ScriptKind, Scripts};
 use crate::key::SubjectKeys;
 use crate::resp::encode_command;
 
@@ -39,7 +39,7 @@ impl Scripts {
     pub fn encode_acquire(
         &self,
         out: &mut BytesMut,
-        by_text: bool,
+        eval: Eval,
         call: LeaseCall,
         limit: u32,
         hold: &[u8],
@@ -67,12 +67,12 @@ impl Scripts {
             hold,
         ];
         match wait {
-            None => self.encode_call(out, ScriptKind::Acquire, by_text, &all_keys, &fixed),
+            None => self.encode_call(out, ScriptKind::Acquire, eval, &all_keys, &fixed),
             Some(wait) => {
                 let (lifetime, patience) = (wait.lifetime_ms.to_string(), wait.patience_ms.to_string());
                 let mut args = fixed.to_vec();
                 args.extend([lifetime.as_bytes(), patience.as_bytes()]);
-                self.encode_call(out, ScriptKind::AcquireWaiting, by_text, &all_keys, &args)
+                self.encode_call(out, ScriptKind::AcquireWaiting, eval, &all_keys, &args)
             }
         }
     }
@@ -114,12 +114,12 @@ impl Scripts {
     }
 
     /// `RENEW` of a lease to a new expiry.
-    pub fn encode_renew(&self, out: &mut BytesMut, by_text: bool, call: LeaseCall) {
+    pub fn encode_renew(&self, out: &mut BytesMut, eval: Eval, call: LeaseCall) {
         let (expiry, valid_until) = (call.expiry_ms.to_string(), call.valid_until_ms.to_string());
         self.encode_call(
             out,
             ScriptKind::Renew,
-            by_text,
+            eval,
             &[call.keys.leases()],
             &[expiry.as_bytes(), call.id, valid_until.as_bytes()],
         )
@@ -136,7 +136,7 @@ impl Scripts {
         self.encode_call(
             out,
             ScriptKind::Reassert,
-            true,
+            Eval::Text,
             &[
                 keys.leases(),
                 &keys.tombstone_of(call.id),
@@ -148,14 +148,13 @@ impl Scripts {
         )
     }
 
-    /// `RELEASE` of leases of one subject (`EVALSHA`, or `EVAL` with the
-    /// text when `by_text`): the subject's six keys, how long the leases were
+    /// `RELEASE` of leases of one subject (by `eval`): the subject's six keys, how long the leases were
     /// held on average (ms), the recovery hold key (empty for none), the ids.
     pub fn encode_release<'a>(
         &self,
         out: &mut BytesMut,
         keys: &SubjectKeys,
-        by_text: bool,
+        eval: Eval,
         held_ms: u64,
         hold: &[u8],
         ids: impl IntoIterator<Item = &'a [u8]>,
@@ -169,11 +168,7 @@ impl Scripts {
             keys.fence(),
         );
         let held = held_ms.to_string();
-        let (verb, body): (&[u8], &[u8]) = if by_text {
-            (b"EVAL", self.release.text.as_bytes())
-        } else {
-            (b"EVALSHA", self.release.sha.as_bytes())
-        };
+        let (verb, body) = self.release.named(eval);
         let mut command: Vec<&[u8]> = vec![
             verb,
             body,
@@ -196,7 +191,7 @@ impl Scripts {
     pub fn encode_compensate(
         &self,
         out: &mut BytesMut,
-        by_text: bool,
+        eval: Eval,
         keys: &SubjectKeys,
         id: &[u8],
         tombstone_until_ms: u64,
@@ -205,7 +200,7 @@ impl Scripts {
         self.encode_call(
             out,
             ScriptKind::Compensate,
-            by_text,
+            eval,
             &[
                 keys.leases(),
                 &keys.tombstone_of(id),
@@ -223,7 +218,7 @@ impl Scripts {
         self.encode_call(
             out,
             ScriptKind::Leave,
-            false,
+            Eval::Sha,
             &[
                 &keys.queue(),
                 &keys.waiters(),
@@ -241,7 +236,7 @@ impl Scripts {
         self.encode_call(
             out,
             ScriptKind::Inspect,
-            true,
+            Eval::Text,
             &[keys.leases(), &keys.holds(), &keys.waiters()],
             &[holders.as_bytes()],
         )
@@ -250,12 +245,12 @@ impl Scripts {
     /// `MARK`: read the lease-data marker, or write `value` (by text).
     pub fn encode_mark(&self, out: &mut BytesMut, marker: &[u8], value: &[u8]) {
         let ttl = super::MARKER_TTL_MS.to_string();
-        self.encode_call(out, ScriptKind::Mark, true, &[marker], &[value, ttl.as_bytes()])
+        self.encode_call(out, ScriptKind::Mark, Eval::Text, &[marker], &[value, ttl.as_bytes()])
     }
 
     /// `HOLD`: the recovery hold for at least `window_ms` (by text).
     pub fn encode_hold(&self, out: &mut BytesMut, hold: &[u8], window_ms: u64) {
         let window = window_ms.max(1).to_string();
-        self.encode_call(out, ScriptKind::Hold, true, &[hold], &[window.as_bytes()])
+        self.encode_call(out, ScriptKind::Hold, Eval::Text, &[hold], &[window.as_bytes()])
     }
 }

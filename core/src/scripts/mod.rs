@@ -119,7 +119,28 @@ pub struct Script {
     pub sha: String,
 }
 
+/// How a call names its script.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Eval {
+    /// `EVALSHA` of the loaded script: every call, as long as the server
+    /// has it.
+    #[default]
+    Sha,
+    /// `EVAL` of the whole text: after a `NOSCRIPT`, so the call goes again
+    /// at once, without waiting for the reload.
+    Text,
+}
+
 impl Script {
+    /// The verb and the script's name in a call: `EVALSHA` and the SHA1, or
+    /// `EVAL` and the text.
+    pub fn named(&self, eval: Eval) -> (&'static [u8], &[u8]) {
+        match eval {
+            Eval::Sha => (b"EVALSHA", self.sha.as_bytes()),
+            Eval::Text => (b"EVAL", self.text.as_bytes()),
+        }
+    }
+
     /// `text` with its SHA1.
     pub fn new(text: &'static str) -> Self {
         Self {
@@ -284,14 +305,9 @@ impl Scripts {
         }
     }
 
-    /// `EVALSHA sha numkeys keys.. args..`, or `EVAL text ..` when `by_text`.
-    pub fn encode_call(&self, out: &mut BytesMut, kind: ScriptKind, by_text: bool, keys: &[&[u8]], args: &[&[u8]]) {
-        let script = self.get(kind);
-        let (verb, body): (&[u8], &[u8]) = if by_text {
-            (b"EVAL", script.text.as_bytes())
-        } else {
-            (b"EVALSHA", script.sha.as_bytes())
-        };
+    /// `EVALSHA sha numkeys keys.. args..`, or `EVAL text ..`.
+    pub fn encode_call(&self, out: &mut BytesMut, kind: ScriptKind, eval: Eval, keys: &[&[u8]], args: &[&[u8]]) {
+        let (verb, body) = self.get(kind).named(eval);
         let numkeys = [b'0' + keys.len() as u8];
         debug_assert!(keys.len() < 10 && 3 + keys.len() + args.len() <= 16);
         let mut command: [&[u8]; 16] = [b""; 16];
@@ -325,7 +341,7 @@ mod tests {
         scripts.encode_call(
             &mut out,
             ScriptKind::Acquire,
-            false,
+            Eval::Sha,
             &[b"L", b"T"],
             &[b"1000", b"5", b"id"],
         );
@@ -336,7 +352,13 @@ mod tests {
         assert_eq!(out, expected.as_bytes());
 
         out.clear();
-        scripts.encode_call(&mut out, ScriptKind::Compensate, true, &[b"L", b"T"], &[b"9", b"id"]);
+        scripts.encode_call(
+            &mut out,
+            ScriptKind::Compensate,
+            Eval::Text,
+            &[b"L", b"T"],
+            &[b"9", b"id"],
+        );
         let text = COMPENSATE;
         let expected = format!(
             "*7\r\n$4\r\nEVAL\r\n${}\r\n{text}\r\n$1\r\n2\r\n$1\r\nL\r\n$1\r\nT\r\n$1\r\n9\r\n$2\r\nid\r\n",
@@ -349,7 +371,7 @@ mod tests {
     fn renew_call_encodes_literally_with_one_key() {
         let scripts = Scripts::default();
         let mut out = BytesMut::new();
-        scripts.encode_call(&mut out, ScriptKind::Renew, false, &[b"L"], &[b"1000", b"id"]);
+        scripts.encode_call(&mut out, ScriptKind::Renew, Eval::Sha, &[b"L"], &[b"1000", b"id"]);
         let sha = &scripts.renew.sha;
         let expected =
             format!("*6\r\n$7\r\nEVALSHA\r\n$40\r\n{sha}\r\n$1\r\n1\r\n$1\r\nL\r\n$4\r\n1000\r\n$2\r\nid\r\n");

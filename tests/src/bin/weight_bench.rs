@@ -19,7 +19,7 @@ use bytes::BytesMut;
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
-use inflight_core::scripts::{LeaseCall, ScriptKind, Scripts};
+use inflight_core::scripts::{Eval, LeaseCall, ScriptKind, Scripts};
 use inflight_tests::alloc_counter::CountingAlloc;
 use inflight_tests::resp_client::read_replies;
 use inflight_tests::{bench, cpu, RedisServer};
@@ -136,8 +136,8 @@ fn cycles(server: &RedisServer, scripts: &Scripts, keys: &SubjectKeys, weight: u
                 expiry_ms,
                 valid_until_ms: 99_999_999_999_999,
             };
-            scripts.encode_acquire(&mut out, false, call, 1_000_000_000, b"weights:recovery", None);
-            scripts.encode_release(&mut out, keys, false, 1, b"weights:recovery", [id.as_bytes()]);
+            scripts.encode_acquire(&mut out, Eval::Sha, call, 1_000_000_000, b"weights:recovery", None);
+            scripts.encode_release(&mut out, keys, Eval::Sha, 1, b"weights:recovery", [id.as_bytes()]);
         }
         stream.write_all(&out).unwrap();
         read_replies(&mut stream, &mut reader, &mut buf, 2 * WINDOW, |frame| match frame {
