@@ -15,7 +15,6 @@ use crate::event::{
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{Claim, ClaimError, LeaseId};
 use crate::resp::ReplyLimits;
-use crate::scripts::ScriptKind;
 use callers::{Awaits, Callers};
 use connection::{Connection, Phase};
 use held::HeldLeases;
@@ -27,15 +26,17 @@ use outbox::Outbox;
 use reconnect::Reconnect;
 use recovery::{RecoveryKeys, RecoveryState};
 use release_queue::ReleaseQueue;
-use request::{AcquireOp, Call, InspectOp, Op, Reading, ReleaseJob, ReleaseKind, RenewOp, Request, Step, Wait};
+use request::{AcquireOp, Call, InspectOp, Op, Reading, ReleaseJob, ReleaseKind, RenewOp, Request, Wait};
 use topology::{Route, Topology};
 use waiters::Waiters;
 
+mod answers;
 mod callers;
 mod connection;
 mod deferred;
 mod encode;
 mod error_class;
+mod handshake;
 mod held;
 mod identity;
 mod keep_alive;
@@ -626,32 +627,12 @@ impl Client {
         let Some(node) = self.net.node_of(connection) else {
             return;
         };
+        let cluster = self.net.topology.is_cluster();
         let conn = self.net.nodes[node].connection.as_mut().expect("node_of found it");
-        let Phase::Connecting { deadline } = conn.phase else {
+        let steps = conn.start_handshake(now, &self.config, cluster);
+        let Phase::Handshaking { deadline, .. } = conn.phase else {
             return;
         };
-        let mut steps = Vec::with_capacity(12);
-        if self.config.credentials.is_some() {
-            steps.push(Step::Auth);
-        }
-        if self.config.database != 0 {
-            steps.push(Step::Select);
-        }
-        steps.push(Step::Ping);
-        steps.push(Step::Role);
-        steps.push(Step::Info);
-        if self.net.topology.is_cluster() {
-            steps.push(Step::Shards);
-        } else {
-            steps.push(Step::Marker);
-        }
-        steps.push(Step::Time);
-        steps.extend(ScriptKind::LOADED.map(Step::Load));
-        conn.phase = Phase::Handshaking {
-            deadline,
-            steps: steps.len(),
-        };
-        conn.time_asked = Some(now);
         for step in steps {
             self.send(node, Request::Handshake(step), deadline);
         }

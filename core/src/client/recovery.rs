@@ -13,7 +13,7 @@ use bytes::Bytes;
 use super::held::HeldLeases;
 use super::request::{Reassert, Request, Step};
 use super::topology::Route;
-use super::{Client, Phase};
+use super::Client;
 use crate::config::{Config, Servers};
 use crate::event::{ConnectionError, DataLoss, Event, Reassertion};
 use crate::key::SubjectKeys;
@@ -131,7 +131,7 @@ impl Client {
             .connection
             .as_mut()
             .expect("a handshake just ended");
-        conn.phase = Phase::Handshaking { deadline, steps };
+        conn.more_steps(deadline, steps);
         if hold {
             self.send(node, Request::Handshake(Step::Hold), deadline);
         }
