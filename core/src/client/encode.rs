@@ -1,12 +1,12 @@
 //! What each request puts on the wire. Every command the client sends is
-//! written here, through [`Client::send`], and nowhere else.
+//! written here, through [`Connection::send`], and nowhere else.
 
 use std::time::Instant;
 
 use bytes::BytesMut;
 
+use super::connection::Connection;
 use super::request::{AcquireOp, Call, Reading, ReleaseJob, ReleaseKind, Request, Step};
-use super::Client;
 use crate::config::Config;
 use crate::event::ConnectionId;
 use crate::key::SubjectKeys;
@@ -15,25 +15,24 @@ use crate::resp::encode_command;
 use crate::scripts::{Eval, LeaseCall, Scripts, WaitArgs};
 
 /// What commands are written with, besides the request itself.
-struct Wire<'a> {
-    config: &'a Config,
-    scripts: &'a Scripts,
+pub(super) struct Wire<'a> {
+    pub(super) config: &'a Config,
+    pub(super) scripts: &'a Scripts,
     /// The recovery hold key the acquire scripts check (empty: none).
-    hold: &'a [u8],
+    pub(super) hold: &'a [u8],
     /// The lease-data marker's key.
-    marker: &'a [u8],
-    /// The client's entropy and the connection written on: what the marker
-    /// is set to, if it is missing (see [`marker_value`]).
-    entropy: &'a [u8; 16],
-    connection: ConnectionId,
+    pub(super) marker: &'a [u8],
+    /// The client's entropy: with the connection written on, what the
+    /// marker is set to if it is missing (see [`marker_value`]).
+    pub(super) entropy: &'a [u8; 16],
 }
 
 impl Request {
-    /// Appends this request's command to `out`.
-    fn encode(&self, wire: &Wire, out: &mut BytesMut) {
+    /// Appends this request's command, written on `connection`, to `out`.
+    fn encode(&self, wire: &Wire, connection: ConnectionId, out: &mut BytesMut) {
         let scripts = wire.scripts;
         match self {
-            Request::Handshake(step) => encode_step(*step, wire, out),
+            Request::Handshake(step) => encode_step(*step, wire, connection, out),
             Request::Reload(kind) => scripts.encode_load(out, *kind),
             Request::Acquire(op) => encode_acquire(op, wire, out),
             Request::AcquireMany(ops) => encode_acquire_many(ops, wire, out),
@@ -98,7 +97,7 @@ fn lease_call(call: &Call) -> LeaseCall<'_> {
     }
 }
 
-fn encode_step(step: Step, wire: &Wire, out: &mut BytesMut) {
+fn encode_step(step: Step, wire: &Wire, connection: ConnectionId, out: &mut BytesMut) {
     let (config, scripts) = (wire.config, wire.scripts);
     match step {
         Step::Auth => {
@@ -116,7 +115,7 @@ fn encode_step(step: Step, wire: &Wire, out: &mut BytesMut) {
         // replication, cluster.
         Step::Info => encode_command(out, &[b"INFO"]),
         Step::Marker => {
-            let value = marker_value(wire.entropy, wire.connection);
+            let value = marker_value(wire.entropy, connection);
             scripts.encode_mark(out, wire.marker, value.as_bytes())
         }
         Step::Hold => {
@@ -184,32 +183,12 @@ fn encode_plain_release<'a>(keys: &SubjectKeys, ids: impl Iterator<Item = &'a [u
     encode_command(out, &command);
 }
 
-impl Client {
-    /// Writes `request` on `node`, right after an `ASKING` when an `ASK`
-    /// redirect sent it there (the flag holds for the next command only).
-    pub(super) fn send_asking_if(&mut self, asked: bool, node: usize, request: Request, deadline: Instant) {
-        if asked {
-            self.send(node, Request::Asking, deadline);
-        }
-        self.send(node, request, deadline);
-    }
-
-    /// Writes `request` on `node`'s current connection; its reply is due by `deadline`.
-    pub(super) fn send(&mut self, node: usize, request: Request, deadline: Instant) {
-        let conn = self.net.nodes[node]
-            .connection
-            .as_mut()
-            .expect("sent on the current connection");
-        let wire = Wire {
-            config: &self.config,
-            scripts: &self.net.scripts,
-            hold: &self.recovery.keys.hold,
-            marker: &self.recovery.keys.marker,
-            entropy: self.names.entropy(),
-            connection: conn.id(),
-        };
-        conn.pipeline
-            .send(request, deadline, |request, out| request.encode(&wire, out));
+impl Connection {
+    /// Writes `request` here; its reply is due by `deadline`.
+    pub(super) fn send(&mut self, request: Request, deadline: Instant, wire: &Wire) {
+        let connection = self.id();
+        self.pipeline
+            .send(request, deadline, |request, out| request.encode(wire, connection, out));
     }
 }
 

@@ -179,7 +179,7 @@ impl Client {
     /// It is valid for its liveness budget: its reply is due by then, and a
     /// script that runs later refuses it.
     pub(super) fn send_call(&mut self, now: Instant, node: usize, mut op: Op) {
-        if matches!(op, Op::Acquire(_)) && self.holding(now, node) {
+        if matches!(op, Op::Acquire(_)) && self.net.holding(now, node) {
             self.out.stats.recovering += 1;
             return self.fail(now, op.call().request, Unavailable::Recovering);
         }

@@ -294,6 +294,13 @@ impl Client {
         false
     }
 
+    fn bug_no_recovery(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.bugs.no_recovery;
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+
     pub(super) fn bug_skip_late_grant_compensation(&self) -> bool {
         #[cfg(feature = "fault-injection")]
         return self.bugs.skip_late_grant_compensation;

@@ -5,10 +5,11 @@ use std::time::Instant;
 use super::answers::{self, AcquireAnswer, Misread, RenewAnswer};
 use super::error_class::{classify, error_class, unexpected, ErrorClass};
 use super::handshake::Expect;
+use super::recovery;
 use super::releases::Ran;
 use super::request::{AcquireOp, Op, Reading, RenewOp, Request, Step};
 use super::Client;
-use crate::event::{ConnectionError, Event, Lease, Outcome, Renewal, Unavailable};
+use crate::event::{ConnectionError, Event, Lease, Outcome, Reassertion, Renewal, Unavailable};
 use crate::resp::Frame;
 use crate::scripts::{Eval, ScriptKind};
 use crate::server_clock::lease_expiry;
@@ -35,8 +36,32 @@ impl Client {
             Request::AcquireMany(ops) => self.on_batch_reply(now, node, ops, frame),
             Request::Release(job) | Request::Compensate(job, _) => self.on_release_reply(now, node, job, frame),
             Request::ReleaseMany(jobs) => self.on_release_many_reply(now, node, jobs, frame),
-            Request::Reassert(job) => self.on_reassert_reply(now, node, job, frame),
-            Request::ReleaseAgain(keys, leases) => self.on_release_again_reply(now, node, keys, leases, frame),
+            Request::Reassert(job) => {
+                let outcome = recovery::reassertion(&job, &frame)?;
+                let stats = &mut self.out.stats;
+                match outcome {
+                    Reassertion::Survived => stats.leases_survived += 1,
+                    Reassertion::Restored => stats.leases_restored += 1,
+                    Reassertion::OverLimit => {
+                        stats.leases_restored += 1;
+                        stats.over_admissions += 1;
+                    }
+                    Reassertion::Unconfirmed | Reassertion::GivenBack => {}
+                }
+                self.out.event(Event::Reasserted {
+                    lease: job.lease,
+                    outcome,
+                });
+                self.step_done(now, node);
+                Ok(())
+            }
+            Request::ReleaseAgain(keys, leases) => {
+                let horizon = self.config.recovery_window();
+                let back = self.recovery.released_again(now, horizon, &keys, leases, frame)?;
+                self.out.stats.releases_repeated += back;
+                self.step_done(now, node);
+                Ok(())
+            }
             // Whatever it says, the command after it answers for itself.
             Request::Asking => Ok(()),
             Request::Probe => match frame {
@@ -113,8 +138,26 @@ impl Client {
             .expect("a handshake just ended");
         if !conn.recovery_checked {
             conn.recovery_checked = true;
-            if self.recover(now, node) {
-                return;
+            let window = self.config.recovery_window().filter(|_| !self.bug_no_recovery());
+            if let Some(found) = self
+                .recovery
+                .on_handshake(now, node, &mut self.net, &self.config, window)
+            {
+                self.out.stats.data_losses += 1;
+                self.out.event(found.report);
+                if !found.writes.is_empty() {
+                    // A fresh budget: the handshake's own may be nearly spent.
+                    let deadline = now + self.config.connect_timeout;
+                    let conn = self.net.nodes[node]
+                        .connection
+                        .as_mut()
+                        .expect("a handshake just ended");
+                    conn.more_steps(deadline, found.writes.len());
+                    for request in found.writes {
+                        self.send(node, request, deadline);
+                    }
+                    return;
+                }
             }
         }
         let target = &mut self.net.nodes[node];

@@ -7,6 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::callers::Awaits;
+use super::encode::Wire;
 use super::keep_alive;
 use super::request::{AcquireOp, Op, RenewOp, Request};
 use super::subscriber::Heard;
@@ -225,5 +226,32 @@ impl Client {
         if let Some(id) = self.net.nodes[node].wake_ups.close(now, retry_after) {
             self.out.action(Action::Close(id));
         }
+    }
+}
+
+impl Client {
+    /// Writes `request` on `node`'s current connection; its reply is due by `deadline`.
+    pub(super) fn send(&mut self, node: usize, request: Request, deadline: Instant) {
+        let wire = Wire {
+            config: &self.config,
+            scripts: &self.net.scripts,
+            hold: &self.recovery.keys.hold,
+            marker: &self.recovery.keys.marker,
+            entropy: self.names.entropy(),
+        };
+        self.net.nodes[node]
+            .connection
+            .as_mut()
+            .expect("sent on the current connection")
+            .send(request, deadline, &wire);
+    }
+
+    /// As [`Client::send`], right after an `ASKING` when an `ASK` redirect
+    /// sent it there (the flag holds for the next command only).
+    pub(super) fn send_asking_if(&mut self, asked: bool, node: usize, request: Request, deadline: Instant) {
+        if asked {
+            self.send(node, Request::Asking, deadline);
+        }
+        self.send(node, request, deadline);
     }
 }
