@@ -134,7 +134,8 @@ pub use inflight_core::{
     ProtocolError, Reassertion, Recovery, ReleaseFailure, ReleasePolicy, ReplicaAcks, ServerError, ServerErrorKind,
     Stats, Unavailable, UnavailablePolicy, MAX_LABEL_LEN, MAX_WEIGHT,
 };
-pub use limiter::{Acquire, BusyKeys, Limiter, Usage, MAX_HOLDERS, MAX_SCANNED_KEYS};
+pub use limiter::reads::{BusyKeys, Usage, MAX_HOLDERS, MAX_SCANNED_KEYS};
+pub use limiter::{Acquire, Limiter};
 pub use news::Lost;
 pub use permit::Permit;
 

@@ -1,20 +1,19 @@
-//! Fuzz target bodies, kept here as plain functions so that `cargo fuzz` (in
-//! `fuzz/`) and an ordinary `cargo test` (replaying the committed corpus) run
-//! exactly the same code. Each panics on a broken promise; a panic is a crash.
+//! Fuzz target bodies as plain functions: `cargo fuzz` (`fuzz/`) and the
+//! corpus replay in `cargo test` run the same code. A panic is a crash.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use arbitrary::{Arbitrary, Unstructured};
-
-use crate::pair::Pair;
 use inflight_core::event::{Action, Event, RequestId};
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::scripts::{ScriptKind, Scripts};
 use inflight_core::slot::hash_tag;
 use inflight_core::{Client, Config, ServerAddress};
+
+use crate::pair::Pair;
 
 /// One step of a caller/network interleaving (see [`run_ops`]).
 #[derive(Arbitrary, Clone, Debug)]
@@ -448,56 +447,4 @@ pub fn config_url(data: &[u8], start: Instant) {
     config.release.max_attempts = input.arbitrary::<u8>().unwrap_or(0).into();
     let valid = config.validate().is_ok();
     assert_eq!(valid, Client::new(config, [0; 16], start).is_ok());
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[allow(clippy::disallowed_methods)] // an arbitrary starting instant
-    fn start() -> Instant {
-        Instant::now()
-    }
-
-    #[test]
-    fn targets_accept_empty_and_small_inputs() {
-        for data in [&b""[..], b"\x00", b"\xff\xff\xff", b"*2\r\n:1\r\n$3\r\nabc\r\n"] {
-            client_ops(data, start());
-            reply_decode(data, start());
-            key_encoding(data);
-            config_url(data, start());
-            cluster_replies(data, start());
-            handshake(data, start());
-        }
-    }
-
-    #[test]
-    fn a_hostile_handshake_never_admits_through_a_replica_or_before_recovery() {
-        // A replica, then a server whose marker is new (lost data).
-        let replica = "\x05+PONG\r\n*5\r\n$5\r\nslave\r\n$9\r\n127.0.0.1\r\n:6379\r\n$9\r\nconnected\r\n:0\r\n";
-        handshake(replica.as_bytes(), start());
-        let mut emptied = vec![7u8];
-        let honest = handshake_replies(None);
-        let text = String::from_utf8(honest)
-            .unwrap()
-            .replace("*2\r\n:0\r\n$6\r\nmarker\r\n", "*2\r\n:1\r\n$3\r\nnew\r\n");
-        emptied.extend_from_slice(text.as_bytes());
-        handshake(&emptied, start());
-    }
-
-    #[test]
-    fn cluster_replies_follow_redirects_and_survive_lies() {
-        for lie in [
-            &b"\x00\x00-MOVED 1 127.0.0.1:7002\r\n"[..],
-            b"\x00\x01-ASK 9000 127.0.0.1:7000\r\n-TRYAGAIN x\r\n",
-            b"\x02\x55-MOVED 99999 nowhere\r\n-ASK\r\n-READONLY no\r\n-CLUSTERDOWN down\r\n",
-        ] {
-            cluster_replies(lie, start());
-        }
-    }
-
-    #[test]
-    fn reply_decode_survives_a_bulk_length_of_2_pow_62() {
-        reply_decode(b"\x03$4611686018427387904\r\n", start());
-    }
 }

@@ -14,7 +14,6 @@ use std::collections::HashSet;
 
 use bytes::{Bytes, BytesMut};
 
-use inflight_core::lease_id::is_extra_unit;
 use inflight_core::resp::{Frame, ReplyLimits, ReplyReader};
 use inflight_core::scripts::{ScriptKind, Scripts};
 use store::Store;
@@ -23,6 +22,7 @@ mod acquire;
 mod release;
 mod scripts;
 mod store;
+mod views;
 
 /// What one acquire did, in execution order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -347,152 +347,6 @@ impl RedisModel {
             free,
             weight: scripts::weight(lease).unwrap_or(1),
         });
-    }
-
-    /// The messages published since the last call, as (channel, payload),
-    /// in order (a simulated server delivers them to its subscribed
-    /// connections).
-    pub fn take_published(&mut self) -> Vec<(Bytes, Bytes)> {
-        std::mem::take(&mut self.published)
-    }
-
-    /// Live waiters of a queue key (`…:queue`), in arrival order: those
-    /// whose entry in the waiters' expiries (`…:waiters`) has not passed.
-    pub fn waiters(&mut self, queue: &[u8]) -> Vec<Bytes> {
-        self.store.now = self.now_ms;
-        let Some(base) = queue.strip_suffix(b":queue") else {
-            return Vec::new();
-        };
-        let expiries = Bytes::from([base, b":waiters"].concat());
-        let all = self.store.zrange(queue, 0, usize::MAX - 1);
-        all.into_iter()
-            .filter(|id| self.store.zscore(&expiries, id).is_some_and(|at| at > self.now_ms))
-            .collect()
-    }
-
-    /// Every key alive now, sorted, with its value rendered and its absolute
-    /// expiry (see `store.rs`): what the differential tests compare with a
-    /// real server's keys.
-    pub fn dump(&mut self) -> Vec<(Bytes, String, Option<u64>)> {
-        self.store.now = self.now_ms;
-        self.store.dump()
-    }
-
-    /// Sets the keys' absolute expiries to a real server's: within a script
-    /// Redis dates each expiry it sets by its clock as that command runs,
-    /// which may have passed the millisecond the script's `TIME` read; a
-    /// differential test that found the two within a millisecond takes the
-    /// server's, so that no difference builds up.
-    pub fn align_expiries(&mut self, expiries: &[(Bytes, Option<u64>)]) {
-        for (key, when) in expiries {
-            self.store.set_expiry(key, *when);
-        }
-    }
-
-    /// Takes `from`'s data as this server's own (a failover to a replica
-    /// that had received the writes up to then): the data only, not the
-    /// identity or the counters.
-    pub fn restore_data(&mut self, from: &RedisModel) {
-        self.store = from.store.clone();
-    }
-
-    /// Deletes these keys (`DEL`): a subject's data lost on its own.
-    pub fn delete(&mut self, keys: &[Bytes]) {
-        for key in keys {
-            self.store.del(key);
-        }
-    }
-
-    /// Empties the data set (`FLUSHALL`).
-    pub fn flush_all(&mut self) {
-        self.store.flush();
-    }
-
-    /// Every live member of a lease-set key with its score.
-    fn live(&mut self, key: &[u8]) -> Vec<(u64, Bytes)> {
-        self.store.now = self.now_ms;
-        self.store.zabove(key, self.now_ms)
-    }
-
-    /// Live lease ids of one lease-set key (one per lease, whatever its
-    /// weight), in expiry order.
-    pub fn live_leases(&mut self, key: &[u8]) -> Vec<Bytes> {
-        let mut ids: Vec<Bytes> = self
-            .live(key)
-            .into_iter()
-            .map(|(_, id)| id)
-            .filter(|id| !is_extra_unit(id))
-            .collect();
-        ids.sort();
-        ids
-    }
-
-    /// Live units of one lease-set key: what its limit counts.
-    pub fn live_units(&mut self, key: &[u8]) -> u64 {
-        self.live(key).len() as u64
-    }
-
-    /// Every live member of one lease-set key, units included, sorted by
-    /// their bytes.
-    pub fn live_members(&mut self, key: &[u8]) -> Vec<Bytes> {
-        let mut ids: Vec<Bytes> = self.live(key).into_iter().map(|(_, id)| id).collect();
-        ids.sort();
-        ids
-    }
-
-    /// Every live lease as (key, id), sorted: one entry per lease.
-    pub fn all_live_leases(&mut self) -> Vec<(Bytes, Bytes)> {
-        let keys: Vec<Bytes> = self.lease_sets();
-        let mut all: Vec<(Bytes, Bytes)> = keys
-            .into_iter()
-            .flat_map(|key| {
-                self.live_leases(&key)
-                    .into_iter()
-                    .map(move |id| (key.clone(), id))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        all.sort();
-        all
-    }
-
-    fn lease_sets(&mut self) -> Vec<Bytes> {
-        self.store.now = self.now_ms;
-        self.store
-            .keys()
-            .into_iter()
-            .filter(|key| key.ends_with(b":leases"))
-            .collect()
-    }
-
-    /// Whether `key` exists now (as `EXISTS` says).
-    pub fn exists(&mut self, key: &[u8]) -> bool {
-        self.store.now = self.now_ms;
-        self.store.exists(key)
-    }
-
-    /// Lease sets with a live lease, and tombstones, alive now.
-    pub fn key_count(&mut self) -> usize {
-        let sets = self.lease_sets();
-        let live = sets.iter().filter(|key| !self.live(key).is_empty()).count();
-        let tombstones = self
-            .store
-            .keys()
-            .into_iter()
-            .filter(|key| key.windows(6).any(|w| w == b":gone:"))
-            .count();
-        live + tombstones
-    }
-
-    /// Every key alive now, with its `PTTL` (-1: no expiry): what the
-    /// "every key expires" invariant reads.
-    pub fn keys_with_ttl(&mut self) -> Vec<(Bytes, i64)> {
-        self.store.now = self.now_ms;
-        let mut keys = self.store.keys();
-        keys.sort();
-        keys.into_iter()
-            .map(|key| (key.clone(), self.store.pttl(&key)))
-            .collect()
     }
 
     pub fn flush_scripts(&mut self) {

@@ -6,10 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use inflight_core::{
-    Action, Client, ConnectionError, ConnectionId, Endpoint, Event, Inspection, KeysPage, Lease, LeaseId, Outcome,
-    Reassertion, Renewal, RequestId, Servers, Stats,
-};
+use inflight_core::{Action, Client, ConnectionId, Endpoint, Inspection, KeysPage, Lease, LeaseId, RequestId, Stats};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -22,6 +19,8 @@ use crate::news::{Lost, SharedNews};
 use crate::socket::{poll_sockets, run_connection, IoEvent, Socket, SocketEvent};
 use crate::telemetry;
 use crate::throttle::Throttle;
+
+mod events;
 
 /// A started driver: where to send commands, when it is connected, its counters.
 pub(crate) struct Spawned {
@@ -377,180 +376,6 @@ impl<C: Connector> Driver<C> {
         self.report_metrics();
     }
 
-    fn on_event(&mut self, event: Event) {
-        match event {
-            Event::Acquired(request, outcome) => self.on_acquired(request, outcome),
-            Event::Renewed(request, renewal) => self.on_renewed(request, renewal),
-            Event::Inspected(request, inspection) => {
-                if let Some((ticket, Caller::Inspect(reply))) = self.callers.remove(&request) {
-                    self.tickets.remove(&ticket);
-                    let _ = reply.send(inspection.map_err(|reason| Error::Unavailable { reason }));
-                }
-            }
-            Event::Scanned(request, page) => {
-                if let Some((ticket, Caller::Scan(reply))) = self.callers.remove(&request) {
-                    self.tickets.remove(&ticket);
-                    let _ = reply.send(page.map(Some).map_err(|reason| Error::Unavailable { reason }));
-                }
-            }
-            Event::Released { lease, of } => {
-                tracing::trace!(%lease, ?of, "inflight: lease released");
-                self.release_done(lease, Ok(()));
-            }
-            Event::ReleaseAbandoned { lease, of, reason } => {
-                tracing::warn!(%lease, ?of, %reason, "inflight: release gave up; the lease expires at its TTL");
-                self.release_done(lease, Err(ReleaseError::Abandoned(reason)));
-            }
-            Event::Connected(id) => {
-                let addr = self.client.endpoint(id).map(ToString::to_string).unwrap_or_default();
-                let failed_attempts = self.connect_failed_log.reset();
-                tracing::info!(connection = id.get(), %addr, failed_attempts, "inflight: connected to Redis");
-                if let Some(startup) = self.startup.take() {
-                    let _ = startup.send(Ok(()));
-                }
-            }
-            Event::ConnectFailed(id, error) => self.on_connect_failed(id, error),
-            Event::Warning(id, warning) => {
-                let addr = self.client.endpoint(id).map(ToString::to_string).unwrap_or_default();
-                tracing::warn!(connection = id.get(), %addr, %warning, "inflight: a guarantee is weaker on this server");
-            }
-            Event::Retired(id, error) => {
-                tracing::warn!(connection = id.get(), %error, "inflight: connection retired; opening a fresh one");
-            }
-            Event::DataLoss { connection, loss, held } => {
-                let addr = self
-                    .client
-                    .endpoint(connection)
-                    .map(ToString::to_string)
-                    .unwrap_or_default();
-                tracing::warn!(
-                    connection = connection.get(),
-                    %addr,
-                    ?loss,
-                    held,
-                    "inflight: Redis lost lease data; writing back the leases held there and holding new grants"
-                );
-            }
-            Event::Reasserted { lease, outcome } => {
-                if outcome == Reassertion::OverLimit {
-                    tracing::warn!(%lease, "inflight: a lease written back after a data loss finds its key over the limit");
-                }
-                self.news.reasserted(lease, outcome);
-            }
-            Event::KeptAlive { lease, expires_at } => self.news.extended(&lease, expires_at),
-            Event::LeaseLost { lease, reason } => {
-                tracing::warn!(%lease, ?reason, "inflight: a kept-alive lease is lost; its holder should stop");
-                self.news.lose(&lease, reason.into());
-            }
-        }
-    }
-
-    /// Hands an acquire's outcome to its caller.
-    fn on_acquired(&mut self, request: RequestId, outcome: Outcome) {
-        let Some((ticket, Caller::Acquire { reply, keep_alive })) = self.callers.remove(&request) else {
-            // Unreachable: a caller's entry goes only with its outcome or its
-            // `abandon`, after which the core sends nothing for it. Should
-            // that ever break, the lease is still not leaked.
-            tracing::error!(?request, "inflight: an outcome for a request with no caller");
-            if let Outcome::Granted(lease) = outcome {
-                self.client.release(now(), lease);
-            }
-            return;
-        };
-        self.tickets.remove(&ticket);
-        let result = match outcome {
-            Outcome::Granted(lease) => match self.commands.upgrade() {
-                Some(commands) => {
-                    if keep_alive {
-                        self.news.watch(lease.id(), lease.expires_at(), true);
-                        self.client.keep_alive(now(), &lease);
-                    }
-                    Ok(Some(HeldLease::new(lease, commands, self.news.clone())))
-                }
-                None => {
-                    self.client.release(now(), lease);
-                    Err(Error::Stopped)
-                }
-            },
-            Outcome::Exceeded => Err(Error::Exceeded {
-                retry_after: self.news.holds.retry_after(),
-                shed: false,
-            }),
-            Outcome::Shed(expected) => Err(Error::Exceeded {
-                retry_after: expected,
-                shed: true,
-            }),
-            Outcome::Unavailable(reason) => Err(Error::Unavailable { reason }),
-            Outcome::FailOpen(reason) => {
-                if let Some(suppressed) = self.fail_open_log.admit(now()) {
-                    let reason = crate::error::chain(&reason);
-                    tracing::warn!(
-                        %reason,
-                        suppressed,
-                        "inflight: Redis unavailable; letting requests through unenforced (one line per {}s; `suppressed` counts those left out)",
-                        crate::throttle::EVERY.as_secs()
-                    );
-                }
-                Ok(None)
-            }
-        };
-        // If the caller dropped its future just now, the lease inside comes
-        // back here and its drop queues the release.
-        let _ = reply.send(result);
-    }
-
-    /// Hands a renewal's outcome to its caller.
-    fn on_renewed(&mut self, request: RequestId, renewal: Renewal) {
-        let Some((ticket, Caller::Renew(reply))) = self.callers.remove(&request) else {
-            // Unreachable, as for acquires; a renewal owes nothing.
-            tracing::error!(?request, "inflight: a renewal outcome with no caller");
-            return;
-        };
-        self.tickets.remove(&ticket);
-        let result = match renewal {
-            Renewal::Extended(lease) => Ok(lease),
-            Renewal::Lost => {
-                tracing::warn!(
-                    request = request.get(),
-                    "inflight: renewal found the lease gone; the slot is no longer held"
-                );
-                Err(RenewError::Lost)
-            }
-            Renewal::Unavailable(reason) => Err(RenewError::Unavailable { reason }),
-        };
-        let _ = reply.send(result);
-    }
-
-    /// Tells whoever waits on `lease`'s release how it went.
-    fn release_done(&mut self, lease: LeaseId, result: Result<(), ReleaseError>) {
-        if let Some(done) = self.release_waiters.remove(&lease) {
-            let _ = done.send(result);
-        }
-    }
-
-    /// A connection attempt failed: the first one ends `connect()` with an
-    /// error; later ones are retried by the core.
-    fn on_connect_failed(&mut self, id: ConnectionId, error: ConnectionError) {
-        let addr = servers(&self.client.config().servers);
-        if let Some(startup) = self.startup.take() {
-            let reason = self.last_io_error.clone();
-            let timeout = self.client.config().connect_timeout;
-            let _ = startup.send(Err(ConnectError::at_start(addr, error, reason, timeout)));
-            self.failed_start = true;
-        } else {
-            if let Some(suppressed) = self.connect_failed_log.admit(now()) {
-                tracing::warn!(
-                    connection = id.get(),
-                    %error,
-                    %addr,
-                    suppressed,
-                    "inflight: connecting to Redis failed; retrying with backoff (one line per {}s; `suppressed` counts those left out)",
-                    crate::throttle::EVERY.as_secs()
-                );
-            }
-        }
-    }
-
     fn open(&mut self, id: ConnectionId, endpoint: Endpoint) {
         let task = tokio::spawn(run_connection(self.connector.clone(), endpoint, id, self.io_tx.clone()));
         self.connecting.insert(id, task);
@@ -568,17 +393,5 @@ impl<C: Connector> Driver<C> {
         {
             self.stats.send_replace(stats);
         }
-    }
-}
-
-/// The server, or the cluster's seeds, for messages.
-fn servers(servers: &Servers) -> String {
-    match servers {
-        Servers::Standalone(endpoint) => endpoint.to_string(),
-        Servers::Cluster { seeds, .. } => {
-            let seeds: Vec<String> = seeds.iter().map(ToString::to_string).collect();
-            format!("cluster seeds {}", seeds.join(", "))
-        }
-        other => format!("{other:?}"),
     }
 }
