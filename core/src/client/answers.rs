@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::error_class::{unexpected, unexpected_status};
-use super::request::{AcquireOp, RenewOp};
+use super::request::{AcquireOp, ReleaseJob, RenewOp};
 use crate::event::{ConnectionError, Holder, Inspection, KeysPage};
 use crate::key::Key;
 use crate::resp::Frame;
@@ -242,5 +242,18 @@ pub(super) fn replicas_acked(frame: Frame) -> Result<u32, ConnectionError> {
         Frame::Integer(acked) if acked >= 0 => Ok(u32::try_from(acked).unwrap_or(u32::MAX)),
         Frame::Error(_) => Ok(0),
         other => Err(unexpected("wait", &other)),
+    }
+}
+
+/// Whether a release (`RELEASE`: a count), a compensation (`COMPENSATE`:
+/// its own id back) or a batch of releases (one count for all) is done.
+pub(super) fn released(jobs: &[ReleaseJob], frame: Frame) -> Result<(), Misread> {
+    let compensation = jobs.first().is_some_and(ReleaseJob::is_compensation);
+    match (frame, jobs) {
+        (Frame::Integer(_), _) if !compensation => Ok(()),
+        (Frame::BulkString(echo), [job]) if compensation && echo == job.lease_bytes => Ok(()),
+        (Frame::BulkString(_), [_]) if compensation => Err(Misread::Garbled(ConnectionError::EchoMismatch)),
+        (Frame::Error(message), _) => Err(Misread::Refused(message.to_string())),
+        (other, _) => Err(Misread::Garbled(unexpected("release", &other))),
     }
 }

@@ -3,12 +3,13 @@
 
 use std::time::Instant;
 
-use super::error_class::{error_class, unexpected, ErrorClass};
+use super::answers::{self, Misread};
+use super::error_class::{error_class, ErrorClass};
 use super::release_queue::Given;
 use super::request::{AcquireOp, ReleaseJob, ReleaseKind};
 use super::Client;
 use crate::event::ConnectionError;
-use crate::event::{Event, ReleaseFailure, ReleaseOf};
+use crate::event::{Event, ReleaseFailure};
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
 use crate::resp::Frame;
@@ -127,104 +128,50 @@ impl Client {
 
     // ---- replies ----------------------------------------------------------
 
+    /// The reply to a release, a compensation or a batch of releases of
+    /// one subject (see [`answers::released`]): each job is done, or tried
+    /// again as its error says.
     pub(super) fn on_release_reply(
-        &mut self,
-        now: Instant,
-        node: usize,
-        mut job: ReleaseJob,
-        frame: Frame,
-    ) -> Result<(), ConnectionError> {
-        let done = match &frame {
-            Frame::Integer(_) => !job.is_compensation(),
-            Frame::BulkString(echo) if job.is_compensation() => {
-                if *echo != job.lease_bytes {
-                    self.retry_release(now, job);
-                    return Err(ConnectionError::EchoMismatch);
-                }
-                true
-            }
-            Frame::Error(message) => {
-                let message = message.to_string();
-                return match error_class(&message, self.net.topology.is_cluster()) {
-                    ErrorClass::NoScript => {
-                        job.eval = Eval::Text;
-                        let script = if job.is_compensation() {
-                            ScriptKind::Compensate
-                        } else {
-                            ScriptKind::Release
-                        };
-                        self.reload(now, node, script);
-                        self.send_release(now, node, job);
-                        Ok(())
-                    }
-                    ErrorClass::Redirect(redirect) => {
-                        self.redirect_release(now, node, job, redirect, &message);
-                        Ok(())
-                    }
-                    ErrorClass::NotExecutedRetire => {
-                        self.retry_release(now, job);
-                        Err(ConnectionError::Server(ServerError::new(message)))
-                    }
-                    _ => {
-                        self.retry_release(now, job);
-                        Ok(())
-                    }
-                };
-            }
-            _ => false,
-        };
-        if !done {
-            self.retry_release(now, job);
-            return Err(unexpected("release", &frame));
-        }
-        self.out.stats.releases += 1;
-        self.remember_release(now, job.lease.clone(), &job.keys);
-        let of = job.whose();
-        self.out.event(Event::Released { lease: job.lease, of });
-        Ok(())
-    }
-
-    /// One `ZREM` for several leases: a count means every one is gone (or was
-    /// already); anything else, each is retried on its own schedule.
-    pub(super) fn on_release_many_reply(
         &mut self,
         now: Instant,
         node: usize,
         jobs: Vec<ReleaseJob>,
         frame: Frame,
     ) -> Result<(), ConnectionError> {
-        if let Frame::Integer(_) = frame {
-            for job in jobs {
-                self.out.stats.releases += 1;
-                self.remember_release(now, job.lease.clone(), &job.keys);
-                self.out.event(Event::Released {
-                    lease: job.lease,
-                    of: ReleaseOf::Holder,
-                });
+        let message = match answers::released(&jobs, frame) {
+            Ok(()) => {
+                for job in jobs {
+                    self.out.stats.releases += 1;
+                    self.remember_release(now, job.lease.clone(), &job.keys);
+                    let of = job.whose();
+                    self.out.event(Event::Released { lease: job.lease, of });
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
-        let message = match frame {
-            Frame::Error(message) => message.to_string(),
-            other => {
+            Err(Misread::Garbled(error)) => {
                 for job in jobs {
                     self.retry_release(now, job);
                 }
-                return Err(unexpected("release batch", &other));
+                return Err(error);
             }
+            Err(Misread::Refused(message)) => message,
         };
         match error_class(&message, self.net.topology.is_cluster()) {
-            ErrorClass::Redirect(redirect) => {
-                for job in jobs {
-                    self.redirect_release(now, node, job, redirect, &message);
-                }
-                Ok(())
-            }
             ErrorClass::NoScript => {
-                self.reload(now, node, ScriptKind::Release);
+                let script = match jobs.first().is_some_and(ReleaseJob::is_compensation) {
+                    true => ScriptKind::Compensate,
+                    false => ScriptKind::Release,
+                };
+                self.reload(now, node, script);
                 for mut job in jobs {
                     job.eval = Eval::Text;
                     self.send_release(now, node, job);
+                }
+                Ok(())
+            }
+            ErrorClass::Redirect(redirect) => {
+                for job in jobs {
+                    self.redirect_release(now, node, job, redirect, &message);
                 }
                 Ok(())
             }

@@ -10,13 +10,13 @@ pub enum ConfigError {
     /// A duration or count that must be positive is zero.
     #[error("{field} must be greater than zero")]
     Zero {
-        /// The setting, as named in [`Config`].
+        /// The setting, as named in [`Config`](super::Config).
         field: &'static str,
     },
     /// A duration below what the other settings require.
     #[error("{field} must be at least {min_ms} ms ({because}); it is {actual_ms} ms")]
     TooShort {
-        /// The setting, as named in [`Config`].
+        /// The setting, as named in [`Config`](super::Config).
         field: &'static str,
         /// The least it may be, in milliseconds.
         min_ms: u128,
@@ -28,7 +28,7 @@ pub enum ConfigError {
     /// A value outside what can work.
     #[error("{field} is out of range: {reason}")]
     OutOfRange {
-        /// The setting, as named in [`Config`].
+        /// The setting, as named in [`Config`](super::Config).
         field: &'static str,
         /// Why it cannot work.
         reason: &'static str,

@@ -100,7 +100,7 @@ pub struct ReplicaAcks {
 pub enum Recovery {
     /// Write back every lease this client holds there before the connection
     /// takes anything new, and hold new grants for `window` (`None`: the
-    /// default, [`Config::default_recovery_window`]): on the server, through
+    /// default, [`Config::default_recovery_window`](super::Config::default_recovery_window)): on the server, through
     /// a hold key every client's acquire honours (standalone), and in this
     /// client, for that node.
     Reassert {

@@ -32,7 +32,7 @@ pub struct KeysPage {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
-    /// Its id as Redis stores it and [`LeaseId`] displays
+    /// Its id as Redis stores it and [`LeaseId`](crate::LeaseId) displays
     /// it: `instance-counter`, then `*weight` above 1 and `@label` if it
     /// has one (one rendering in the API, the CLI and Redis).
     pub lease_id: String,

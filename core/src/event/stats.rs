@@ -72,6 +72,6 @@ pub struct Stats {
     /// Kept-alive leases lost (found gone, or not renewed in time).
     pub keep_alive_lost: u64,
     /// Handshakes that found something weakening a guarantee
-    /// ([`Event::Warning`]).
+    /// ([`Event::Warning`](super::Event::Warning)).
     pub server_warnings: u64,
 }

@@ -149,7 +149,7 @@ impl Builder {
     /// request to the primary of its key's slot, following `MOVED` and `ASK`
     /// when slots move. Credentials and TLS of the URL apply to every node;
     /// the URL may not name a database other than 0. Without this, a
-    /// cluster node is refused at `connect` ([`ConnectError::ClusterMode`]).
+    /// cluster node is refused at `connect` ([`ConnectError::ClusterMode`](crate::ConnectError::ClusterMode)).
     pub fn cluster(mut self) -> Self {
         self.cluster = true;
         self
