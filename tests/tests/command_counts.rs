@@ -1,0 +1,153 @@
+//! What one cycle costs Redis, counted: the commands a fail-fast acquire and
+//! its release run (the script calls and every `redis.call` inside them),
+//! read from `INFO commandstats` on a private server. Counts do not drift
+//! with the machine's load as times do, so this is the guard against a
+//! change that makes every request pay for a feature it does not use: it
+//! fails when a count grows (and when one shrinks, so that the expectation
+//! here is updated with the gain).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use inflight_core::resp::Frame;
+use inflight_tests::RedisServer;
+use inflight_tokio::{Error, Key, Limiter};
+
+/// Calls per command since the server started, `INFO` itself left out.
+fn calls(server: &RedisServer) -> BTreeMap<String, u64> {
+    let info = match server.client().call(&[b"INFO", b"commandstats"]) {
+        Ok(Frame::BulkString(info)) => String::from_utf8_lossy(&info).into_owned(),
+        other => panic!("INFO commandstats: {other:?}"),
+    };
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .filter(|(name, _)| name != "info")
+        .collect()
+}
+
+/// The commands run between `before` and `after`, per command.
+fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(name, calls)| (name.clone(), calls - before.get(name).copied().unwrap_or(0)))
+        .filter(|(_, calls)| *calls > 0)
+        .collect()
+}
+
+fn expect(counted: &BTreeMap<String, u64>, per: u64, expected: &[(&str, u64)]) {
+    let expected: BTreeMap<String, u64> = expected
+        .iter()
+        .map(|(name, calls)| ((*name).to_owned(), calls * per))
+        .collect();
+    let total = |map: &BTreeMap<String, u64>| map.values().sum::<u64>() as f64 / per as f64;
+    assert_eq!(
+        counted,
+        &expected,
+        "Redis commands per cycle changed: {:.2} now, {:.2} expected (update the expectation with the reason if this is a gain)",
+        total(counted),
+        total(&expected)
+    );
+}
+
+async fn limiter(server: &RedisServer) -> Limiter {
+    Limiter::builder(server.url())
+        .key_prefix("counts")
+        .default_limit(10)
+        .lease_ttl(Duration::from_secs(60))
+        // No probe or clock refresh inside a measurement.
+        .idle_probe(Duration::from_secs(600))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// The fail-fast cycle of a subject nobody waits on, weight 1, no recovery
+/// in progress: what every request of a multi-tenant service pays.
+const CYCLE: &[(&str, u64)] = &[
+    // The acquire: its call, then TIME, one EXISTS for tombstone, queue and
+    // hold, the prune, the count, the add, the set's expiry, the fence.
+    ("evalsha", 2),
+    ("time", 1),
+    ("exists", 2),
+    ("zremrangebyscore", 1),
+    ("zcard", 1),
+    ("zadd", 1),
+    ("pexpire", 1),
+    ("set", 1),
+    // The release: its call (above), the removal, and whether anyone waits.
+    ("zrem", 1),
+];
+
+#[tokio::test]
+async fn a_fail_fast_cycle_runs_eleven_commands() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server).await;
+    let key = Key::new("tenant", "warm-up").unwrap();
+    limiter.acquire(&key).await.unwrap().release().await.unwrap();
+
+    const CYCLES: u64 = 20;
+    let before = calls(&server);
+    for cycle in 0..CYCLES {
+        let key = Key::new("tenant", &format!("t{cycle}")).unwrap();
+        limiter.acquire(&key).await.unwrap().release().await.unwrap();
+    }
+    expect(&delta(&before, &calls(&server)), CYCLES, CYCLE);
+}
+
+#[tokio::test]
+async fn many_tenants_at_once_cost_the_same_per_cycle() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server).await;
+    let key = Key::new("tenant", "warm-up").unwrap();
+    limiter.acquire(&key).await.unwrap().release().await.unwrap();
+
+    // 32 tenants, one task each, all at once: nothing batches across
+    // subjects (yet), so each cycle costs what a lone one does.
+    const TENANTS: u64 = 32;
+    let before = calls(&server);
+    let tasks: Vec<_> = (0..TENANTS)
+        .map(|tenant| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let key = Key::new("tenant", &format!("t{tenant}")).unwrap();
+                limiter.acquire(&key).await.unwrap().release().await.unwrap();
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    expect(&delta(&before, &calls(&server)), TENANTS, CYCLE);
+}
+
+#[tokio::test]
+async fn a_denial_reads_and_writes_nothing_more() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server).await;
+    let key = Key::new("tenant", "full").unwrap();
+    let _held = limiter.acquire_with(&key, 1).await.unwrap();
+
+    const DENIALS: u64 = 10;
+    let before = calls(&server);
+    for _ in 0..DENIALS {
+        match limiter.acquire_with(&key, 1).await {
+            Err(Error::Exceeded { .. }) => {}
+            other => panic!("expected a denial, got {other:?}"),
+        }
+    }
+    // The call, TIME, the EXISTS, the prune and the count; the ZSCORE that
+    // tells a repeated id from a new one when the subject is full.
+    let denial = &[
+        ("evalsha", 1),
+        ("time", 1),
+        ("exists", 1),
+        ("zremrangebyscore", 1),
+        ("zcard", 1),
+        ("zscore", 1),
+    ];
+    expect(&delta(&before, &calls(&server)), DENIALS, denial);
+}
