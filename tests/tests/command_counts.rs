@@ -92,7 +92,7 @@ async fn a_fail_fast_cycle_runs_eleven_commands() {
     const CYCLES: u64 = 20;
     let before = calls(&server);
     for cycle in 0..CYCLES {
-        let key = Key::new("tenant", &format!("t{cycle}")).unwrap();
+        let key = Key::new("tenant", format!("t{cycle}")).unwrap();
         limiter.acquire(&key).await.unwrap().release().await.unwrap();
     }
     expect(&delta(&before, &calls(&server)), CYCLES, CYCLE);
@@ -113,7 +113,7 @@ async fn many_tenants_at_once_cost_the_same_per_cycle() {
         .map(|tenant| {
             let limiter = limiter.clone();
             tokio::spawn(async move {
-                let key = Key::new("tenant", &format!("t{tenant}")).unwrap();
+                let key = Key::new("tenant", format!("t{tenant}")).unwrap();
                 limiter.acquire(&key).await.unwrap().release().await.unwrap();
             })
         })
