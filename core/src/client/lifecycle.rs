@@ -1,12 +1,13 @@
 //! The connection lifecycle: open, retire, and what is written on it.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use super::encode::Wire;
 use super::releases::Ran;
-use super::request::{AcquireOp, Op, ReleaseJob, Request, Step};
-use super::{Client, Connection, RequestId};
+use super::request::{Op, ReleaseJob, Request, Step};
+use super::{Client, Connection};
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Unavailable};
-use crate::scripts::{Eval, ScriptKind, MAX_BATCH, MAX_RELEASE_BATCH};
+use crate::scripts::{ScriptKind, Scripts};
 
 impl Client {
     /// Opens a connection to `node`.
@@ -175,71 +176,22 @@ impl Client {
         }
     }
 
-    /// Takes `op` for `node`'s ready connection; `poll_transmit` writes it.
-    /// It is valid for its liveness budget: its reply is due by then, and a
-    /// script that runs later refuses it.
-    pub(super) fn send_call(&mut self, now: Instant, node: usize, mut op: Op) {
+    /// Takes `op` for `node`'s ready connection (see
+    /// [`Connection::stage_call`]); `poll_transmit` writes it. While `node`
+    /// holds grants after a data loss, an acquire is refused at once.
+    pub(super) fn send_call(&mut self, now: Instant, node: usize, op: Op) {
         if matches!(op, Op::Acquire(_)) && self.net.holding(now, node) {
             self.out.stats.recovering += 1;
             return self.fail(now, op.call().request, Unavailable::Recovering);
         }
-        let call = op.call_mut();
-        call.sent_at.get_or_insert(now);
         let no_deadline = self.bug_skip_stale_check();
         let conn = self.net.nodes[node]
             .connection
             .as_mut()
             .expect("sent on the current connection");
-        let valid_until = now + self.config.request_liveness;
-        // Without a reading (never, on a ready connection) the request is
-        // written as already stale: refused, never over-admitted. Each node
-        // has its own clock: a redirected request is dated again.
-        let (valid_until_ms, margin, expiry_ms) = conn.clock.map_or((0, Duration::ZERO, 1), |clock| {
-            let ttl = u64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(u64::MAX);
-            (
-                clock.server_ms(valid_until),
-                clock.margin(valid_until),
-                clock.upper_ms(now).saturating_add(ttl),
-            )
-        });
-        if let Op::Acquire(AcquireOp { wait: Some(wait), .. }) = &mut op {
-            wait.patience_ms = wait.until.saturating_duration_since(now).as_millis() as u64;
-        }
-        let call = op.call_mut();
-        call.valid_until_ms = valid_until_ms;
-        call.expiry_ms = expiry_ms;
-        if no_deadline {
-            // The injected bug: requests that may act a day late, on leases
-            // that live a day.
-            call.valid_until_ms = valid_until_ms.saturating_add(86_400_000);
-            call.expiry_ms = call.valid_until_ms;
-        }
-        call.runnable_until = Some(valid_until + margin);
-        // Read the server's clock again once the last reading has aged, so
-        // that drift never builds up: only while requests flow (an idle
-        // client needs no clock), one `TIME` at a time, ahead of this request.
-        let resync = conn.time_asked.is_none() && conn.clock.is_some_and(|clock| clock.stale(now));
-        if resync {
-            conn.time_asked = Some(now);
-        }
-        conn.stage(op, now);
-        if resync {
+        if conn.stage_call(now, op, &self.config, no_deadline) {
+            let valid_until = now + self.config.request_liveness;
             self.send(node, Request::Handshake(Step::Time), valid_until);
-        }
-    }
-
-    /// Forgets a request that has not been written yet (its caller is gone):
-    /// nothing reached Redis, so nothing needs compensating.
-    pub(super) fn unsend(&mut self, request: RequestId) {
-        if self.net.deferred.remove(request) {
-            return;
-        }
-        for node in &mut self.net.nodes {
-            let before = node.waiting.len();
-            node.waiting.retain(|op| op.call().request != request);
-            if node.waiting.len() != before || node.connection.as_mut().is_some_and(|c| c.unstage(request)) {
-                return;
-            }
         }
     }
 
@@ -249,74 +201,19 @@ impl Client {
     /// at once gets the slot it just gave back), and one staged after it
     /// loses nothing by going first.
     pub(super) fn write_staged(&mut self) {
-        self.write_staged_releases();
-        for node in 0..self.net.nodes.len() {
-            self.write_staged_acquires(node);
-        }
-    }
-
-    /// Writes `node`'s staged acquires: those of one subject and limit
-    /// together, as one `ACQUIRE_MANY` of up to `MAX_BATCH`; renewals, `EVAL`
-    /// fallbacks and `ASK` targets one by one. Order within a subject is kept.
-    fn write_staged_acquires(&mut self, node: usize) {
-        // Three reply items per acquire, and the units reclaimed.
-        let most = MAX_BATCH
-            .min(self.config.reply_limits.max_array_len.saturating_sub(1) / 3)
-            .max(1);
-        let Some(conn) = self.net.nodes[node].connection.as_mut() else {
-            return;
+        let wire = Wire {
+            config: &self.config,
+            scripts: Scripts::shared(),
+            hold: &self.recovery.keys.hold,
+            marker: &self.recovery.keys.marker,
+            entropy: self.names.entropy(),
         };
-        let staged = conn.take_staged();
-        if staged.is_empty() {
-            return;
+        let waiting = self.net.write_releases(self.releases.take_staged(), &wire);
+        for conn in self.net.nodes.iter_mut().filter_map(|node| node.connection.as_mut()) {
+            conn.write_staged_acquires(&wire);
         }
-        let mut latest = None;
-        let mut acquires = false;
-        for (group, oldest) in acquire_groups(staged, most) {
-            let deadline = oldest + self.config.request_liveness;
-            let mut request = group.into_request();
-            acquires |= matches!(request, Request::Acquire(_) | Request::AcquireMany(_));
-            let asked = request.take_ask();
-            self.send_asking_if(asked, node, request, deadline);
-            latest = latest.max(Some(deadline));
-        }
-        // One `WAIT` covers every write before it on this connection.
-        if let (Some(acks), Some(deadline), true) = (self.config.replica_acks, latest, acquires) {
-            self.send(node, Request::Wait, deadline + acks.timeout);
-        }
-    }
-
-    /// Writes the staged releases: those of one subject as one `ZREM` of up
-    /// to `MAX_RELEASE_BATCH` ids, on the node that owns the subject. One
-    /// whose node is not ready waits for it.
-    fn write_staged_releases(&mut self) {
-        let staged = self.releases.take_staged();
-        if staged.is_empty() {
-            return;
-        }
-        let same_subject =
-            |a: &ReleaseJob, b: &ReleaseJob| a.keys.leases() == b.keys.leases() && a.ask == b.ask && a.kind == b.kind;
-        for (mut jobs, oldest) in batches(staged, MAX_RELEASE_BATCH, same_subject) {
-            let node = self
-                .net
-                .topology
-                .node_for(jobs[0].keys.slot(), jobs[0].ask)
-                .filter(|node| self.net.nodes[*node].is_ready());
-            let Some(node) = node else {
-                for job in jobs {
-                    self.queue_release(job);
-                }
-                continue;
-            };
-            let deadline = oldest + self.config.request_liveness;
-            // A batch shares one `ask` (see `same_subject`): used up here.
-            let asked = jobs[0].ask.is_some();
-            jobs.iter_mut().for_each(|job| job.ask = None);
-            let request = match jobs.len() {
-                1 => Request::Release(jobs.pop().expect("one")),
-                _ => Request::ReleaseMany(jobs),
-            };
-            self.send_asking_if(asked, node, request, deadline);
+        for job in waiting {
+            self.queue_release(job);
         }
     }
 
@@ -331,77 +228,4 @@ impl Client {
         }
         self.send(node, Request::Reload(kind), now + self.config.request_liveness);
     }
-}
-
-/// Staged acquires and renewals as they go on the wire: a plain acquire (no
-/// `EVAL` fallback) joins the first group of its subject and limit with room
-/// (at most `most`); renewals and fallbacks go alone. Staging order is kept
-/// within a group; each group comes with when its oldest member was staged.
-fn acquire_groups(staged: Vec<(Op, Instant)>, most: usize) -> Vec<(Group, Instant)> {
-    let mut groups: Vec<(Group, Instant)> = Vec::new();
-    for (op, at) in staged {
-        match op {
-            Op::Acquire(acquire)
-                if acquire.call.eval == Eval::Sha && acquire.call.ask.is_none() && acquire.wait.is_none() =>
-            {
-                let same = |ops: &Vec<AcquireOp>| {
-                    ops.len() < most
-                        && ops[0].limit == acquire.limit
-                        && ops[0].call.keys.leases() == acquire.call.keys.leases()
-                };
-                match groups.iter_mut().find_map(|(group, oldest)| match group {
-                    Group::Acquires(ops) if same(ops) => Some((ops, oldest)),
-                    _ => None,
-                }) {
-                    Some((ops, oldest)) => {
-                        ops.push(acquire);
-                        *oldest = (*oldest).min(at);
-                    }
-                    None => groups.push((Group::Acquires(vec![acquire]), at)),
-                }
-            }
-            op => groups.push((Group::Alone(Box::new(op)), at)),
-        }
-    }
-    groups
-}
-
-/// Acquires and renewals that go out in one request.
-enum Group {
-    /// Plain acquires of one subject and limit: one `ACQUIRE_MANY` when
-    /// there are two or more.
-    Acquires(Vec<AcquireOp>),
-    /// A renewal, an acquire sent as `EVAL` text, one sent to an `ASK`
-    /// target, or a waiting one. (Boxed: an `Op` is far larger than a `Vec`.)
-    Alone(Box<Op>),
-}
-
-impl Group {
-    fn into_request(self) -> Request {
-        match self {
-            Group::Acquires(mut ops) if ops.len() == 1 => Request::Acquire(ops.pop().expect("one")),
-            Group::Acquires(ops) => Request::AcquireMany(ops),
-            Group::Alone(op) => (*op).into_request(),
-        }
-    }
-}
-
-/// `staged` in groups of at most `most` whose first member is `together` with
-/// every other, each with when its oldest member was staged. Staging order is
-/// kept within a group.
-fn batches<T>(staged: Vec<(T, Instant)>, most: usize, together: impl Fn(&T, &T) -> bool) -> Vec<(Vec<T>, Instant)> {
-    let mut groups: Vec<(Vec<T>, Instant)> = Vec::new();
-    for (item, at) in staged {
-        match groups
-            .iter_mut()
-            .find(|(group, _)| group.len() < most && together(&group[0], &item))
-        {
-            Some((group, oldest)) => {
-                group.push(item);
-                *oldest = (*oldest).min(at);
-            }
-            None => groups.push((vec![item], at)),
-        }
-    }
-    groups
 }

@@ -23,7 +23,6 @@ use names::Names;
 use network::Network;
 use node::Node;
 use outbox::Outbox;
-use reconnect::Reconnect;
 use recovery::{RecoveryKeys, RecoveryState};
 use release_queue::ReleaseQueue;
 use request::{AcquireOp, Call, InspectOp, Op, Reading, ReleaseJob, ReleaseKind, RenewOp, Request, Wait};
@@ -57,6 +56,7 @@ mod router;
 mod subscriber;
 mod topology;
 mod waiters;
+mod writes;
 
 /// What a deadline of [`Client::poll_timeout`] is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -181,6 +181,13 @@ impl Client {
     fn bug_no_recovery(&self) -> bool {
         #[cfg(feature = "fault-injection")]
         return self.bugs.no_recovery;
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+
+    fn bug_redirect_as_denial(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.bugs.redirect_as_denial;
         #[cfg(not(feature = "fault-injection"))]
         false
     }
@@ -469,7 +476,7 @@ impl Client {
     /// Redis grants it, before or after this call, is released.
     pub fn abandon(&mut self, now: Instant, request: RequestId) {
         if self.stop_waiting(now, request) {
-            self.unsend(request);
+            self.net.unsend(request);
             self.send_leaves(now);
             return;
         }
@@ -592,7 +599,7 @@ impl Client {
     /// Time has reached (or passed) what `poll_timeout` asked for.
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(request) = self.callers.overdue(now) {
-            self.unsend(request);
+            self.net.unsend(request);
             if self.waiters.was_queued(request) {
                 // It was queued, and no slot came in time: that is the
                 // limit's answer. (A waiter Redis never answered is as
@@ -740,18 +747,9 @@ impl Client {
     // ---- nodes ------------------------------------------------------------
 
     /// The node at `endpoint`, added if new.
-    pub(super) fn node_at(&mut self, endpoint: &Endpoint) -> usize {
-        if let Some(node) = self.net.nodes.iter().position(|node| node.endpoint == *endpoint) {
-            return node;
-        }
-        // Each node's reconnect jitter draws from its own stream.
-        let reconnect = Reconnect::new(
-            self.config.reconnect_initial_backoff,
-            self.config.reconnect_max_backoff,
-            self.names.jitter_seed(self.net.nodes.len()),
-        );
-        self.net.nodes.push(Node::new(endpoint.clone(), reconnect));
-        self.net.nodes.len() - 1
+    fn node_at(&mut self, endpoint: &Endpoint) -> usize {
+        let (config, names) = (&self.config, &self.names);
+        self.net.node_at(endpoint, |at| names.reconnect(config, at))
     }
 }
 

@@ -1,12 +1,11 @@
 //! The servers as the client sees them: every node heard of, which node
 //! serves which slot, the requests waiting for a slot table or their
-//! `TRYAGAIN` time, and the scripts every node is asked to run.
+//! `TRYAGAIN` time.
 
 use super::deferred::Deferred;
 use super::node::Node;
 use super::topology::Topology;
 use crate::event::ConnectionId;
-use crate::scripts::Scripts;
 
 #[derive(Debug)]
 pub(super) struct Network {
@@ -18,7 +17,6 @@ pub(super) struct Network {
     /// Acquires and renewals that a redirect sent back: to be routed again
     /// at their time, or once a slot table is known.
     pub(super) deferred: Deferred,
-    pub(super) scripts: Scripts,
 }
 
 impl Network {
@@ -27,7 +25,6 @@ impl Network {
             nodes: Vec::new(),
             topology,
             deferred: Deferred::default(),
-            scripts: Scripts::default(),
         }
     }
 

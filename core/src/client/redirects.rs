@@ -3,17 +3,20 @@
 //! did not run, so none is ambiguous: the request is routed again, never
 //! compensated, and the connection that said it stays (it is healthy; it
 //! just does not own the slot). Also here: reading the slot table and
-//! refreshing it.
+//! choosing where to read it again. All of it is the network's own state;
+//! the client only acts on what [`Next`] and [`Table`] say.
 
 use std::time::{Duration, Instant};
 
 use super::error_class::Redirect;
-use super::request::{Op, ReleaseJob, ReleaseKind, Request, Step};
-use super::Client;
+use super::network::Network;
+use super::node::Node;
+use super::reconnect::Reconnect;
+use super::request::{Op, Step};
+use crate::address::Endpoint;
 use crate::cluster::{parse_redirect, parse_shards, parse_slots, Shard};
-use crate::event::{ConnectionError, Unavailable};
+use crate::event::{ConnectionError, Stats};
 use crate::resp::Frame;
-use crate::server_error::ServerError;
 
 /// `MOVED` and `ASK` redirects one request may follow in a row; past that
 /// it fails (a cluster that bounces a slot back and forth is not serving
@@ -24,190 +27,150 @@ use crate::server_error::ServerError;
 const MAX_REDIRECTS: u8 = 5;
 
 /// How long a `TRYAGAIN` (or a demoted primary) holds a request back.
-const TRY_AGAIN_DELAY: Duration = Duration::from_millis(20);
+pub(super) const TRY_AGAIN_DELAY: Duration = Duration::from_millis(20);
 
-impl Client {
-    /// An acquire or renewal was redirected by `node`: route it again.
-    pub(super) fn redirect_op(&mut self, now: Instant, node: usize, mut op: Op, redirect: Redirect, message: &str) {
-        let request = op.call().request;
-        if !self.callers.contains(request) {
-            return; // Its caller is gone and nothing ran: nothing to do.
+/// What a request sent back by a redirect does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Next {
+    /// Go again: to `ask` for this one attempt (an `ASK`), else to the
+    /// slot's owner (a `MOVED` updated it).
+    Route { ask: Option<usize> },
+    /// A slot migrating (`TRYAGAIN`) or a primary demoted (`READONLY`):
+    /// try again a little later.
+    Later,
+    /// Too many redirects in a row, or one that names no node.
+    GiveUp,
+}
+
+/// What a `CLUSTER SHARDS` (or `CLUSTER SLOTS`) reply came to.
+#[derive(Debug)]
+pub(super) enum Table {
+    /// Redis before 7 has no `CLUSTER SHARDS`: ask `CLUSTER SLOTS` (at a
+    /// handshake, in place of this step).
+    AskOlder,
+    /// A table was read and learnt: these requests waited for one.
+    Learnt(Vec<Op>),
+    /// Nothing to learn (a refresh that failed keeps the table we have; a
+    /// node that serves no slot yet while the cluster forms).
+    Kept,
+}
+
+impl Network {
+    /// The node at `endpoint`, added if new (`reconnect` makes its backoff
+    /// for its index).
+    pub(super) fn node_at(&mut self, endpoint: &Endpoint, reconnect: impl FnOnce(usize) -> Reconnect) -> usize {
+        if let Some(node) = self.nodes.iter().position(|node| node.endpoint == *endpoint) {
+            return node;
         }
-        if self.bug_redirect_as_denial() && matches!(op, Op::Acquire(_)) {
-            self.finish(now, request, crate::event::Outcome::Exceeded);
-            return;
-        }
-        let call = op.call_mut();
-        call.ask = None;
-        call.redirects = match redirect {
-            Redirect::Moved | Redirect::Ask => call.redirects + 1,
+        self.nodes
+            .push(Node::new(endpoint.clone(), reconnect(self.nodes.len())));
+        self.nodes.len() - 1
+    }
+
+    /// `node` answered a request with `redirect` (`message` is the error):
+    /// counts it against the request's `redirects` in a row, follows a
+    /// `MOVED` or `ASK` (the node it names is added if new; a `MOVED` also
+    /// moves the slot) and says what the request does next, and whether the
+    /// slot table should be read again now (after a `MOVED` or a `READONLY`).
+    pub(super) fn redirected(
+        &mut self,
+        node: usize,
+        redirect: Redirect,
+        message: &str,
+        redirects: &mut u8,
+        stats: &mut Stats,
+        reconnect: impl FnOnce(usize) -> Reconnect,
+    ) -> (Next, bool) {
+        *redirects = match redirect {
+            Redirect::Moved | Redirect::Ask => *redirects + 1,
             Redirect::TryAgain | Redirect::ReadOnly => 0,
         };
-        if call.redirects > MAX_REDIRECTS {
-            return self.fail(now, request, Unavailable::Server(ServerError::new(message)));
+        if *redirects > MAX_REDIRECTS {
+            return (Next::GiveUp, false);
         }
         match redirect {
             Redirect::Moved | Redirect::Ask => {
-                let Some(target) = self.follow(now, node, redirect, message) else {
-                    return self.fail(now, request, Unavailable::Server(ServerError::new(message)));
+                let Some((slot, endpoint)) = parse_redirect(message, &self.nodes[node].endpoint) else {
+                    return (Next::GiveUp, false);
                 };
-                if redirect == Redirect::Ask {
-                    op.call_mut().ask = Some(target);
+                let target = self.node_at(&endpoint, reconnect);
+                if redirect == Redirect::Moved {
+                    stats.moved += 1;
+                    self.topology.moved(slot, target);
+                    return (Next::Route { ask: None }, true);
                 }
-                self.route_op(now, op);
+                stats.asked += 1;
+                (Next::Route { ask: Some(target) }, false)
             }
             Redirect::TryAgain => {
-                self.out.stats.try_again += 1;
-                self.net.deferred.until(now + TRY_AGAIN_DELAY, op);
+                stats.try_again += 1;
+                (Next::Later, false)
             }
-            Redirect::ReadOnly => {
-                self.refresh_topology(now);
-                self.net.deferred.until(now + TRY_AGAIN_DELAY, op);
-            }
+            Redirect::ReadOnly => (Next::Later, true),
         }
     }
 
-    /// A release or compensation was redirected by `node`: send it again
-    /// where the slot lives (a tenant's slot may move while its leases are
-    /// held). A release waiting out a migration backs off as after a failure.
-    pub(super) fn redirect_release(
+    /// Where to read the slot table again now, if a refresh is wanted and
+    /// none is on its way or went out too recently (then one is owed for
+    /// later): a ready node that owns slots, else any ready node. With no
+    /// ready node, none: the next handshake reads the table anyway.
+    pub(super) fn refresh_target(&mut self, now: Instant) -> Option<usize> {
+        if !self.topology.is_cluster() || !self.topology.want_refresh(now) {
+            return None;
+        }
+        let ready = |node: &usize| self.nodes[*node].is_ready();
+        let target = (0..self.nodes.len())
+            .find(|node| ready(node) && self.topology.wanted(*node))
+            .or_else(|| (0..self.nodes.len()).find(ready));
+        if target.is_none() {
+            self.topology.refreshed();
+        }
+        target
+    }
+
+    /// The reply to `CLUSTER SHARDS` (or `CLUSTER SLOTS`) from `node`, at
+    /// a handshake or a refresh. At a handshake, a table that cannot be
+    /// read ends the attempt (the error); a refresh that fails keeps the
+    /// table we have.
+    pub(super) fn read_table(
         &mut self,
-        now: Instant,
-        node: usize,
-        mut job: ReleaseJob,
-        redirect: Redirect,
-        message: &str,
-    ) {
-        job.ask = None;
-        job.redirects = match redirect {
-            Redirect::Moved | Redirect::Ask => job.redirects + 1,
-            Redirect::TryAgain | Redirect::ReadOnly => 0,
-        };
-        if job.redirects > MAX_REDIRECTS {
-            return self.retry_release(now, job);
-        }
-        match redirect {
-            Redirect::Moved | Redirect::Ask => match self.follow(now, node, redirect, message) {
-                Some(target) => {
-                    if redirect == Redirect::Ask {
-                        job.ask = Some(target);
-                    }
-                    self.submit_release(now, job);
-                }
-                None => self.retry_release(now, job),
-            },
-            Redirect::TryAgain => {
-                self.out.stats.try_again += 1;
-                if job.kind == ReleaseKind::Release {
-                    job.kind = ReleaseKind::Removal;
-                }
-                self.retry_release(now, job);
-            }
-            Redirect::ReadOnly => {
-                self.refresh_topology(now);
-                self.retry_release(now, job);
-            }
-        }
-    }
-
-    /// The node a `MOVED` or `ASK` names (added if new); a `MOVED` also
-    /// updates the slot and asks for a (rate-limited) table refresh.
-    fn follow(&mut self, now: Instant, node: usize, redirect: Redirect, message: &str) -> Option<usize> {
-        let (slot, endpoint) = parse_redirect(message, &self.net.nodes[node].endpoint)?;
-        let target = self.node_at(&endpoint);
-        if redirect == Redirect::Moved {
-            self.out.stats.moved += 1;
-            self.net.topology.moved(slot, target);
-            self.refresh_topology(now);
-        } else {
-            self.out.stats.asked += 1;
-        }
-        Some(target)
-    }
-
-    /// Reads the slot table again, from a ready node, unless a refresh is on
-    /// its way or went out too recently (then one is owed for later).
-    pub(super) fn refresh_topology(&mut self, now: Instant) {
-        if !self.net.topology.is_cluster() {
-            return;
-        }
-        if !self.net.topology.want_refresh(now) {
-            return;
-        }
-        let ready =
-            (0..self.net.nodes.len()).find(|node| self.net.nodes[*node].is_ready() && self.net.topology.wanted(*node));
-        let ready = ready.or_else(|| (0..self.net.nodes.len()).find(|node| self.net.nodes[*node].is_ready()));
-        // With no ready node, the next handshake reads the table anyway.
-        let Some(node) = ready else {
-            self.net.topology.refreshed();
-            return;
-        };
-        self.out.stats.topology_refreshes += 1;
-        self.send(
-            node,
-            Request::Handshake(Step::Shards),
-            now + self.config.request_liveness,
-        );
-    }
-
-    /// The reply to `CLUSTER SHARDS` (or `CLUSTER SLOTS`), at a handshake or
-    /// a refresh. At a handshake, a table that cannot be read ends the
-    /// attempt; a refresh that fails keeps the table we have.
-    pub(super) fn on_topology_reply(
-        &mut self,
-        now: Instant,
         node: usize,
         step: Step,
-        frame: Frame,
-    ) -> Result<(), ConnectionError> {
-        let handshaking = !self.net.nodes[node].is_ready();
-        let asked = self.net.nodes[node].endpoint.clone();
-        let parsed = match (&frame, step) {
-            (Frame::Error(_), Step::Shards) => {
-                // Redis before 7 has no `CLUSTER SHARDS`: ask the older way
-                // (at a handshake, in place of this step).
-                let deadline = now + self.config.request_liveness;
-                self.send(node, Request::Handshake(Step::Slots), deadline);
-                return Ok(());
-            }
+        frame: &Frame,
+        reconnect: impl FnMut(usize) -> Reconnect,
+    ) -> Result<Table, ConnectionError> {
+        let handshaking = !self.nodes[node].is_ready();
+        let asked = &self.nodes[node].endpoint;
+        let parsed = match (frame, step) {
+            (Frame::Error(_), Step::Shards) => return Ok(Table::AskOlder),
             (Frame::Error(message), _) => Err(ConnectionError::Handshake(message.to_string())),
-            (frame, Step::Shards) => parse_shards(frame, &asked, self.net.topology.tls())
+            (frame, Step::Shards) => parse_shards(frame, asked, self.topology.tls())
                 .map_err(|error| ConnectionError::UnexpectedReply(error.to_string())),
             (frame, _) => {
-                parse_slots(frame, &asked).map_err(|error| ConnectionError::UnexpectedReply(error.to_string()))
+                parse_slots(frame, asked).map_err(|error| ConnectionError::UnexpectedReply(error.to_string()))
             }
         };
         if !handshaking {
-            self.net.topology.refreshed();
+            self.topology.refreshed();
         }
         match parsed {
-            Ok(shards) if !shards.is_empty() => self.learn(now, &shards),
+            Ok(shards) if !shards.is_empty() => Ok(Table::Learnt(self.learn(&shards, reconnect))),
             // A node that serves no slot yet (the cluster is forming).
-            Ok(_) if !handshaking => {}
-            Ok(_) => return Err(ConnectionError::Handshake("the cluster serves no slot".into())),
-            Err(error) if handshaking => return Err(error),
-            Err(_) => {}
-        }
-        if handshaking {
-            self.step_done(now, node);
-        }
-        Ok(())
-    }
-
-    /// A slot table arrived: it replaces ours, and requests that waited for
-    /// one are routed.
-    fn learn(&mut self, now: Instant, shards: &[Shard]) {
-        let owners: Vec<usize> = shards.iter().map(|shard| self.node_at(&shard.primary)).collect();
-        self.net.topology.learn(shards, &owners);
-        for op in self.net.deferred.take_awaiting_topology() {
-            self.route_op(now, op);
+            Ok(_) if !handshaking => Ok(Table::Kept),
+            Ok(_) => Err(ConnectionError::Handshake("the cluster serves no slot".into())),
+            Err(error) if handshaking => Err(error),
+            Err(_) => Ok(Table::Kept),
         }
     }
 
-    fn bug_redirect_as_denial(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        return self.bugs.redirect_as_denial;
-        #[cfg(not(feature = "fault-injection"))]
-        false
+    /// A slot table arrived: it replaces ours. Returns the requests that
+    /// waited for one, to be routed.
+    fn learn(&mut self, shards: &[Shard], mut reconnect: impl FnMut(usize) -> Reconnect) -> Vec<Op> {
+        let owners: Vec<usize> = shards
+            .iter()
+            .map(|shard| self.node_at(&shard.primary, &mut reconnect))
+            .collect();
+        self.topology.learn(shards, &owners);
+        self.deferred.take_awaiting_topology()
     }
 }

@@ -11,7 +11,7 @@ use super::request::{AcquireOp, Op, Reading, RenewOp, Request, Step};
 use super::Client;
 use crate::event::{ConnectionError, Event, Lease, Outcome, Reassertion, Renewal, Unavailable};
 use crate::resp::Frame;
-use crate::scripts::{Eval, ScriptKind};
+use crate::scripts::{Eval, ScriptKind, Scripts};
 use crate::server_clock::lease_expiry;
 use crate::server_error::{ServerError, ServerErrorKind};
 
@@ -100,7 +100,7 @@ impl Client {
         let expect = Expect {
             cluster: self.net.topology.is_cluster(),
             allow_eviction: self.config.allow_eviction,
-            scripts: &self.net.scripts,
+            scripts: Scripts::shared(),
         };
         let conn = self.net.nodes[node]
             .connection

@@ -8,15 +8,20 @@ use bytes::Bytes;
 
 use super::callers::Awaits;
 use super::encode::Wire;
+use super::error_class::Redirect;
 use super::keep_alive;
-use super::request::{AcquireOp, Op, RenewOp, Request};
+use super::redirects::{Next, Table, TRY_AGAIN_DELAY};
+use super::request::{AcquireOp, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Step};
 use super::subscriber::Heard;
 use super::topology::Route;
 use super::waiters;
 use super::Client;
-use crate::event::{Action, ConnectionId, Event, Lease, Outcome, RequestId};
+use crate::event::{Action, ConnectionError, ConnectionId, Event, Lease, Outcome, RequestId, Unavailable};
 use crate::lease_id::LeaseId;
+use crate::resp::Frame;
+use crate::scripts::Scripts;
 use crate::server_clock::lease_expiry;
+use crate::server_error::ServerError;
 
 impl Client {
     /// Applies what keep-alive asks for: a renewal sent (as any request,
@@ -234,7 +239,7 @@ impl Client {
     pub(super) fn send(&mut self, node: usize, request: Request, deadline: Instant) {
         let wire = Wire {
             config: &self.config,
-            scripts: &self.net.scripts,
+            scripts: Scripts::shared(),
             hold: &self.recovery.keys.hold,
             marker: &self.recovery.keys.marker,
             entropy: self.names.entropy(),
@@ -253,5 +258,121 @@ impl Client {
             self.send(node, Request::Asking, deadline);
         }
         self.send(node, request, deadline);
+    }
+}
+
+impl Client {
+    /// An acquire or renewal `node` redirected: route it again, hold it
+    /// back a little, or fail it (see [`Network::redirected`]).
+    pub(super) fn redirect_op(&mut self, now: Instant, node: usize, mut op: Op, redirect: Redirect, message: &str) {
+        let request = op.call().request;
+        if !self.callers.contains(request) {
+            return; // Its caller is gone and nothing ran: nothing to do.
+        }
+        if self.bug_redirect_as_denial() && matches!(op, Op::Acquire(_)) {
+            self.finish(now, request, Outcome::Exceeded);
+            return;
+        }
+        let (config, names) = (&self.config, &self.names);
+        let call = op.call_mut();
+        call.ask = None;
+        let (next, refresh) = self.net.redirected(
+            node,
+            redirect,
+            message,
+            &mut call.redirects,
+            &mut self.out.stats,
+            |at| names.reconnect(config, at),
+        );
+        if refresh {
+            self.refresh_topology(now);
+        }
+        match next {
+            Next::Route { ask } => {
+                op.call_mut().ask = ask;
+                self.route_op(now, op);
+            }
+            Next::Later => self.net.deferred.until(now + TRY_AGAIN_DELAY, op),
+            Next::GiveUp => self.fail(now, request, Unavailable::Server(ServerError::new(message))),
+        }
+    }
+
+    /// A release or compensation `node` redirected: sent again where the
+    /// slot lives (a tenant's slot may move while its leases are held); one
+    /// waiting out a migration backs off as after a failure, as a plain
+    /// removal (the script's keys are split between two nodes meanwhile).
+    pub(super) fn redirect_release(
+        &mut self,
+        now: Instant,
+        node: usize,
+        mut job: ReleaseJob,
+        redirect: Redirect,
+        message: &str,
+    ) {
+        job.ask = None;
+        let (config, names) = (&self.config, &self.names);
+        let (next, refresh) =
+            self.net
+                .redirected(node, redirect, message, &mut job.redirects, &mut self.out.stats, |at| {
+                    names.reconnect(config, at)
+                });
+        if refresh {
+            self.refresh_topology(now);
+        }
+        match next {
+            Next::Route { ask } => {
+                job.ask = ask;
+                self.submit_release(now, job);
+            }
+            Next::Later => {
+                if redirect == Redirect::TryAgain && job.kind == ReleaseKind::Release {
+                    job.kind = ReleaseKind::Removal;
+                }
+                self.retry_release(now, job);
+            }
+            Next::GiveUp => self.retry_release(now, job),
+        }
+    }
+
+    /// Reads the slot table again, if the network says now is the time.
+    pub(super) fn refresh_topology(&mut self, now: Instant) {
+        if let Some(node) = self.net.refresh_target(now) {
+            self.out.stats.topology_refreshes += 1;
+            let deadline = now + self.config.request_liveness;
+            self.send(node, Request::Handshake(Step::Shards), deadline);
+        }
+    }
+
+    /// The reply to `CLUSTER SHARDS` (or `SLOTS`): requests that waited for
+    /// a table are routed; at a handshake, one step is done.
+    pub(super) fn on_topology_reply(
+        &mut self,
+        now: Instant,
+        node: usize,
+        step: Step,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
+        let handshaking = !self.net.nodes[node].is_ready();
+        let (config, names) = (&self.config, &self.names);
+        match self
+            .net
+            .read_table(node, step, &frame, |at| names.reconnect(config, at))?
+        {
+            Table::AskOlder => {
+                let deadline = now + self.config.request_liveness;
+                self.send(node, Request::Handshake(Step::Slots), deadline);
+                return Ok(());
+            }
+            Table::Learnt(waiting) => {
+                for op in waiting {
+                    self.route_op(now, op);
+                }
+            }
+            Table::Kept => {}
+        }
+        if handshaking {
+            self.step_done(now, node);
+        }
+        Ok(())
     }
 }

@@ -220,6 +220,15 @@ pub struct Scripts {
     pub inspect: Script,
 }
 
+impl Scripts {
+    /// The scripts, with their SHA1s computed once per process: they are
+    /// constants, so every client shares them.
+    pub fn shared() -> &'static Scripts {
+        static SHARED: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
+        SHARED.get_or_init(Scripts::default)
+    }
+}
+
 impl Default for Scripts {
     fn default() -> Self {
         Self {
