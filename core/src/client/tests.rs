@@ -414,3 +414,172 @@ mod wake_ups {
         assert_eq!(wake_ups.poll_timeout(true), Some(t0 + Duration::from_secs(3)));
     }
 }
+
+mod redirects {
+    use std::time::Duration;
+
+    use crate::address::Endpoint;
+    use crate::client::error_class::Redirect;
+    use crate::client::network::Network;
+    use crate::client::reconnect::Reconnect;
+    use crate::client::redirects::Next;
+    use crate::client::topology::Topology;
+    use crate::event::Stats;
+
+    fn seed() -> Network {
+        let mut net = Network::new(Topology::cluster(1, false));
+        let endpoint = Endpoint::Tcp {
+            host: "127.0.0.1".into(),
+            port: 7000,
+        };
+        net.node_at(&endpoint, reconnect);
+        net
+    }
+
+    fn reconnect(_: usize) -> Reconnect {
+        Reconnect::new(Duration::from_millis(10), Duration::from_secs(1), [0; 16])
+    }
+
+    #[test]
+    fn a_request_follows_five_redirects_in_a_row_and_gives_up_at_the_sixth() {
+        let mut net = seed();
+        let (mut redirects, mut stats) = (0, Stats::default());
+        for round in 1..=5 {
+            let (next, refresh) = net.redirected(
+                0,
+                Redirect::Moved,
+                "MOVED 3999 127.0.0.1:7001",
+                &mut redirects,
+                &mut stats,
+                reconnect,
+            );
+            assert_eq!((next, refresh), (Next::Route { ask: None }, true), "round {round}");
+        }
+        assert_eq!(net.nodes.len(), 2, "the node a MOVED names is added once");
+        let (next, _) = net.redirected(
+            0,
+            Redirect::Ask,
+            "ASK 3999 127.0.0.1:7001",
+            &mut redirects,
+            &mut stats,
+            reconnect,
+        );
+        assert_eq!(next, Next::GiveUp);
+        assert_eq!((stats.moved, stats.asked), (5, 0));
+    }
+
+    #[test]
+    fn a_wait_starts_the_count_again_and_an_ask_goes_once_to_its_target() {
+        let mut net = seed();
+        let (mut redirects, mut stats) = (4, Stats::default());
+        let (next, refresh) = net.redirected(
+            0,
+            Redirect::TryAgain,
+            "TRYAGAIN x",
+            &mut redirects,
+            &mut stats,
+            reconnect,
+        );
+        assert_eq!((next, refresh, redirects, stats.try_again), (Next::Later, false, 0, 1));
+        let (next, refresh) = net.redirected(
+            0,
+            Redirect::ReadOnly,
+            "READONLY no",
+            &mut redirects,
+            &mut stats,
+            reconnect,
+        );
+        assert_eq!((next, refresh), (Next::Later, true));
+        let (next, refresh) = net.redirected(
+            0,
+            Redirect::Ask,
+            "ASK 12 127.0.0.1:7002",
+            &mut redirects,
+            &mut stats,
+            reconnect,
+        );
+        assert_eq!((next, refresh, stats.asked), (Next::Route { ask: Some(1) }, false, 1));
+        let (next, _) = net.redirected(
+            0,
+            Redirect::Moved,
+            "MOVED nowhere",
+            &mut redirects,
+            &mut stats,
+            reconnect,
+        );
+        assert_eq!(next, Next::GiveUp, "a redirect that names no node");
+    }
+}
+
+mod handshake {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::start;
+    use crate::client::connection::{Connection, Phase};
+    use crate::client::handshake::{Expect, StepAnswer};
+    use crate::client::request::Step;
+    use crate::config::Config;
+    use crate::event::{ConnectionError, ConnectionId, Warning};
+    use crate::resp::{Frame, ReplyLimits};
+    use crate::scripts::Scripts;
+
+    fn opened() -> (Connection, Vec<Step>) {
+        let t0 = start();
+        let mut conn = Connection::new(ConnectionId(1), t0 + Duration::from_secs(1), ReplyLimits::default());
+        let steps = conn.start_handshake(t0, &Config::default(), false);
+        (conn, steps)
+    }
+
+    fn expect(allow_eviction: bool) -> Expect<'static> {
+        Expect {
+            cluster: false,
+            allow_eviction,
+            scripts: Scripts::shared(),
+        }
+    }
+
+    #[test]
+    fn the_last_answer_is_all_in_and_a_second_start_writes_nothing() {
+        let (mut conn, steps) = opened();
+        assert_eq!(&steps[..3], &[Step::Ping, Step::Role, Step::Info]);
+        assert!(conn.start_handshake(start(), &Config::default(), false).is_empty());
+        let pong = Frame::SimpleString(Bytes::from_static(b"PONG"));
+        let answer = conn.read_step(start(), Step::Ping, pong, &expect(false)).unwrap();
+        assert_eq!(answer, StepAnswer::default());
+        let Phase::Handshaking { steps: left, .. } = conn.phase else {
+            panic!("still handshaking")
+        };
+        assert_eq!(left, steps.len() - 1);
+        for _ in 1..left {
+            assert!(!conn.step_answered());
+        }
+        assert!(conn.step_answered(), "the last step");
+    }
+
+    #[test]
+    fn a_replica_is_refused_and_eviction_warns_only_when_allowed() {
+        let (mut conn, _) = opened();
+        let role = Frame::Array(vec![
+            Frame::BulkString(Bytes::from_static(b"slave")),
+            Frame::BulkString(Bytes::from_static(b"127.0.0.1")),
+            Frame::Integer(6379),
+            Frame::BulkString(Bytes::from_static(b"connected")),
+            Frame::Integer(0),
+        ]);
+        conn.read_step(start(), Step::Role, role, &expect(false)).unwrap();
+        let info = Frame::BulkString(Bytes::from_static(b"redis_version:7.0.15\r\n"));
+        let refused = conn.read_step(start(), Step::Info, info, &expect(false));
+        assert!(matches!(refused, Err(ConnectionError::Replica(_))), "{refused:?}");
+
+        let (mut conn, _) = opened();
+        let evicting = b"redis_version:7.0.15\r\nmaxmemory:1000\r\nmaxmemory_policy:allkeys-lru\r\n";
+        let info = || Frame::BulkString(Bytes::from_static(evicting));
+        let refused = conn.read_step(start(), Step::Info, info(), &expect(false));
+        assert!(matches!(refused, Err(ConnectionError::Eviction(_))), "{refused:?}");
+        let (mut conn, _) = opened();
+        let answer = conn.read_step(start(), Step::Info, info(), &expect(true)).unwrap();
+        assert!(matches!(answer.warning, Some(Warning::Eviction(_))), "{answer:?}");
+    }
+}
