@@ -1,0 +1,95 @@
+use super::start;
+use crate::client::keep_alive::{Effect, KeepAlive, Renewed};
+use crate::event::{Lease, LeaseLost, RequestId};
+use crate::key::{Key, SubjectKeys};
+use crate::lease_id::LeaseId;
+use std::time::{Duration, Instant};
+
+fn lease(counter: u64, now: Instant, ttl: Duration) -> Lease {
+    Lease {
+        id: LeaseId::from_parts(7, counter),
+        keys: SubjectKeys::new("p", &Key::new("t", "s").unwrap()),
+        expires_at: now + ttl,
+        fencing_token: 1,
+        granted_at: now,
+        release_until: now + ttl,
+    }
+}
+
+/// Driven alone, by its own timer: renew a third into the TTL, retry a
+/// sixth after an unanswered attempt, report the lease lost at its
+/// expiry; an extension reschedules and is reported.
+#[test]
+fn it_renews_retries_and_loses_on_its_own_schedule() {
+    let ttl = Duration::from_secs(6);
+    let t0 = start();
+    let mut keep = KeepAlive::new(ttl);
+    let held = lease(1, t0, ttl);
+    keep.keep(t0, &held);
+    assert_eq!(keep.poll_timeout(), Some(t0 + Duration::from_secs(2)));
+    assert!(keep.handle_timeout(t0 + Duration::from_secs(1)).is_none());
+
+    let at = t0 + Duration::from_secs(2);
+    let Some(Effect::Renew(renewing)) = keep.handle_timeout(at) else {
+        panic!("due at a third of the TTL");
+    };
+    assert_eq!(renewing.id, held.id);
+    keep.sent(&renewing.id, RequestId(10), at);
+    assert!(keep.is_renewal(RequestId(10)));
+    assert!(keep.on_renewed(RequestId(10), Renewed::Unanswered).is_none());
+    assert_eq!(keep.poll_timeout(), Some(at + Duration::from_secs(1)), "a sixth later");
+
+    let again = at + Duration::from_secs(1);
+    let Some(Effect::Renew(_)) = keep.handle_timeout(again) else {
+        panic!("retried");
+    };
+    keep.sent(&held.id, RequestId(11), again);
+    let extended = lease(1, again, ttl);
+    match keep.on_renewed(RequestId(11), Renewed::Extended(extended.clone())) {
+        Some(Effect::Kept { expires_at, .. }) => assert_eq!(expires_at, extended.expires_at),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(keep.poll_timeout(), Some(again + Duration::from_secs(2)));
+
+    // Unanswered until the expiry: lost, and nothing is due any more.
+    let late = again + Duration::from_secs(2);
+    let Some(Effect::Renew(_)) = keep.handle_timeout(late) else {
+        panic!("due");
+    };
+    keep.sent(&held.id, RequestId(12), late);
+    assert!(keep.on_renewed(RequestId(12), Renewed::Unanswered).is_none());
+    let mut lost = None;
+    while let Some(at) = keep.poll_timeout() {
+        if let Some(effect) = keep.handle_timeout(at) {
+            match effect {
+                Effect::Renew(lease) => keep.sent(&lease.id, RequestId(13), at),
+                Effect::Lost { reason, .. } => lost = Some((reason, at)),
+                Effect::Kept { .. } => panic!("nothing was extended"),
+            }
+        }
+        if keep.is_renewal(RequestId(13)) {
+            assert!(keep.on_renewed(RequestId(13), Renewed::Unanswered).is_none());
+        }
+    }
+    assert_eq!(lost, Some((LeaseLost::Expired, extended.expires_at)));
+    assert_eq!(keep.len(), 0);
+}
+
+#[test]
+fn a_renewal_answered_after_a_release_changes_nothing() {
+    let ttl = Duration::from_secs(6);
+    let t0 = start();
+    let mut keep = KeepAlive::new(ttl);
+    let held = lease(1, t0, ttl);
+    keep.keep(t0, &held);
+    let at = keep.poll_timeout().unwrap();
+    assert!(matches!(keep.handle_timeout(at), Some(Effect::Renew(_))));
+    keep.sent(&held.id, RequestId(3), at);
+    assert_eq!(keep.remove(&held.id), Some(held.expires_at));
+    assert!(!keep.is_renewal(RequestId(3)));
+    assert!(keep.on_renewed(RequestId(3), Renewed::Gone).is_none());
+    assert!(
+        keep.handle_timeout(t0 + ttl * 2).is_none(),
+        "nothing due for a released lease"
+    );
+}

@@ -1,0 +1,127 @@
+use super::start;
+use std::num::NonZeroU32;
+
+use crate::client::request::AcquireOp;
+use crate::client::request::{Call, Wait};
+use crate::client::waiters::{Effect, Waiters};
+use crate::event::RequestId;
+use crate::key::Key;
+use crate::key::SubjectKeys;
+use crate::lease_id::LeaseId;
+use bytes::Bytes;
+use std::time::{Duration, Instant};
+
+fn keys() -> SubjectKeys {
+    SubjectKeys::new("p", &Key::new("t", "s").unwrap())
+}
+
+fn waiting(n: u64, until: Instant) -> AcquireOp {
+    AcquireOp {
+        call: Call::new(RequestId(n), LeaseId::from_parts(9, n), keys()),
+        limit: NonZeroU32::new(1).unwrap(),
+        wait: Some(Wait { until, patience_ms: 0 }),
+    }
+}
+
+fn checked(effects: Vec<Effect>) -> Vec<u64> {
+    effects
+        .into_iter()
+        .map(|effect| match effect {
+            Effect::Check(op) => op.call.request.0,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+/// Driven alone: wake-ups go to the first parked in arrival order, one
+/// that comes while a waiter is in flight is kept for its answer, each
+/// waiter checks on its own timer, and a hand-over is delivered.
+#[test]
+fn wake_ups_checks_and_hand_overs_come_back_as_effects() {
+    let t0 = start();
+    let recheck = Duration::from_secs(1);
+    let mut waiters = Waiters::new(recheck, Duration::from_secs(5));
+    let until = t0 + Duration::from_secs(30);
+    let channel = keys().wake_channel();
+    for n in 1..=3 {
+        waiters.start(&waiting(n, until));
+    }
+    assert_eq!(waiters.take_changed().len(), 1, "the channel gained its first waiter");
+    // 1 and 2 are queued (parked); 3 is still in flight.
+    assert!(waiters.queued(t0, waiting(1, until)).is_none());
+    assert!(waiters.queued(t0, waiting(2, until)).is_none());
+    assert_eq!(waiters.poll_timeout(), Some(t0 + recheck));
+
+    assert_eq!(checked(waiters.woken(&channel, 1)), [1], "the first parked");
+    // Two slots: 2 is parked and checks; 3 in flight checks once answered.
+    assert_eq!(checked(waiters.woken(&channel, 2)), [2]);
+    assert_eq!(
+        checked(waiters.queued(t0, waiting(3, until)).into_iter().collect()),
+        [3]
+    );
+
+    // 1 was in flight when the second wake-up walked past it: its
+    // answer "queued" sends it again at once (the slot may have freed
+    // after its check ran). Parked then, it checks on its own timer.
+    let later = t0 + Duration::from_millis(10);
+    assert_eq!(
+        checked(waiters.queued(later, waiting(1, until)).into_iter().collect()),
+        [1]
+    );
+    assert!(waiters.queued(later, waiting(1, until)).is_none());
+    assert!(waiters.handle_timeout(later).is_none());
+    let due = waiters.poll_timeout().unwrap();
+    assert_eq!(due, later + recheck);
+    assert_eq!(checked(waiters.handle_timeout(due).into_iter().collect()), [1]);
+
+    // A slot handed to 2 (parked) is delivered; one handed to an id no
+    // waiter here has, but that we issued and do not hold, is left.
+    assert!(waiters.queued(due, waiting(2, until)).is_none());
+    let ours = LeaseId::from_parts(9, 77);
+    let handed = vec![
+        (Bytes::from(LeaseId::from_parts(9, 2).to_bytes()), 41),
+        (Bytes::from(ours.to_bytes()), 42),
+    ];
+    let effects = waiters.handed(due, &channel, handed, |id| *id == ours);
+    assert!(matches!(&effects[..], [Effect::Handed { op, token: 41 }] if op.call.request == RequestId(2)));
+    let leaves = waiters.take_leaves(due, |_| Some(0));
+    assert_eq!(leaves.len(), 1);
+    assert_eq!(leaves[0].lease, Bytes::from(ours.to_bytes()));
+    assert_eq!(leaves[0].until, due + Duration::from_secs(5), "a waiter's lifetime");
+
+    // A queued waiter whose caller left owes a LEAVE; a granted one not.
+    waiters.remove(RequestId(3), false, due);
+    waiters.remove(RequestId(2), true, due);
+    assert_eq!(waiters.leaves_owed(), 1);
+    assert!(
+        waiters.take_leaves(due, |_| None).is_empty(),
+        "kept until its node is ready"
+    );
+    assert_eq!(waiters.leaves_owed(), 1);
+    assert!(
+        waiters
+            .take_leaves(due + Duration::from_secs(5), |_| Some(0))
+            .is_empty(),
+        "moot by then"
+    );
+}
+
+#[test]
+fn an_injected_deafness_ignores_wake_ups_but_not_own_checks() {
+    let t0 = start();
+    let mut waiters = Waiters::new(Duration::from_secs(1), Duration::from_secs(5));
+    waiters.ignore_wake_ups_for_test();
+    let until = t0 + Duration::from_secs(30);
+    waiters.start(&waiting(1, until));
+    assert!(waiters.queued(t0, waiting(1, until)).is_none());
+    assert!(waiters.woken(&keys().wake_channel(), 1).is_empty());
+    assert_eq!(
+        checked(
+            waiters
+                .handle_timeout(t0 + Duration::from_secs(1))
+                .into_iter()
+                .collect()
+        ),
+        [1]
+    );
+}
