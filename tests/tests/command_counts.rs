@@ -53,8 +53,10 @@ fn expect(counted: &BTreeMap<String, u64>, per: u64, expected: &[(&str, u64)]) {
     );
 }
 
+/// A limiter whose connection is up and whose scripts are loaded: one
+/// cycle done before anything is counted.
 async fn limiter(server: &RedisServer) -> Limiter {
-    Limiter::builder(server.url())
+    let limiter = Limiter::builder(server.url())
         .key_prefix("counts")
         .default_limit(10)
         .lease_ttl(Duration::from_secs(60))
@@ -62,7 +64,10 @@ async fn limiter(server: &RedisServer) -> Limiter {
         .idle_probe(Duration::from_secs(600))
         .connect()
         .await
-        .expect("connect")
+        .expect("connect");
+    let key = Key::new("tenant", "warm-up").unwrap();
+    limiter.acquire(&key).await.unwrap().release().await.unwrap();
+    limiter
 }
 
 /// The fail-fast cycle of a subject nobody waits on, weight 1, no recovery
@@ -86,8 +91,6 @@ const CYCLE: &[(&str, u64)] = &[
 async fn a_fail_fast_cycle_runs_eleven_commands() {
     let server = RedisServer::start();
     let limiter = limiter(&server).await;
-    let key = Key::new("tenant", "warm-up").unwrap();
-    limiter.acquire(&key).await.unwrap().release().await.unwrap();
 
     const CYCLES: u64 = 20;
     let before = calls(&server);
@@ -102,8 +105,6 @@ async fn a_fail_fast_cycle_runs_eleven_commands() {
 async fn many_tenants_at_once_cost_the_same_per_cycle() {
     let server = RedisServer::start();
     let limiter = limiter(&server).await;
-    let key = Key::new("tenant", "warm-up").unwrap();
-    limiter.acquire(&key).await.unwrap().release().await.unwrap();
 
     // 32 tenants, one task each, all at once: nothing batches across
     // subjects (yet), so each cycle costs what a lone one does.

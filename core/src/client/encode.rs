@@ -6,6 +6,8 @@ use std::time::Instant;
 use bytes::BytesMut;
 
 use super::connection::Connection;
+use super::names::Names;
+use super::recovery::RecoveryKeys;
 use super::request::{AcquireOp, Call, Reading, ReleaseJob, ReleaseKind, Request, Step};
 use crate::config::Config;
 use crate::event::ConnectionId;
@@ -25,6 +27,20 @@ pub(super) struct Wire<'a> {
     /// The client's entropy: with the connection written on, what the
     /// marker is set to if it is missing (see [`marker_value`]).
     pub(super) entropy: &'a [u8; 16],
+}
+
+impl<'a> Wire<'a> {
+    /// What the client writes with: its settings, the shared scripts, the
+    /// recovery keys and its entropy.
+    pub(super) fn new(config: &'a Config, keys: &'a RecoveryKeys, names: &'a Names) -> Self {
+        Self {
+            config,
+            scripts: Scripts::shared(),
+            hold: &keys.hold,
+            marker: &keys.marker,
+            entropy: names.entropy(),
+        }
+    }
 }
 
 impl Request {

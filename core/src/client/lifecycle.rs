@@ -7,7 +7,7 @@ use super::releases::Ran;
 use super::request::{Op, ReleaseJob, Request, Step};
 use super::{Client, Connection};
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Unavailable};
-use crate::scripts::{ScriptKind, Scripts};
+use crate::scripts::ScriptKind;
 
 impl Client {
     /// Opens a connection to `node`.
@@ -201,13 +201,7 @@ impl Client {
     /// at once gets the slot it just gave back), and one staged after it
     /// loses nothing by going first.
     pub(super) fn write_staged(&mut self) {
-        let wire = Wire {
-            config: &self.config,
-            scripts: Scripts::shared(),
-            hold: &self.recovery.keys.hold,
-            marker: &self.recovery.keys.marker,
-            entropy: self.names.entropy(),
-        };
+        let wire = Wire::new(&self.config, &self.recovery.keys, &self.names);
         let waiting = self.net.write_releases(self.releases.take_staged(), &wire);
         for conn in self.net.nodes.iter_mut().filter_map(|node| node.connection.as_mut()) {
             conn.write_staged_acquires(&wire);

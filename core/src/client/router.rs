@@ -19,7 +19,6 @@ use super::Client;
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Lease, Outcome, RequestId, Unavailable};
 use crate::lease_id::LeaseId;
 use crate::resp::Frame;
-use crate::scripts::Scripts;
 use crate::server_clock::lease_expiry;
 use crate::server_error::ServerError;
 
@@ -237,13 +236,7 @@ impl Client {
 impl Client {
     /// Writes `request` on `node`'s current connection; its reply is due by `deadline`.
     pub(super) fn send(&mut self, node: usize, request: Request, deadline: Instant) {
-        let wire = Wire {
-            config: &self.config,
-            scripts: Scripts::shared(),
-            hold: &self.recovery.keys.hold,
-            marker: &self.recovery.keys.marker,
-            entropy: self.names.entropy(),
-        };
+        let wire = Wire::new(&self.config, &self.recovery.keys, &self.names);
         self.net.nodes[node]
             .connection
             .as_mut()
