@@ -204,7 +204,9 @@ impl Client {
         &self.config
     }
 
-    /// Running totals of outcomes, releases and connections.
+    /// Running totals of outcomes, releases and connections. An outcome
+    /// or a renewal is counted when `poll_event` hands it out: one withdrawn
+    /// before that (its caller left) is never counted.
     pub fn stats(&self) -> Stats {
         self.out.stats
     }

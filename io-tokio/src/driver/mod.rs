@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use inflight_core::{Action, Client, ConnectionId, Endpoint, Inspection, KeysPage, Lease, LeaseId, RequestId, Stats};
+use inflight_core::{
+    Action, Client, ConnectionId, Endpoint, Event, Inspection, KeysPage, Lease, LeaseId, RequestId, Stats,
+};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -76,6 +78,9 @@ pub(crate) struct Driver<C: Connector> {
     connect_failed_log: Throttle,
     metric_labels: Vec<metrics::Label>,
     stats: tokio::sync::watch::Sender<Stats>,
+    /// The core's events of one pass, taken (and so counted) before any is
+    /// handled; kept to reuse its room.
+    taken: Vec<Event>,
 }
 
 impl<C: Connector> Driver<C> {
@@ -114,6 +119,7 @@ impl<C: Connector> Driver<C> {
             connect_failed_log: Throttle::default(),
             metric_labels,
             stats: stats_tx,
+            taken: Vec::new(),
         };
         tokio::spawn(driver.run(command_rx, io_rx));
         Ok(Spawned {
@@ -360,14 +366,18 @@ impl<C: Connector> Driver<C> {
                     socket.send(transmit.data);
                 }
             }
-            // Counted before any caller hears its outcome, so that a caller
-            // reading `Limiter::stats` afterwards sees its own outcome there.
+            // The core counts an outcome when it is taken: all of this
+            // pass's are taken, then published, before any caller hears
+            // its own, so that one reading `Limiter::stats` afterwards sees
+            // it there.
+            let mut taken = std::mem::take(&mut self.taken);
+            taken.extend(std::iter::from_fn(|| self.client.poll_event()));
             self.report_metrics();
-            let mut handled = false;
-            while let Some(event) = self.client.poll_event() {
-                handled = true;
+            let handled = !taken.is_empty();
+            for event in taken.drain(..) {
                 self.on_event(event);
             }
+            self.taken = taken;
             if !handled {
                 break;
             }
