@@ -115,31 +115,24 @@ pub(super) fn batch(
         Some(Frame::Integer(reclaimed)) if *reclaimed >= 0 => *reclaimed as u64,
         _ => return Err(Misread::Garbled(unexpected("acquire batch", &Frame::Array(items)))),
     };
-    let mut triples = Vec::with_capacity(ops.len());
-    for triple in items.chunks_exact(3) {
-        match triple {
-            [Frame::Integer(status), Frame::BulkString(echo), Frame::Integer(token)] => {
-                triples.push((*status, echo, *token));
-            }
-            _ => {
-                return Err(Misread::Garbled(unexpected(
-                    "acquire batch",
-                    &Frame::Array(items.clone()),
-                )))
-            }
-        }
+    let triples = || items[..items.len() - 1].chunks_exact(3);
+    let well_formed =
+        triples().all(|triple| matches!(triple, [Frame::Integer(_), Frame::BulkString(_), Frame::Integer(_)]));
+    if !well_formed {
+        return Err(Misread::Garbled(unexpected("acquire batch", &Frame::Array(items))));
     }
-    let echoed = triples
-        .iter()
+    let echoed = triples()
         .zip(ops)
-        .all(|((_, echo, _), op)| **echo == op.call.lease_bytes);
+        .all(|(triple, op)| matches!(&triple[1], Frame::BulkString(echo) if *echo == op.call.lease_bytes));
     if check_echo && !echoed {
         return Err(Misread::Garbled(ConnectionError::EchoMismatch));
     }
-    let answers = triples
-        .iter()
+    let answers = triples()
         .zip(ops)
-        .map(|((status, _, token), op)| acquire_status(op, *status, *token))
+        .map(|(triple, op)| match triple {
+            [Frame::Integer(status), _, Frame::Integer(token)] => acquire_status(op, *status, *token),
+            _ => unreachable!("checked above"),
+        })
         .collect();
     Ok((answers, reclaimed))
 }

@@ -139,6 +139,20 @@ impl RecoveryState {
         Some(Found { report, writes })
     }
 
+    /// Keeps a release Redis confirmed, for a recovery within `horizon`
+    /// (the recovery window; none: recovery is off) to repeat (see `held`).
+    pub(super) fn remember_release(
+        &mut self,
+        now: Instant,
+        horizon: Option<Duration>,
+        lease: LeaseId,
+        keys: &SubjectKeys,
+    ) {
+        if let Some(horizon) = horizon {
+            self.held.released(now, horizon, lease, keys);
+        }
+    }
+
     /// The reply to releasing lately released leases again (`RELEASE`): how
     /// many units were back (a failover had lost their release; 0 for an
     /// error: the leases then expire at their TTL, as they would have
@@ -154,10 +168,8 @@ impl RecoveryState {
     ) -> Result<u64, ConnectionError> {
         match frame {
             Frame::Integer(back) if (0..=leases.iter().map(|l| i64::from(l.weight())).sum()).contains(&back) => {
-                if let Some(horizon) = horizon {
-                    for lease in leases {
-                        self.held.released(now, horizon, lease, keys);
-                    }
+                for lease in leases {
+                    self.remember_release(now, horizon, lease, keys);
                 }
                 Ok(back as u64)
             }

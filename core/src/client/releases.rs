@@ -10,8 +10,6 @@ use super::request::{AcquireOp, ReleaseJob, ReleaseKind};
 use super::Client;
 use crate::event::ConnectionError;
 use crate::event::{Event, ReleaseFailure};
-use crate::key::SubjectKeys;
-use crate::lease_id::LeaseId;
 use crate::resp::Frame;
 use crate::scripts::{Eval, ScriptKind};
 use crate::server_error::ServerError;
@@ -119,13 +117,6 @@ impl Client {
         self.send_asking_if(asked, node, job.into_request(), now + self.config.request_liveness);
     }
 
-    /// Keeps a confirmed release for a recovery to repeat (see `held`).
-    pub(super) fn remember_release(&mut self, now: Instant, lease: LeaseId, keys: &SubjectKeys) {
-        if let Some(horizon) = self.config.recovery_window() {
-            self.recovery.held.released(now, horizon, lease, keys);
-        }
-    }
-
     // ---- replies ----------------------------------------------------------
 
     /// The reply to a release, a compensation or a batch of releases of
@@ -135,14 +126,16 @@ impl Client {
         &mut self,
         now: Instant,
         node: usize,
-        jobs: Vec<ReleaseJob>,
+        jobs: impl AsRef<[ReleaseJob]> + IntoIterator<Item = ReleaseJob>,
         frame: Frame,
     ) -> Result<(), ConnectionError> {
-        let message = match answers::released(&jobs, frame) {
+        let message = match answers::released(jobs.as_ref(), frame) {
             Ok(()) => {
+                let horizon = self.config.recovery_window();
                 for job in jobs {
                     self.out.stats.releases += 1;
-                    self.remember_release(now, job.lease.clone(), &job.keys);
+                    self.recovery
+                        .remember_release(now, horizon, job.lease.clone(), &job.keys);
                     let of = job.whose();
                     self.out.event(Event::Released { lease: job.lease, of });
                 }
@@ -158,7 +151,7 @@ impl Client {
         };
         match error_class(&message, self.net.topology.is_cluster()) {
             ErrorClass::NoScript => {
-                let script = match jobs.first().is_some_and(ReleaseJob::is_compensation) {
+                let script = match jobs.as_ref().first().is_some_and(ReleaseJob::is_compensation) {
                     true => ScriptKind::Compensate,
                     false => ScriptKind::Release,
                 };

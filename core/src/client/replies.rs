@@ -34,7 +34,7 @@ impl Client {
             Request::Renew(op) => self.on_call_reply(now, node, Op::Renew(op), frame),
             Request::Inspect(op) => self.on_call_reply(now, node, Op::Inspect(op), frame),
             Request::AcquireMany(ops) => self.on_batch_reply(now, node, ops, frame),
-            Request::Release(job) | Request::Compensate(job, _) => self.on_release_reply(now, node, vec![job], frame),
+            Request::Release(job) | Request::Compensate(job, _) => self.on_release_reply(now, node, [job], frame),
             Request::ReleaseMany(jobs) => self.on_release_reply(now, node, jobs, frame),
             Request::Reassert(job) => {
                 let outcome = recovery::reassertion(&job, &frame)?;
