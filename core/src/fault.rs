@@ -1,5 +1,6 @@
-//! Deliberate bugs for the simulator's self-test (feature `fault-injection`):
-//! test support, not part of the library's API.
+//! Deliberate bugs for the simulator's self-test: test support, not part
+//! of the library's API. Only the `fault-injection` feature lets them be
+//! switched on; without it every one stays off.
 
 /// Bugs the simulator must catch: if it cannot see these, it proves nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

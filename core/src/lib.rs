@@ -18,7 +18,6 @@ pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod event;
-#[cfg(feature = "fault-injection")]
 mod fault;
 mod jitter;
 pub mod key;

@@ -23,16 +23,18 @@ use names::Names;
 use network::Network;
 use node::Node;
 use outbox::Outbox;
+use reconnect::Backoff;
 use recovery::{RecoveryKeys, RecoveryState};
 use release_queue::ReleaseQueue;
 use request::{AcquireOp, Call, InspectOp, Op, Reading, ReleaseJob, ReleaseKind, RenewOp, Request, Wait};
-use topology::{Route, Topology};
+use topology::Topology;
 use waiters::Waiters;
 
 mod answers;
 mod callers;
 mod connection;
 mod deferred;
+mod effect;
 mod encode;
 mod error_class;
 mod handshake;
@@ -44,7 +46,6 @@ mod names;
 mod network;
 mod node;
 mod outbox;
-mod outcomes;
 mod reconnect;
 mod recovery;
 mod redirects;
@@ -103,9 +104,9 @@ pub struct Client {
     waiters: Waiters,
     /// The leases this client renews on its own.
     keep_alive: KeepAlive,
-    /// Deliberate bugs, for the simulator's self-test only.
-    #[cfg(feature = "fault-injection")]
-    bugs: crate::InjectedBugs,
+    /// Deliberate bugs, for the simulator's self-test only (none unless
+    /// the `fault-injection` feature lets the simulator switch them on).
+    bugs: crate::fault::InjectedBugs,
 }
 
 impl Client {
@@ -124,10 +125,11 @@ impl Client {
         let recovery_keys = RecoveryKeys::new(&config);
         let keep_alive = KeepAlive::new(config.lease_ttl);
         let waiters = Waiters::new(config.waiter_recheck(), config.waiter_lifetime());
+        let backoff = Backoff::new(config.reconnect_initial_backoff, config.reconnect_max_backoff, entropy);
         let mut client = Self {
             config,
             names: Names::new(entropy),
-            net: Network::new(topology),
+            net: Network::new(topology, backoff),
             callers: Callers::default(),
             releases,
             out: Outbox::default(),
@@ -137,11 +139,10 @@ impl Client {
             },
             waiters,
             keep_alive,
-            #[cfg(feature = "fault-injection")]
-            bugs: crate::InjectedBugs::default(),
+            bugs: crate::fault::InjectedBugs::default(),
         };
         for endpoint in endpoints {
-            client.node_at(&endpoint);
+            client.net.node_at(&endpoint);
         }
         if let Servers::Cluster { tls, .. } = client.config.servers {
             // The same seed given twice is one node.
@@ -154,7 +155,7 @@ impl Client {
     /// Switches on deliberate bugs: for the simulator's self-test only.
     #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
-    pub fn inject_bugs(&mut self, bugs: crate::InjectedBugs) {
+    pub fn inject_bugs(&mut self, bugs: crate::fault::InjectedBugs) {
         if bugs.keep_alive_without_margin {
             self.keep_alive.without_margin();
         }
@@ -162,41 +163,6 @@ impl Client {
             self.waiters.ignore_wake_ups();
         }
         self.bugs = bugs;
-    }
-
-    pub(super) fn bug_skip_echo_check(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        return self.bugs.skip_echo_check;
-        #[cfg(not(feature = "fault-injection"))]
-        false
-    }
-
-    pub(super) fn bug_skip_stale_check(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        return self.bugs.skip_stale_check;
-        #[cfg(not(feature = "fault-injection"))]
-        false
-    }
-
-    fn bug_no_recovery(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        return self.bugs.no_recovery;
-        #[cfg(not(feature = "fault-injection"))]
-        false
-    }
-
-    fn bug_redirect_as_denial(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        return self.bugs.redirect_as_denial;
-        #[cfg(not(feature = "fault-injection"))]
-        false
-    }
-
-    pub(super) fn bug_skip_late_grant_compensation(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        return self.bugs.skip_late_grant_compensation;
-        #[cfg(not(feature = "fault-injection"))]
-        false
     }
 
     /// The settings this client was built with.
@@ -418,61 +384,6 @@ impl Client {
         request
     }
 
-    /// Writes `op` (or has it wait for the handshake), unless the in-flight
-    /// cap or a backing-off connection fails it at once.
-    fn submit(&mut self, now: Instant, op: Op) {
-        if self.in_flight_calls() >= self.config.max_in_flight {
-            return self.fail(now, op.call().request, Unavailable::Overloaded);
-        }
-        self.route_op(now, op);
-    }
-
-    /// Sends `op` to the node that serves it (an `ASK` target once, else
-    /// the slot's owner), or keeps it until a slot table is known.
-    fn route_op(&mut self, now: Instant, op: Op) {
-        let route = match op.call().ask {
-            Some(node) => Route::Node(node),
-            None => self.net.topology.route(op.call().keys.slot()),
-        };
-        let node = match route {
-            Route::Node(node) => node,
-            Route::AwaitTopology => return self.net.deferred.until_topology(op),
-            Route::NoOwner => {
-                self.refresh_topology(now);
-                return self.fail(now, op.call().request, Unavailable::NoPrimary);
-            }
-        };
-        let target = &mut self.net.nodes[node];
-        let promoted = target.connection.as_ref().is_some_and(|c| c.replica.is_some());
-        match target.connection.as_ref().map(|c| c.phase) {
-            // Handshaken while its server was a replica (a cluster seed, say),
-            // and now routed lease requests: a failover promoted it. That
-            // handshake checked nothing for lost lease data and wrote nothing
-            // back; a fresh one does both before the request goes.
-            Some(Phase::Ready) if promoted => {
-                target.waiting.push_back(op);
-                self.drop_connection(now, node, ConnectionError::Promoted);
-                if self.net.nodes[node].connection.is_none() {
-                    self.start_connect(now, node);
-                }
-            }
-            Some(Phase::Ready) => self.send_call(now, node, op),
-            Some(_) => target.waiting.push_back(op),
-            // Backing off after failed connection attempts: say so at once
-            // rather than make every caller wait out its timeout.
-            None if target.reconnect.backing_off() => {
-                let error = target.reconnect.last_error().clone();
-                self.refresh_topology(now);
-                self.fail(now, op.call().request, Unavailable::NotConnected(error));
-            }
-            // A primary not connected yet: connect on first use.
-            None => {
-                target.waiting.push_back(op);
-                self.start_connect(now, node);
-            }
-        }
-    }
-
     /// The caller of `request` is gone. From now on no event is sent for it:
     /// an outcome not yet taken with `poll_event` is withdrawn, and a lease
     /// Redis grants it, before or after this call, is released.
@@ -517,7 +428,7 @@ impl Client {
 
     /// The socket for `connection` is open.
     pub fn handle_connected(&mut self, now: Instant, connection: ConnectionId) {
-        if let Some(node) = self.subscriber_of(connection) {
+        if let Some(node) = self.net.subscriber_of(connection) {
             self.net.nodes[node]
                 .wake_ups
                 .connected(self.config.credentials.as_ref());
@@ -540,7 +451,7 @@ impl Client {
 
     /// Bytes arrived on `connection`.
     pub fn handle_input(&mut self, now: Instant, connection: ConnectionId, data: &[u8]) {
-        if let Some(node) = self.subscriber_of(connection) {
+        if let Some(node) = self.net.subscriber_of(connection) {
             self.wake_ups_input(now, node, data);
             return self.drive(now);
         }
@@ -574,7 +485,7 @@ impl Client {
 
     /// `connection` closed, or could not be opened.
     pub fn handle_closed(&mut self, now: Instant, connection: ConnectionId) {
-        if let Some(node) = self.subscriber_of(connection) {
+        if let Some(node) = self.net.subscriber_of(connection) {
             self.close_wake_ups(now, node);
             return self.drive(now);
         }
@@ -588,7 +499,7 @@ impl Client {
     /// operating system's words): as `handle_closed`, and the reason is
     /// what callers without a connection are told.
     pub fn handle_failed(&mut self, now: Instant, connection: ConnectionId, reason: String) {
-        if let Some(node) = self.subscriber_of(connection) {
+        if let Some(node) = self.net.subscriber_of(connection) {
             self.close_wake_ups(now, node);
             return self.drive(now);
         }
@@ -606,7 +517,7 @@ impl Client {
                 // It was queued, and no slot came in time: that is the
                 // limit's answer. (A waiter Redis never answered is as
                 // unavailable as any other request.)
-                self.finish(now, request, Outcome::Exceeded);
+                self.deliver(now, request, Event::Acquired(request, Outcome::Exceeded));
             } else {
                 self.fail(now, request, Unavailable::Timeout);
             }
@@ -648,7 +559,7 @@ impl Client {
             }
         }
         for job in self.releases.take_expired(now) {
-            self.abandon_release(job, ReleaseFailure::Expired);
+            releases::abandon(job, ReleaseFailure::Expired, &mut self.out);
         }
         if self.net.topology.next_deadline().is_some_and(|at| at <= now) {
             self.refresh_topology(now);
@@ -718,15 +629,9 @@ impl Client {
                 (node.wake_ups.poll_timeout(wanted), Timer::Subscriber),
             ]
         });
-        let sendable = |job: &ReleaseJob| {
-            self.net
-                .topology
-                .node_for(job.keys.slot(), job.ask)
-                .is_some_and(|node| self.net.nodes[node].is_ready())
-        };
         [
             (self.callers.next_deadline(), Timer::Caller),
-            (self.releases.poll_timeout(sendable), Timer::Release),
+            (self.releases.poll_timeout(|job| self.net.can_send(job)), Timer::Release),
             (self.net.topology.next_deadline(), Timer::Topology),
             (self.net.deferred.next_deadline(), Timer::Deferred),
             (self.waiters.poll_timeout(), Timer::Waiter),
@@ -744,14 +649,6 @@ impl Client {
     /// waiter); an idle client sends nothing.
     fn probing(&self) -> bool {
         self.recovery.held.len() > 0 || self.waiters.len() > 0
-    }
-
-    // ---- nodes ------------------------------------------------------------
-
-    /// The node at `endpoint`, added if new.
-    fn node_at(&mut self, endpoint: &Endpoint) -> usize {
-        let (config, names) = (&self.config, &self.names);
-        self.net.node_at(endpoint, |at| names.reconnect(config, at))
     }
 }
 

@@ -4,8 +4,6 @@
 //! retired generation is never mistaken for the current one), and the seed
 //! of each node's reconnect jitter.
 
-use super::reconnect::Reconnect;
-use crate::config::Config;
 use crate::event::{ConnectionId, RequestId};
 use crate::lease_id::{LeaseId, LeaseIds};
 
@@ -50,23 +48,6 @@ impl Names {
     /// Whether `id` is one this client issued.
     pub(super) fn issued(&self, id: &LeaseId) -> bool {
         self.lease_ids.issued(id)
-    }
-
-    /// The seed of node `node`'s reconnect jitter: its own stream.
-    pub(super) fn jitter_seed(&self, node: usize) -> [u8; 16] {
-        let mut entropy = self.entropy;
-        entropy[15] ^= node as u8;
-        entropy[14] ^= (node >> 8) as u8;
-        entropy
-    }
-
-    /// The reconnect schedule of node `node`, with its own jitter stream.
-    pub(super) fn reconnect(&self, config: &Config, node: usize) -> Reconnect {
-        Reconnect::new(
-            config.reconnect_initial_backoff,
-            config.reconnect_max_backoff,
-            self.jitter_seed(node),
-        )
     }
 
     /// The entropy itself (the lease-data marker's value is drawn from it).

@@ -1,11 +1,22 @@
 //! The servers as the client sees them: every node heard of, which node
 //! serves which slot, the requests waiting for a slot table or their
-//! `TRYAGAIN` time.
+//! `TRYAGAIN` time, and each node's wake-up connection kept in line with
+//! the channels waited on.
+
+use std::time::Instant;
+
+use bytes::Bytes;
 
 use super::deferred::Deferred;
+use super::names::Names;
 use super::node::Node;
-use super::topology::Topology;
-use crate::event::ConnectionId;
+use super::outbox::Outbox;
+use super::reconnect::Backoff;
+use super::request::ReleaseJob;
+use super::topology::{Route, Topology};
+use super::waiters::Waiters;
+use crate::config::Config;
+use crate::event::{Action, ConnectionId};
 
 #[derive(Debug)]
 pub(super) struct Network {
@@ -17,19 +28,75 @@ pub(super) struct Network {
     /// Acquires and renewals that a redirect sent back: to be routed again
     /// at their time, or once a slot table is known.
     pub(super) deferred: Deferred,
+    /// How a node heard of is given its reconnect schedule.
+    pub(super) backoff: Backoff,
 }
 
 impl Network {
-    pub(super) fn new(topology: Topology) -> Self {
+    pub(super) fn new(topology: Topology, backoff: Backoff) -> Self {
         Self {
             nodes: Vec::new(),
             topology,
             deferred: Deferred::default(),
+            backoff,
         }
     }
 
     /// The node whose current connection is `connection`.
     pub(super) fn node_of(&self, connection: ConnectionId) -> Option<usize> {
         self.nodes.iter().position(|node| node.has(connection))
+    }
+
+    /// The node whose wake-up connection is `connection`.
+    pub(super) fn subscriber_of(&self, connection: ConnectionId) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|node| node.wake_ups.id() == Some(connection))
+    }
+
+    /// Whether `job` can go now: the node that serves it is ready.
+    pub(super) fn can_send(&self, job: &ReleaseJob) -> bool {
+        self.topology
+            .node_for(job.keys.slot(), job.ask)
+            .is_some_and(|node| self.nodes[node].is_ready())
+    }
+
+    /// Brings every node's wake-up connection in line with the channels
+    /// `waiters` wait on: opened where needed (its subscriptions are sent
+    /// once it is open), subscribed to new channels, unsubscribed from old
+    /// ones.
+    pub(super) fn sync_subscriptions(
+        &mut self,
+        now: Instant,
+        waiters: &mut Waiters,
+        names: &mut Names,
+        config: &Config,
+        out: &mut Outbox,
+    ) {
+        let changed = !waiters.take_changed().is_empty();
+        let mut dirty = false;
+        for node in &mut self.nodes {
+            dirty |= node.wake_ups.take_dirty();
+        }
+        if !changed && !dirty {
+            return;
+        }
+        let mut wanted: Vec<Vec<Bytes>> = vec![Vec::new(); self.nodes.len()];
+        for (channel, keys) in waiters.channels() {
+            if let Route::Node(node) = self.topology.route(keys.slot()) {
+                wanted[node].push(channel.clone());
+            }
+        }
+        for (target, mut wanted) in self.nodes.iter_mut().zip(wanted) {
+            wanted.sort();
+            if target.wake_ups.should_open(now, &wanted) {
+                let id = names.connection();
+                let until = now + config.connect_timeout;
+                target.wake_ups.opening(id, until, config.reply_limits);
+                out.action(Action::Connect(id, target.endpoint.clone()));
+            } else {
+                target.wake_ups.subscribe(&wanted);
+            }
+        }
     }
 }

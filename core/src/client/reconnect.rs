@@ -6,6 +6,29 @@ use std::time::{Duration, Instant};
 use crate::event::ConnectionError;
 use crate::jitter::Jitter;
 
+/// How every node's reconnect schedule is made: the same bounds, and for
+/// each node a jitter stream of its own, drawn from the client's entropy.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Backoff {
+    initial: Duration,
+    max: Duration,
+    entropy: [u8; 16],
+}
+
+impl Backoff {
+    pub(super) fn new(initial: Duration, max: Duration, entropy: [u8; 16]) -> Self {
+        Self { initial, max, entropy }
+    }
+
+    /// Node `node`'s schedule.
+    pub(super) fn for_node(&self, node: usize) -> Reconnect {
+        let mut entropy = self.entropy;
+        entropy[15] ^= node as u8;
+        entropy[14] ^= (node >> 8) as u8;
+        Reconnect::new(self.initial, self.max, entropy)
+    }
+}
+
 #[derive(Debug)]
 pub(super) struct Reconnect {
     initial: Duration,

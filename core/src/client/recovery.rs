@@ -13,6 +13,7 @@ use bytes::Bytes;
 use super::error_class::unexpected;
 use super::held::HeldLeases;
 use super::network::Network;
+use super::outbox::Outbox;
 use super::request::{Reassert, Request, Step};
 use super::topology::Route;
 use crate::config::{Config, Servers};
@@ -59,20 +60,57 @@ impl RecoveryKeys {
 
 /// What a handshake that found lost data does about it.
 #[derive(Debug)]
-pub(super) struct Found {
+struct Found {
     /// `Event::DataLoss`, for the operator.
-    pub(super) report: Event,
+    report: Event,
     /// The writes that recover it (the hold, releases again, write-backs),
     /// in order: the connection is ready once all are answered.
-    pub(super) writes: Vec<Request>,
+    writes: Vec<Request>,
 }
 
 impl RecoveryState {
+    /// Every step of `node`'s handshake is answered: a connection whose
+    /// server lost lease data first writes back what this client holds
+    /// there first: the writes (more steps), due by the instant given;
+    /// then it is ready.
+    pub(super) fn handshake_done(
+        &mut self,
+        now: Instant,
+        node: usize,
+        net: &mut Network,
+        config: &Config,
+        window: Option<Duration>,
+        out: &mut Outbox,
+    ) -> Option<(Vec<Request>, Instant)> {
+        let conn = net.nodes[node].connection.as_mut().expect("a handshake just ended");
+        if !conn.recovery_checked {
+            conn.recovery_checked = true;
+            if let Some(found) = self.on_handshake(now, node, net, config, window) {
+                out.stats.data_losses += 1;
+                out.event(found.report);
+                if !found.writes.is_empty() {
+                    // A fresh budget: the handshake's own may be nearly spent.
+                    let deadline = now + config.connect_timeout;
+                    let conn = net.nodes[node].connection.as_mut().expect("a handshake just ended");
+                    conn.more_steps(deadline, found.writes.len());
+                    return Some((found.writes, deadline));
+                }
+            }
+        }
+        let target = &mut net.nodes[node];
+        let conn = target.connection.as_mut().expect("a handshake just ended");
+        conn.make_ready(now);
+        target.identity = Some(conn.identity.clone());
+        target.reconnect.succeeded();
+        out.event(Event::Connected(conn.id()));
+        None
+    }
+
     /// After the last handshake step of `node`'s connection: if its server
     /// lost lease data since this client last saw it, the report, and with
     /// recovery on (`window`), the writes that bring back what is held
     /// there; new grants on `node` are held for the window.
-    pub(super) fn on_handshake(
+    fn on_handshake(
         &mut self,
         now: Instant,
         node: usize,

@@ -4,15 +4,15 @@
 //! compensated, and the connection that said it stays (it is healthy; it
 //! just does not own the slot). Also here: reading the slot table and
 //! choosing where to read it again. All of it is the network's own state;
-//! the client only acts on what [`Next`] and [`Table`] say.
+//! the client only acts on what [`Next`] and the effects say.
 
 use std::time::{Duration, Instant};
 
+use super::effect::Effect;
 use super::error_class::Redirect;
 use super::network::Network;
 use super::node::Node;
-use super::reconnect::Reconnect;
-use super::request::{Op, Step};
+use super::request::{Op, Request, Step};
 use crate::address::Endpoint;
 use crate::cluster::{parse_redirect, parse_shards, parse_slots, Shard};
 use crate::event::{ConnectionError, Stats};
@@ -44,7 +44,7 @@ pub(super) enum Next {
 
 /// What a `CLUSTER SHARDS` (or `CLUSTER SLOTS`) reply came to.
 #[derive(Debug)]
-pub(super) enum Table {
+enum Table {
     /// Redis before 7 has no `CLUSTER SHARDS`: ask `CLUSTER SLOTS` (at a
     /// handshake, in place of this step).
     AskOlder,
@@ -56,14 +56,13 @@ pub(super) enum Table {
 }
 
 impl Network {
-    /// The node at `endpoint`, added if new (`reconnect` makes its backoff
-    /// for its index).
-    pub(super) fn node_at(&mut self, endpoint: &Endpoint, reconnect: impl FnOnce(usize) -> Reconnect) -> usize {
+    /// The node at `endpoint`, added if new.
+    pub(super) fn node_at(&mut self, endpoint: &Endpoint) -> usize {
         if let Some(node) = self.nodes.iter().position(|node| node.endpoint == *endpoint) {
             return node;
         }
         self.nodes
-            .push(Node::new(endpoint.clone(), reconnect(self.nodes.len())));
+            .push(Node::new(endpoint.clone(), self.backoff.for_node(self.nodes.len())));
         self.nodes.len() - 1
     }
 
@@ -79,7 +78,6 @@ impl Network {
         message: &str,
         redirects: &mut u8,
         stats: &mut Stats,
-        reconnect: impl FnOnce(usize) -> Reconnect,
     ) -> (Next, bool) {
         *redirects = match redirect {
             Redirect::Moved | Redirect::Ask => *redirects + 1,
@@ -93,7 +91,7 @@ impl Network {
                 let Some((slot, endpoint)) = parse_redirect(message, &self.nodes[node].endpoint) else {
                     return (Next::GiveUp, false);
                 };
-                let target = self.node_at(&endpoint, reconnect);
+                let target = self.node_at(&endpoint);
                 if redirect == Redirect::Moved {
                     stats.moved += 1;
                     self.topology.moved(slot, target);
@@ -132,13 +130,7 @@ impl Network {
     /// a handshake or a refresh. At a handshake, a table that cannot be
     /// read ends the attempt (the error); a refresh that fails keeps the
     /// table we have.
-    pub(super) fn read_table(
-        &mut self,
-        node: usize,
-        step: Step,
-        frame: &Frame,
-        reconnect: impl FnMut(usize) -> Reconnect,
-    ) -> Result<Table, ConnectionError> {
+    fn read_table(&mut self, node: usize, step: Step, frame: &Frame) -> Result<Table, ConnectionError> {
         let handshaking = !self.nodes[node].is_ready();
         let asked = &self.nodes[node].endpoint;
         let parsed = match (frame, step) {
@@ -154,7 +146,7 @@ impl Network {
             self.topology.refreshed();
         }
         match parsed {
-            Ok(shards) if !shards.is_empty() => Ok(Table::Learnt(self.learn(&shards, reconnect))),
+            Ok(shards) if !shards.is_empty() => Ok(Table::Learnt(self.learn(&shards))),
             // A node that serves no slot yet (the cluster is forming).
             Ok(_) if !handshaking => Ok(Table::Kept),
             Ok(_) => Err(ConnectionError::Handshake("the cluster serves no slot".into())),
@@ -163,13 +155,38 @@ impl Network {
         }
     }
 
+    /// The reply to `CLUSTER SHARDS` (or `SLOTS`) from `node`: requests
+    /// that waited for a table are routed; at a handshake, one step is done
+    /// (or, before Redis 7, `CLUSTER SLOTS` is asked in its place).
+    pub(super) fn topology_reply(
+        &mut self,
+        now: Instant,
+        node: usize,
+        step: Step,
+        frame: &Frame,
+        liveness: Duration,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), ConnectionError> {
+        let handshaking = !self.nodes[node].is_ready();
+        match self.read_table(node, step, frame)? {
+            Table::AskOlder => {
+                fx.push(Effect::Send(node, Request::Handshake(Step::Slots), now + liveness));
+                return Ok(());
+            }
+            Table::Learnt(waiting) => fx.extend(waiting.into_iter().map(Effect::Route)),
+            Table::Kept => {}
+        }
+        let conn = self.nodes[node].connection.as_mut();
+        if handshaking && conn.is_some_and(|conn| conn.step_answered()) {
+            fx.push(Effect::HandshakeDone(node));
+        }
+        Ok(())
+    }
+
     /// A slot table arrived: it replaces ours. Returns the requests that
     /// waited for one, to be routed.
-    fn learn(&mut self, shards: &[Shard], mut reconnect: impl FnMut(usize) -> Reconnect) -> Vec<Op> {
-        let owners: Vec<usize> = shards
-            .iter()
-            .map(|shard| self.node_at(&shard.primary, &mut reconnect))
-            .collect();
+    fn learn(&mut self, shards: &[Shard]) -> Vec<Op> {
+        let owners: Vec<usize> = shards.iter().map(|shard| self.node_at(&shard.primary)).collect();
         self.topology.learn(shards, &owners);
         self.deferred.take_awaiting_topology()
     }

@@ -1,41 +1,56 @@
-//! What each reply means: the handshake's, an acquire's, a release's.
+//! What each reply on a connection means: read (by `answers`, `handshake`
+//! or `recovery`) and turned into effects for the router, reports for the
+//! operator, and an error when the connection must go.
 
 use std::time::Instant;
 
 use super::answers::{self, AcquireAnswer, Misread, RenewAnswer};
+use super::callers::Callers;
+use super::connection::Connection;
+use super::effect::{ambiguous, Effect, Redirected};
 use super::error_class::{classify, error_class, unexpected, ErrorClass};
 use super::handshake::Expect;
-use super::recovery;
-use super::releases::Ran;
-use super::request::{AcquireOp, Op, Reading, RenewOp, Request, Step};
-use super::Client;
+use super::outbox::Outbox;
+use super::recovery::{self, RecoveryState};
+use super::request::{AcquireOp, Op, Ran, Reading, ReleaseJob, RenewOp, Request, Step};
+use crate::config::Config;
 use crate::event::{ConnectionError, Event, Lease, Outcome, Reassertion, Renewal, Unavailable};
+use crate::fault::InjectedBugs;
 use crate::resp::Frame;
 use crate::scripts::{Eval, ScriptKind, Scripts};
 use crate::server_clock::lease_expiry;
 use crate::server_error::{ServerError, ServerErrorKind};
 
-impl Client {
-    /// Acts on one reply. An `Err` retires the connection; the request itself
-    /// has been dealt with by then.
-    pub(super) fn on_reply(
-        &mut self,
-        now: Instant,
-        node: usize,
-        request: Request,
-        frame: Frame,
-    ) -> Result<(), ConnectionError> {
+/// Reads the replies of one node's current connection, with what a reply
+/// is checked against and where its news goes.
+pub(super) struct Reader<'a> {
+    pub(super) now: Instant,
+    pub(super) node: usize,
+    pub(super) config: &'a Config,
+    pub(super) cluster: bool,
+    pub(super) bugs: &'a InjectedBugs,
+    pub(super) callers: &'a Callers,
+    pub(super) conn: &'a mut Connection,
+    pub(super) recovery: &'a mut RecoveryState,
+    pub(super) out: &'a mut Outbox,
+    pub(super) fx: &'a mut Vec<Effect>,
+}
+
+impl Reader<'_> {
+    /// Acts on the reply to `request` (anything but a slot table). An `Err`
+    /// retires the connection; the request itself is dealt with by then.
+    pub(super) fn read(&mut self, request: Request, frame: Frame) -> Result<(), ConnectionError> {
         match request {
-            Request::Handshake(step) => self.on_handshake_reply(now, node, step, frame),
+            Request::Handshake(step) => self.handshake(step, frame),
             // A reload answers as the handshake's load does (on a ready
             // connection, where a failed load is not fatal).
-            Request::Reload(kind) => self.on_handshake_reply(now, node, Step::Load(kind), frame),
-            Request::Acquire(op) => self.on_call_reply(now, node, Op::Acquire(op), frame),
-            Request::Renew(op) => self.on_call_reply(now, node, Op::Renew(op), frame),
-            Request::Inspect(op) => self.on_call_reply(now, node, Op::Inspect(op), frame),
-            Request::AcquireMany(ops) => self.on_batch_reply(now, node, ops, frame),
-            Request::Release(job) | Request::Compensate(job, _) => self.on_release_reply(now, node, [job], frame),
-            Request::ReleaseMany(jobs) => self.on_release_reply(now, node, jobs, frame),
+            Request::Reload(kind) => self.handshake(Step::Load(kind), frame),
+            Request::Acquire(op) => self.call(Op::Acquire(op), frame),
+            Request::Renew(op) => self.call(Op::Renew(op), frame),
+            Request::Inspect(op) => self.call(Op::Inspect(op), frame),
+            Request::AcquireMany(ops) => self.batch(ops, frame),
+            Request::Release(job) | Request::Compensate(job, _) => self.released([job], frame),
+            Request::ReleaseMany(jobs) => self.released(jobs, frame),
             Request::Reassert(job) => {
                 let outcome = recovery::reassertion(&job, &frame)?;
                 let stats = &mut self.out.stats;
@@ -52,14 +67,14 @@ impl Client {
                     lease: job.lease,
                     outcome,
                 });
-                self.step_done(now, node);
+                self.step_done();
                 Ok(())
             }
             Request::ReleaseAgain(keys, leases) => {
                 let horizon = self.config.recovery_window();
-                let back = self.recovery.released_again(now, horizon, &keys, leases, frame)?;
+                let back = self.recovery.released_again(self.now, horizon, &keys, leases, frame)?;
                 self.out.stats.releases_repeated += back;
-                self.step_done(now, node);
+                self.step_done();
                 Ok(())
             }
             // Whatever it says, the command after it answers for itself.
@@ -68,18 +83,18 @@ impl Client {
                 Frame::SimpleString(pong) if &pong[..] == b"PONG" => Ok(()),
                 other => Err(unexpected("ping", &other)),
             },
-            Request::Wait => self.on_wait_reply(now, node, frame),
+            Request::Wait => self.replicated(frame),
             // An error (a slot moved, a script to load again) is tried again
             // while it matters; a reply of the wrong shape says the stream is off.
             Request::Leave(keys, lease, until) => match frame {
                 Frame::Integer(_) => Ok(()),
                 Frame::Error(message) => {
-                    match error_class(&message, self.net.topology.is_cluster()) {
-                        ErrorClass::Redirect(_) => self.refresh_topology(now),
-                        ErrorClass::NoScript => self.reload(now, node, ScriptKind::Leave),
+                    match error_class(&message, self.cluster) {
+                        ErrorClass::Redirect(_) => self.fx.push(Effect::RefreshTopology),
+                        ErrorClass::NoScript => self.fx.push(Effect::Reload(self.node, ScriptKind::Leave)),
                         _ => {}
                     }
-                    self.waiters.leave_again(keys, lease, until);
+                    self.fx.push(Effect::LeaveAgain(keys, lease, until));
                     Ok(())
                 }
                 other => Err(unexpected("leave", &other)),
@@ -87,125 +102,69 @@ impl Client {
         }
     }
 
-    pub(super) fn on_handshake_reply(
-        &mut self,
-        now: Instant,
-        node: usize,
-        step: Step,
-        frame: Frame,
-    ) -> Result<(), ConnectionError> {
-        if let Step::Shards | Step::Slots = step {
-            return self.on_topology_reply(now, node, step, frame);
-        }
+    /// A handshake step's reply (not the slot table's): a warning is
+    /// reported; the last one starts the check for lost lease data.
+    fn handshake(&mut self, step: Step, frame: Frame) -> Result<(), ConnectionError> {
         let expect = Expect {
-            cluster: self.net.topology.is_cluster(),
+            cluster: self.cluster,
             allow_eviction: self.config.allow_eviction,
             scripts: Scripts::shared(),
         };
-        let conn = self.net.nodes[node]
-            .connection
-            .as_mut()
-            .expect("replies come from the current connection");
-        let answer = conn.read_step(now, step, frame, &expect)?;
+        let answer = self.conn.read_step(self.now, step, frame, &expect)?;
         if let Some(warning) = answer.warning {
             self.out.stats.server_warnings += 1;
-            self.out.event(Event::Warning(conn.id(), warning));
+            self.out.event(Event::Warning(self.conn.id(), warning));
         }
         if answer.all_in {
-            self.handshake_done(now, node);
+            self.fx.push(Effect::HandshakeDone(self.node));
         }
         Ok(())
     }
 
-    /// One more handshake step of `node`'s connection is answered.
-    pub(super) fn step_done(&mut self, now: Instant, node: usize) {
-        let all_in = self.net.nodes[node]
-            .connection
-            .as_mut()
-            .is_some_and(|conn| conn.step_answered());
-        if all_in {
-            self.handshake_done(now, node);
+    /// A recovery write of the handshake was answered.
+    fn step_done(&mut self) {
+        if self.conn.step_answered() {
+            self.fx.push(Effect::HandshakeDone(self.node));
         }
-    }
-
-    /// Every step of `node`'s handshake is answered: a connection whose
-    /// server lost lease data first writes back what this client holds
-    /// there (more steps); then it is ready.
-    fn handshake_done(&mut self, now: Instant, node: usize) {
-        let conn = self.net.nodes[node]
-            .connection
-            .as_mut()
-            .expect("a handshake just ended");
-        if !conn.recovery_checked {
-            conn.recovery_checked = true;
-            let window = self.config.recovery_window().filter(|_| !self.bug_no_recovery());
-            if let Some(found) = self
-                .recovery
-                .on_handshake(now, node, &mut self.net, &self.config, window)
-            {
-                self.out.stats.data_losses += 1;
-                self.out.event(found.report);
-                if !found.writes.is_empty() {
-                    // A fresh budget: the handshake's own may be nearly spent.
-                    let deadline = now + self.config.connect_timeout;
-                    let conn = self.net.nodes[node]
-                        .connection
-                        .as_mut()
-                        .expect("a handshake just ended");
-                    conn.more_steps(deadline, found.writes.len());
-                    for request in found.writes {
-                        self.send(node, request, deadline);
-                    }
-                    return;
-                }
-            }
-        }
-        let target = &mut self.net.nodes[node];
-        let conn = target.connection.as_mut().expect("a handshake just ended");
-        conn.make_ready(now);
-        target.identity = Some(conn.identity.clone());
-        target.reconnect.succeeded();
-        self.out.event(Event::Connected(conn.id()));
     }
 
     /// The reply to one acquire, renewal or inspection, read by `answers`
     /// (shape, echo, status) before anything is believed.
-    fn on_call_reply(&mut self, now: Instant, node: usize, op: Op, frame: Frame) -> Result<(), ConnectionError> {
-        let check_echo = !self.bug_skip_echo_check();
+    fn call(&mut self, op: Op, frame: Frame) -> Result<(), ConnectionError> {
+        let check_echo = !self.bugs.skip_echo_check;
         match op {
             Op::Acquire(op) => match answers::acquire(&op, frame, check_echo) {
                 Ok((answer, reclaimed)) => {
                     self.out.stats.reclaimed += reclaimed;
-                    self.on_acquire_answer(now, node, op, answer);
+                    self.acquired(op, answer);
                     Ok(())
                 }
-                Err(misread) => self.misread(now, node, Op::Acquire(op), misread),
+                Err(misread) => self.misread(Op::Acquire(op), misread),
             },
             Op::Renew(op) => match answers::renew(&op, frame, check_echo) {
                 Ok((answer, reclaimed)) => {
                     self.out.stats.reclaimed += reclaimed;
-                    self.on_renew_answer(now, op, answer);
+                    self.renewed(op, answer);
                     Ok(())
                 }
-                Err(misread) => self.misread(now, node, Op::Renew(op), misread),
+                Err(misread) => self.misread(Op::Renew(op), misread),
             },
             Op::Inspect(op) => {
                 let request = op.call.request;
-                match op.reading {
-                    Reading::Keys { .. } => match answers::scan(&self.config.key_prefix, frame) {
-                        Ok(page) => {
-                            self.finish_scan(now, request, Ok(page));
-                            Ok(())
-                        }
-                        Err(misread) => self.misread(now, node, Op::Inspect(op), misread),
-                    },
-                    Reading::Subject { .. } => match answers::inspection(now, frame) {
-                        Ok(inspection) => {
-                            self.finish_inspection(now, request, Ok(inspection));
-                            Ok(())
-                        }
-                        Err(misread) => self.misread(now, node, Op::Inspect(op), misread),
-                    },
+                let read = match op.reading {
+                    Reading::Keys { .. } => {
+                        answers::scan(&self.config.key_prefix, frame).map(|page| Effect::Scanned(request, page))
+                    }
+                    Reading::Subject { .. } => {
+                        answers::inspection(self.now, frame).map(|reading| Effect::Inspected(request, reading))
+                    }
+                };
+                match read {
+                    Ok(effect) => {
+                        self.fx.push(effect);
+                        Ok(())
+                    }
+                    Err(misread) => self.misread(Op::Inspect(op), misread),
                 }
             }
         }
@@ -213,65 +172,57 @@ impl Client {
 
     /// A reply not to believe: a refusal is read by its class; a garbled one
     /// leaves the call's fate unknown and retires the connection.
-    fn misread(&mut self, now: Instant, node: usize, op: Op, misread: Misread) -> Result<(), ConnectionError> {
+    fn misread(&mut self, op: Op, misread: Misread) -> Result<(), ConnectionError> {
         match misread {
-            Misread::Refused(message) => self.on_call_error(now, node, op, &message),
-            Misread::Garbled(error) => Err(self.ambiguous(now, op, error)),
+            Misread::Refused(message) => self.refused(op, message),
+            Misread::Garbled(error) => {
+                ambiguous(self.fx, op, &error);
+                Err(error)
+            }
         }
     }
 
     /// What a trusted answer to an acquire means for its caller.
-    fn on_acquire_answer(&mut self, now: Instant, node: usize, op: AcquireOp, answer: AcquireAnswer) {
+    fn acquired(&mut self, op: AcquireOp, answer: AcquireAnswer) {
         let request = op.call.request;
         let waiting = self.callers.contains(request);
-        match answer {
-            AcquireAnswer::Queued => {
-                if let Some(effect) = self.waiters.queued(now, op) {
-                    self.apply_waiter(now, effect);
-                }
-            }
-            AcquireAnswer::Shed(expected) => {
-                self.finish(now, request, Outcome::Shed(expected));
-            }
+        let effect = match answer {
+            AcquireAnswer::Queued => Effect::Queued(op),
+            AcquireAnswer::Shed(expected) => Effect::Finish(request, Outcome::Shed(expected)),
+            // Delivered (or released) when the `WAIT` after it answers.
             AcquireAnswer::Granted(token) if self.config.replica_acks.is_some() => {
-                // Delivered (or released) when the `WAIT` after it answers.
-                let conn = self.net.nodes[node]
-                    .connection
-                    .as_mut()
-                    .expect("replies come from the current connection");
-                conn.unreplicated.push((op, token));
+                return self.conn.unreplicated.push((op, token));
             }
-            AcquireAnswer::Granted(token) if waiting => self.deliver_grant(now, op, token),
-            AcquireAnswer::Granted(_) if self.bug_skip_late_grant_compensation() => {}
-            AcquireAnswer::Granted(_) => self.compensate(now, op, Ran::Answered),
-            AcquireAnswer::Exceeded => {
-                if waiting {
-                    self.finish(now, request, Outcome::Exceeded);
-                }
-            }
-            AcquireAnswer::Tombstoned => self.fail(now, request, Unavailable::Refused),
+            AcquireAnswer::Granted(token) if waiting => Effect::Grant(op, token),
+            AcquireAnswer::Granted(_) if self.bugs.skip_late_grant_compensation => return,
+            AcquireAnswer::Granted(_) => Effect::Compensate(op, Ran::Answered),
+            AcquireAnswer::Exceeded if waiting => Effect::Finish(request, Outcome::Exceeded),
+            AcquireAnswer::Exceeded => return,
+            AcquireAnswer::Tombstoned => Effect::Fail(request, Unavailable::Refused),
             // A trusted non-grant, but no evidence about the limit (never
             // `Exceeded`); a waiter's queue entry, if any, is not needed.
             AcquireAnswer::Stale => {
-                self.fail(now, request, Unavailable::Stale);
-                if op.wait.is_some() {
-                    self.waiters.leave(op.call.keys, op.call.lease_bytes, now);
+                self.fx.push(Effect::Fail(request, Unavailable::Stale));
+                if op.wait.is_none() {
+                    return;
                 }
+                Effect::Leave(op.call.keys, op.call.lease_bytes)
             }
             AcquireAnswer::Recovering => {
                 self.out.stats.recovering += 1;
-                self.fail(now, request, Unavailable::Recovering);
+                Effect::Fail(request, Unavailable::Recovering)
             }
-        }
+        };
+        self.fx.push(effect);
     }
 
     /// What a trusted answer to a renewal means for its holder.
-    fn on_renew_answer(&mut self, now: Instant, op: RenewOp, answer: RenewAnswer) {
+    fn renewed(&mut self, op: RenewOp, answer: RenewAnswer) {
         let request = op.call.request;
         let renewal = match answer {
             RenewAnswer::Extended => {
                 let call = op.call;
-                let expires_at = lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl);
+                let expires_at = lease_expiry(call.sent_at.unwrap_or(self.now), self.config.lease_ttl);
                 let lease = Lease {
                     id: call.lease,
                     expires_at,
@@ -285,148 +236,176 @@ impl Client {
             }
             RenewAnswer::Gone => {
                 self.recovery.held.remove(&op.call.lease);
-                if !self.keep_alive.is_renewal(request) {
-                    // Found gone by its holder's own renewal: not kept any more.
-                    self.keep_alive.remove(&op.call.lease);
-                }
+                self.fx.push(Effect::Gone(request, op.call.lease));
                 Renewal::Lost
             }
             // It changed nothing: the lease keeps its expiry.
             RenewAnswer::Stale => Renewal::Unavailable(Unavailable::Stale),
         };
-        self.finish_renewal(now, request, renewal);
+        self.fx.push(Effect::Renewed(request, renewal));
     }
 
     /// One reply for several acquires: each answer read as its acquire's;
     /// an error reply is each acquire's error.
-    pub(super) fn on_batch_reply(
-        &mut self,
-        now: Instant,
-        node: usize,
-        ops: Vec<AcquireOp>,
-        frame: Frame,
-    ) -> Result<(), ConnectionError> {
+    fn batch(&mut self, ops: Vec<AcquireOp>, frame: Frame) -> Result<(), ConnectionError> {
         let mut result = Ok(());
-        match answers::batch(&ops, frame, !self.bug_skip_echo_check()) {
+        match answers::batch(&ops, frame, !self.bugs.skip_echo_check) {
             Ok((answers, reclaimed)) => {
                 self.out.stats.reclaimed += reclaimed;
                 for (op, answer) in ops.into_iter().zip(answers) {
                     match answer {
-                        Ok(answer) => self.on_acquire_answer(now, node, op, answer),
-                        Err(error) => result = result.and(Err(self.ambiguous(now, Op::Acquire(op), error))),
+                        Ok(answer) => self.acquired(op, answer),
+                        Err(error) => {
+                            ambiguous(self.fx, Op::Acquire(op), &error);
+                            result = result.and(Err(error));
+                        }
                     }
                 }
             }
             Err(Misread::Refused(message)) => {
                 if matches!(classify(&message), ErrorClass::NoScript) {
-                    self.reload(now, node, ScriptKind::AcquireMany);
+                    self.fx.push(Effect::Reload(self.node, ScriptKind::AcquireMany));
                 }
                 for op in ops {
-                    let outcome = self.on_call_error(now, node, Op::Acquire(op), &message);
+                    let outcome = self.refused(Op::Acquire(op), message.clone());
                     result = result.and(outcome);
                 }
             }
-            Err(Misread::Garbled(error)) => return Err(self.all_ambiguous(now, ops, error)),
+            Err(Misread::Garbled(error)) => {
+                for op in ops {
+                    ambiguous(self.fx, Op::Acquire(op), &error);
+                }
+                return Err(error);
+            }
         }
         result
     }
 
     /// `WAIT`'s answer: enough replicas delivers the grants read since the
     /// last one; too few (or an error) releases them.
-    fn on_wait_reply(&mut self, now: Instant, node: usize, frame: Frame) -> Result<(), ConnectionError> {
-        let conn = self.net.nodes[node]
-            .connection
-            .as_mut()
-            .expect("replies come from the current connection");
-        let grants = std::mem::take(&mut conn.unreplicated);
+    fn replicated(&mut self, frame: Frame) -> Result<(), ConnectionError> {
+        let grants = std::mem::take(&mut self.conn.unreplicated);
         let wanted = self.config.replica_acks.map_or(0, |acks| acks.replicas);
-        let acked = match answers::replicas_acked(frame) {
-            Ok(acked) => acked,
-            Err(error) => {
-                for (op, _) in grants {
-                    self.fail(now, op.call.request, Unavailable::ConnectionLost(error.clone()));
-                    self.compensate(now, op, Ran::Answered);
-                }
-                return Err(error);
-            }
-        };
+        let acked = answers::replicas_acked(frame);
         for (op, token) in grants {
-            if acked >= wanted {
-                self.deliver_grant(now, op, token);
-            } else {
-                self.out.stats.not_replicated += 1;
-                self.fail(now, op.call.request, Unavailable::NotReplicated { acked, wanted });
-                self.compensate(now, op, Ran::Answered);
-            }
+            let reason = match &acked {
+                Ok(acked) if *acked >= wanted => {
+                    self.fx.push(Effect::Grant(op, token));
+                    continue;
+                }
+                &Ok(acked) => {
+                    self.out.stats.not_replicated += 1;
+                    Unavailable::NotReplicated { acked, wanted }
+                }
+                Err(error) => Unavailable::ConnectionLost(error.clone()),
+            };
+            self.fx.push(Effect::Fail(op.call.request, reason));
+            self.fx.push(Effect::Compensate(op, Ran::Answered));
         }
-        Ok(())
+        acked.map(drop)
     }
 
-    /// Hands a grant to its caller, or releases it if the caller is gone.
-    fn deliver_grant(&mut self, now: Instant, op: AcquireOp, token: u64) {
-        let request = op.call.request;
-        if !self.callers.contains(request) {
-            return self.compensate(now, op, Ran::Answered);
-        }
-        // The grant took it out of its queue: nothing to leave.
-        self.waiters.remove(request, true, now);
-        let call = op.call;
-        let expires_at = lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl);
-        let lease = Lease {
-            id: call.lease,
-            expires_at,
-            keys: call.keys,
-            fencing_token: token,
-            granted_at: now,
-            release_until: expires_at,
-        };
-        self.recovery.held.insert(now, &lease, op.limit);
-        self.finish(now, request, Outcome::Granted(lease));
-    }
-
-    fn all_ambiguous(&mut self, now: Instant, ops: Vec<AcquireOp>, error: ConnectionError) -> ConnectionError {
-        for op in ops {
-            self.ambiguous(now, Op::Acquire(op), error.clone());
-        }
-        error
-    }
-
-    /// An error reply to an acquire or a renewal.
-    fn on_call_error(&mut self, now: Instant, node: usize, mut op: Op, message: &str) -> Result<(), ConnectionError> {
+    /// An error reply to an acquire, a renewal or an inspection.
+    fn refused(&mut self, mut op: Op, message: String) -> Result<(), ConnectionError> {
         let request = op.call().request;
-        let error = ServerError::new(message);
-        let refused = || Unavailable::Server(error.clone());
-        match error_class(message, self.net.topology.is_cluster()) {
+        let error = ServerError::new(&message);
+        let refused = Effect::Fail(request, Unavailable::Server(error.clone()));
+        match error_class(&message, self.cluster) {
             ErrorClass::NoScript => {
                 if self.callers.contains(request) {
                     op.call_mut().eval = Eval::Text;
-                    self.reload(now, node, op.script());
-                    self.send_call(now, node, op);
+                    self.fx.push(Effect::Reload(self.node, op.script()));
+                    self.fx.push(Effect::Resend(self.node, op));
                 }
                 Ok(())
             }
             ErrorClass::Redirect(redirect) => {
-                self.redirect_op(now, node, op, redirect, message);
+                self.fx.push(Effect::Redirect(Box::new(Redirected {
+                    node: self.node,
+                    request: op,
+                    redirect,
+                    message,
+                })));
                 Ok(())
             }
             ErrorClass::NotExecuted => {
                 if error.kind() == ServerErrorKind::ClusterDown {
-                    self.refresh_topology(now);
+                    self.fx.push(Effect::RefreshTopology);
                 }
-                self.fail(now, request, refused());
+                self.fx.push(refused);
                 Ok(())
             }
             ErrorClass::NotExecutedRetire => {
-                self.fail(now, request, refused());
+                self.fx.push(refused);
                 Err(ConnectionError::Server(error))
             }
             ErrorClass::Unknown => {
-                self.fail(now, request, refused());
+                self.fx.push(refused);
                 // It was answered, so it will not run later: no tombstone.
                 if let Op::Acquire(op) = op {
-                    self.compensate(now, op, Ran::Answered);
+                    self.fx.push(Effect::Compensate(op, Ran::Answered));
                 }
                 Ok(())
+            }
+        }
+    }
+
+    /// The reply to a release, a compensation or a batch of releases of
+    /// one subject (see [`answers::released`]): each job is done, or tried
+    /// again as its error says.
+    fn released(
+        &mut self,
+        jobs: impl AsRef<[ReleaseJob]> + IntoIterator<Item = ReleaseJob>,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
+        let message = match answers::released(jobs.as_ref(), frame) {
+            Ok(()) => {
+                let horizon = self.config.recovery_window();
+                for job in jobs {
+                    self.out.stats.releases += 1;
+                    self.recovery
+                        .remember_release(self.now, horizon, job.lease.clone(), &job.keys);
+                    let of = job.whose();
+                    self.out.event(Event::Released { lease: job.lease, of });
+                }
+                return Ok(());
+            }
+            Err(Misread::Garbled(error)) => {
+                self.fx.extend(jobs.into_iter().map(Effect::RetryRelease));
+                return Err(error);
+            }
+            Err(Misread::Refused(message)) => message,
+        };
+        match error_class(&message, self.cluster) {
+            ErrorClass::NoScript => {
+                let script = match jobs.as_ref().first().is_some_and(ReleaseJob::is_compensation) {
+                    true => ScriptKind::Compensate,
+                    false => ScriptKind::Release,
+                };
+                self.fx.push(Effect::Reload(self.node, script));
+                for mut job in jobs {
+                    job.eval = Eval::Text;
+                    self.fx.push(Effect::ResendRelease(self.node, job));
+                }
+                Ok(())
+            }
+            ErrorClass::Redirect(redirect) => {
+                for job in jobs {
+                    self.fx.push(Effect::RedirectRelease(Box::new(Redirected {
+                        node: self.node,
+                        request: job,
+                        redirect,
+                        message: message.clone(),
+                    })));
+                }
+                Ok(())
+            }
+            class => {
+                self.fx.extend(jobs.into_iter().map(Effect::RetryRelease));
+                match class {
+                    ErrorClass::NotExecutedRetire => Err(ConnectionError::Server(ServerError::new(message))),
+                    _ => Ok(()),
+                }
             }
         }
     }

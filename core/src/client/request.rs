@@ -3,7 +3,7 @@
 //! types (a renewal is not an acquire, so it can never be compensated).
 
 use std::num::NonZeroU32;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -278,6 +278,14 @@ pub(super) struct Reassert {
     pub(super) valid_until_ms: u64,
 }
 
+/// Whether an acquire to compensate has run: its reply was read, or it was
+/// not (its bytes may still reach Redis).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ran {
+    Answered,
+    MayStillRun,
+}
+
 /// Which release a job makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ReleaseKind {
@@ -333,6 +341,36 @@ impl ReleaseJob {
             kind,
             failures: 0,
             deadline: lease.expires_at.max(lease.release_until),
+            not_before: now,
+            eval: Eval::Sha,
+            ask: None,
+            redirects: 0,
+        }
+    }
+
+    /// The release of a lease `op` may have made, which no caller will
+    /// hold. [`Ran::MayStillRun`]: no reply was read for the acquire, so its
+    /// bytes may still reach Redis (held in a buffer, a stalled server, a
+    /// proxy): until its valid-until a tombstone refuses it, and the release
+    /// keeps trying until any lease it could have made has expired (it runs
+    /// no later than `runnable_until`, and lives a TTL from there). An
+    /// acquire whose reply was read has run; its lease lives a TTL from that
+    /// reply at most.
+    pub(super) fn compensation(op: AcquireOp, ran: Ran, now: Instant, lease_ttl: Duration) -> Self {
+        let call = op.call;
+        let (ran_by, tombstone_until_ms) = match ran {
+            Ran::MayStillRun => (call.runnable_until.unwrap_or(now).max(now), call.valid_until_ms),
+            Ran::Answered => (now, 0),
+        };
+        Self {
+            lease: call.lease,
+            lease_bytes: call.lease_bytes,
+            keys: call.keys,
+            kind: ReleaseKind::Compensation { tombstone_until_ms },
+            // Nobody held it: it says nothing about hold times.
+            held_ms: 0,
+            failures: 0,
+            deadline: ran_by + lease_ttl,
             not_before: now,
             eval: Eval::Sha,
             ask: None,

@@ -1,28 +1,522 @@
-//! Where the sub-machines' effects are applied: the one place that turns
-//! what keep-alive, the waiters and the wake-up connections ask for or
-//! heard into requests, grants, connections and events, and counts them.
+//! The router: the one place where the effects the client's parts ask for
+//! are applied, in order, where a request is routed to its node and
+//! written, and where an outcome is delivered to its caller (or released
+//! when the caller is gone).
 
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use super::callers::Awaits;
+use super::effect::{Effect, Redirected};
 use super::encode::Wire;
-use super::error_class::Redirect;
-use super::keep_alive;
-use super::redirects::{Next, Table, TRY_AGAIN_DELAY};
-use super::request::{AcquireOp, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Step};
-use super::subscriber::Heard;
+use super::keep_alive::{self, Renewed};
+use super::redirects::{Next, TRY_AGAIN_DELAY};
+use super::release_queue::ReleaseQueue;
+use super::replies::Reader;
+use super::request::{AcquireOp, Op, Ran, ReleaseJob, ReleaseKind, RenewOp, Request, Step};
 use super::topology::Route;
 use super::waiters;
-use super::Client;
-use crate::event::{Action, ConnectionError, ConnectionId, Event, Lease, Outcome, RequestId, Unavailable};
-use crate::lease_id::LeaseId;
+use super::{Client, Phase};
+use crate::event::{ConnectionError, Event, Lease, Outcome, Renewal, RequestId, Unavailable};
 use crate::resp::Frame;
+use crate::scripts::ScriptKind;
 use crate::server_clock::lease_expiry;
 use crate::server_error::ServerError;
+use crate::UnavailablePolicy;
 
 impl Client {
+    pub(super) fn apply_all(&mut self, now: Instant, effects: Vec<Effect>) {
+        for effect in effects {
+            self.apply(now, effect);
+        }
+    }
+
+    /// Does what a part asked for.
+    fn apply(&mut self, now: Instant, effect: Effect) {
+        match effect {
+            Effect::Route(op) => self.route_op(now, op),
+            Effect::Resend(node, op) => self.send_call(now, node, op),
+            Effect::Redirect(redirected) => self.redirect_op(now, *redirected),
+            Effect::Finish(request, outcome) => self.deliver(now, request, Event::Acquired(request, outcome)),
+            Effect::Fail(request, reason) => self.fail(now, request, reason),
+            Effect::Renewed(request, renewal) => self.finish_renewal(now, request, renewal),
+            Effect::Gone(request, lease) => {
+                if !self.keep_alive.is_renewal(request) {
+                    // Found gone by its holder's own renewal: not kept any more.
+                    self.keep_alive.remove(&lease);
+                }
+            }
+            Effect::Inspected(request, reading) => self.deliver(now, request, Event::Inspected(request, Ok(reading))),
+            Effect::Scanned(request, page) => self.deliver(now, request, Event::Scanned(request, Ok(page))),
+            Effect::Grant(op, token) => self.deliver_grant(now, op, token),
+            Effect::Queued(op) => {
+                if let Some(effect) = self.waiters.queued(now, op) {
+                    self.apply_waiter(now, effect);
+                }
+            }
+            Effect::Leave(keys, lease) => self.waiters.leave(keys, lease, now),
+            Effect::LeaveAgain(keys, lease, until) => self.waiters.leave_again(keys, lease, until),
+            Effect::Compensate(op, ran) => {
+                self.out.stats.compensations += 1;
+                let job = ReleaseJob::compensation(op, ran, now, self.config.lease_ttl);
+                self.submit_release(now, job);
+            }
+            Effect::ResendRelease(node, job) => {
+                let mut fx = Vec::new();
+                self.releases
+                    .send_on(now, node, job, self.config.request_liveness, &mut fx);
+                self.apply_all(now, fx);
+            }
+            Effect::RedirectRelease(redirected) => self.redirect_release(now, *redirected),
+            Effect::RetryRelease(job) => self.releases.try_again(now, job, &mut self.out),
+            Effect::Reload(node, kind) => self.reload(now, node, kind),
+            Effect::Send(node, request, deadline) => self.send(node, request, deadline),
+            Effect::RefreshTopology => self.refresh_topology(now),
+            Effect::HandshakeDone(node) => {
+                let window = self.config.recovery_window().filter(|_| !self.bugs.no_recovery);
+                let (net, config) = (&mut self.net, &self.config);
+                if let Some((writes, deadline)) =
+                    self.recovery
+                        .handshake_done(now, node, net, config, window, &mut self.out)
+                {
+                    for write in writes {
+                        self.send(node, write, deadline);
+                    }
+                }
+            }
+            Effect::Connect(node) => self.start_connect(now, node),
+        }
+    }
+
+    /// Acts on one reply from `node`'s current connection. An `Err` retires
+    /// the connection; the request itself has been dealt with by then.
+    pub(super) fn on_reply(
+        &mut self,
+        now: Instant,
+        node: usize,
+        request: Request,
+        frame: Frame,
+    ) -> Result<(), ConnectionError> {
+        let mut fx = Vec::new();
+        let result = match request {
+            Request::Handshake(step @ (Step::Shards | Step::Slots)) => {
+                let liveness = self.config.request_liveness;
+                self.net.topology_reply(now, node, step, &frame, liveness, &mut fx)
+            }
+            request => Reader {
+                now,
+                node,
+                config: &self.config,
+                cluster: self.net.topology.is_cluster(),
+                bugs: &self.bugs,
+                callers: &self.callers,
+                conn: self.net.nodes[node]
+                    .connection
+                    .as_mut()
+                    .expect("replies come from the current connection"),
+                recovery: &mut self.recovery,
+                out: &mut self.out,
+                fx: &mut fx,
+            }
+            .read(request, frame),
+        };
+        self.apply_all(now, fx);
+        result
+    }
+
+    // ---- calls ------------------------------------------------------------
+
+    /// Writes `op` (or has it wait for the handshake), unless the in-flight
+    /// cap or a backing-off connection fails it at once.
+    pub(super) fn submit(&mut self, now: Instant, op: Op) {
+        if self.in_flight_calls() >= self.config.max_in_flight {
+            return self.fail(now, op.call().request, Unavailable::Overloaded);
+        }
+        self.route_op(now, op);
+    }
+
+    /// Sends `op` to the node that serves it (an `ASK` target once, else
+    /// the slot's owner), or keeps it until a slot table is known.
+    pub(super) fn route_op(&mut self, now: Instant, op: Op) {
+        let route = match op.call().ask {
+            Some(node) => Route::Node(node),
+            None => self.net.topology.route(op.call().keys.slot()),
+        };
+        let node = match route {
+            Route::Node(node) => node,
+            Route::AwaitTopology => return self.net.deferred.until_topology(op),
+            Route::NoOwner => {
+                self.refresh_topology(now);
+                return self.fail(now, op.call().request, Unavailable::NoPrimary);
+            }
+        };
+        let target = &mut self.net.nodes[node];
+        let promoted = target.connection.as_ref().is_some_and(|c| c.replica.is_some());
+        match target.connection.as_ref().map(|c| c.phase) {
+            // Handshaken while its server was a replica (a cluster seed, say),
+            // and now routed lease requests: a failover promoted it. That
+            // handshake checked nothing for lost lease data and wrote nothing
+            // back; a fresh one does both before the request goes.
+            Some(Phase::Ready) if promoted => {
+                target.waiting.push_back(op);
+                self.drop_connection(now, node, ConnectionError::Promoted);
+                self.start_connect(now, node);
+            }
+            Some(Phase::Ready) => self.send_call(now, node, op),
+            Some(_) => target.waiting.push_back(op),
+            // Backing off after failed connection attempts: say so at once
+            // rather than make every caller wait out its timeout.
+            None if target.reconnect.backing_off() => {
+                let error = target.reconnect.last_error().clone();
+                self.refresh_topology(now);
+                self.fail(now, op.call().request, Unavailable::NotConnected(error));
+            }
+            // A primary not connected yet: connect on first use.
+            None => {
+                target.waiting.push_back(op);
+                self.start_connect(now, node);
+            }
+        }
+    }
+
+    /// Takes `op` for `node`'s ready connection (see
+    /// [`Connection::stage_call`](super::Connection)); `poll_transmit`
+    /// writes it. While `node` holds grants after a data loss, an acquire is
+    /// refused at once.
+    fn send_call(&mut self, now: Instant, node: usize, op: Op) {
+        if matches!(op, Op::Acquire(_)) && self.net.holding(now, node) {
+            self.out.stats.recovering += 1;
+            return self.fail(now, op.call().request, Unavailable::Recovering);
+        }
+        let no_deadline = self.bugs.skip_stale_check;
+        let conn = self.net.nodes[node]
+            .connection
+            .as_mut()
+            .expect("sent on the current connection");
+        if conn.stage_call(now, op, &self.config, no_deadline) {
+            let valid_until = now + self.config.request_liveness;
+            self.send(node, Request::Handshake(Step::Time), valid_until);
+        }
+    }
+
+    /// Writes `request` on `node`'s current connection; its reply is due by `deadline`.
+    pub(super) fn send(&mut self, node: usize, request: Request, deadline: Instant) {
+        let wire = Wire::new(&self.config, &self.recovery.keys, &self.names);
+        self.net.nodes[node]
+            .connection
+            .as_mut()
+            .expect("sent on the current connection")
+            .send(request, deadline, &wire);
+    }
+
+    /// Writes what was staged since the last call, releases first: a release
+    /// only frees a slot, so one staged before an acquire of its subject must
+    /// reach Redis before it (a caller that drops a permit and acquires again
+    /// at once gets the slot it just gave back), and one staged after it
+    /// loses nothing by going first.
+    pub(super) fn write_staged(&mut self) {
+        let wire = Wire::new(&self.config, &self.recovery.keys, &self.names);
+        let waiting = self.net.write_releases(self.releases.take_staged(), &wire);
+        for conn in self.net.nodes.iter_mut().filter_map(|node| node.connection.as_mut()) {
+            conn.write_staged_acquires(&wire);
+        }
+        for job in waiting {
+            self.releases.wait(job, &mut self.out);
+        }
+    }
+
+    /// Sends what can be sent on ready connections.
+    pub(super) fn drive(&mut self, now: Instant) {
+        self.sync_subscriptions(now);
+        self.send_leaves(now);
+        for node in 0..self.net.nodes.len() {
+            if !self.net.nodes[node].is_ready() {
+                continue;
+            }
+            while let Some(op) = self.net.nodes[node].waiting.pop_front() {
+                self.send_call(now, node, op);
+            }
+        }
+        if self.releases.due(now).next().is_none() {
+            return;
+        }
+        // Releases due on a node nobody connects to (a primary that took
+        // over their slot): connect it.
+        let idle: Vec<usize> = self
+            .releases
+            .due(now)
+            .filter_map(|job| self.net.topology.node_for(job.keys.slot(), job.ask))
+            .filter(|node| {
+                let node = &self.net.nodes[*node];
+                node.connection.is_none() && !node.reconnect.backing_off()
+            })
+            .collect();
+        for node in idle {
+            self.start_connect(now, node);
+        }
+        let net = &self.net;
+        for job in self.releases.take_due(now, |job| net.can_send(job)) {
+            self.submit_release(now, job);
+        }
+    }
+
+    /// Writes the `LEAVE`s owed, on the nodes that serve them, if ready.
+    pub(super) fn send_leaves(&mut self, now: Instant) {
+        let (topology, nodes) = (&self.net.topology, &self.net.nodes);
+        let leaves = self.waiters.take_leaves(now, |keys| match topology.route(keys.slot()) {
+            Route::Node(node) => Some(node).filter(|node| nodes[*node].is_ready()),
+            Route::AwaitTopology | Route::NoOwner => None,
+        });
+        for leave in leaves {
+            self.out.stats.waiters_left += 1;
+            let request = Request::Leave(leave.keys, leave.lease, leave.until);
+            self.send(leave.node, request, now + self.config.request_liveness);
+        }
+    }
+
+    /// Queues a `SCRIPT LOAD` on `node`'s ready connection, once per script at a time.
+    fn reload(&mut self, now: Instant, node: usize, kind: ScriptKind) {
+        let conn = self.net.nodes[node].connection.as_mut().expect("a ready connection");
+        if conn.start_reload(kind) {
+            self.send(node, Request::Reload(kind), now + self.config.request_liveness);
+        }
+    }
+
+    // ---- connections ------------------------------------------------------
+
+    /// Opens a connection to `node`, unless it has one.
+    pub(super) fn start_connect(&mut self, now: Instant, node: usize) {
+        let names = &mut self.names;
+        let deadline = now + self.config.connect_timeout;
+        let limits = self.config.reply_limits;
+        if let Some(action) = self.net.connect(node, || names.connection(), deadline, limits) {
+            self.out.action(action);
+        }
+    }
+
+    /// Gives up `node`'s current connection (see [`Network::retire`](super::Network)).
+    pub(super) fn drop_connection(&mut self, now: Instant, node: usize, error: ConnectionError) {
+        let mut fx = Vec::new();
+        self.net.retire(now, node, error, &mut self.out, &mut fx);
+        self.apply_all(now, fx);
+    }
+
+    /// Reads the slot table again, if the network says now is the time.
+    pub(super) fn refresh_topology(&mut self, now: Instant) {
+        if let Some(node) = self.net.refresh_target(now) {
+            self.out.stats.topology_refreshes += 1;
+            let deadline = now + self.config.request_liveness;
+            self.send(node, Request::Handshake(Step::Shards), deadline);
+        }
+    }
+
+    /// Follows what `node` answered with `redirect` (see
+    /// [`Network::redirected`](super::Network)) and says what comes next.
+    fn follow(
+        &mut self,
+        now: Instant,
+        node: usize,
+        redirect: super::error_class::Redirect,
+        message: &str,
+        redirects: &mut u8,
+    ) -> Next {
+        let (next, refresh) = self
+            .net
+            .redirected(node, redirect, message, redirects, &mut self.out.stats);
+        if refresh {
+            self.refresh_topology(now);
+        }
+        next
+    }
+
+    /// An acquire, renewal or inspection a node redirected: route it again,
+    /// hold it back a little, or fail it.
+    fn redirect_op(&mut self, now: Instant, redirected: Redirected<Op>) {
+        let Redirected {
+            node,
+            request: mut op,
+            redirect,
+            message,
+        } = redirected;
+        let request = op.call().request;
+        if !self.callers.contains(request) {
+            return; // Its caller is gone and nothing ran: nothing to do.
+        }
+        if self.bugs.redirect_as_denial && matches!(op, Op::Acquire(_)) {
+            return self.deliver(now, request, Event::Acquired(request, Outcome::Exceeded));
+        }
+        op.call_mut().ask = None;
+        match self.follow(now, node, redirect, &message, &mut op.call_mut().redirects) {
+            Next::Route { ask } => {
+                op.call_mut().ask = ask;
+                self.route_op(now, op);
+            }
+            Next::Later => self.net.deferred.until(now + TRY_AGAIN_DELAY, op),
+            Next::GiveUp => self.fail(now, request, Unavailable::Server(ServerError::new(&message))),
+        }
+    }
+
+    /// A release or compensation a node redirected: sent again where the
+    /// slot lives (a tenant's slot may move while its leases are held); one
+    /// waiting out a migration backs off as after a failure, as a plain
+    /// removal (the script's keys are split between two nodes meanwhile).
+    fn redirect_release(&mut self, now: Instant, redirected: Redirected<ReleaseJob>) {
+        let Redirected {
+            node,
+            request: mut job,
+            redirect,
+            message,
+        } = redirected;
+        job.ask = None;
+        match self.follow(now, node, redirect, &message, &mut job.redirects) {
+            Next::Route { ask } => {
+                job.ask = ask;
+                self.submit_release(now, job);
+            }
+            Next::Later => {
+                if redirect == super::error_class::Redirect::TryAgain && job.kind == ReleaseKind::Release {
+                    job.kind = ReleaseKind::Removal;
+                }
+                self.releases.try_again(now, job, &mut self.out);
+            }
+            Next::GiveUp => self.releases.try_again(now, job, &mut self.out),
+        }
+    }
+
+    /// Sends `job` where its subject lives, or queues it (see [`ReleaseQueue::submit`]).
+    pub(super) fn submit_release(&mut self, now: Instant, job: ReleaseJob) {
+        let mut fx = Vec::new();
+        let liveness = self.config.request_liveness;
+        ReleaseQueue::submit(
+            &mut self.releases,
+            now,
+            job,
+            &self.net,
+            liveness,
+            &mut self.out,
+            &mut fx,
+        );
+        self.apply_all(now, fx);
+    }
+
+    // ---- wake-ups ---------------------------------------------------------
+
+    /// Opens, subscribes or unsubscribes wake-up connections as the
+    /// channels waited on changed (see [`Network::sync_subscriptions`](super::Network)).
+    pub(super) fn sync_subscriptions(&mut self, now: Instant) {
+        let (waiters, names, config) = (&mut self.waiters, &mut self.names, &self.config);
+        self.net.sync_subscriptions(now, waiters, names, config, &mut self.out);
+    }
+
+    /// Bytes on `node`'s wake-up connection: each message (counted) goes to
+    /// the waiters, and what they ask for is done before the next; a broken
+    /// stream closes the connection.
+    pub(super) fn wake_ups_input(&mut self, now: Instant, node: usize, data: &[u8]) {
+        let waiters = &self.waiters;
+        let Ok(heard) = self.net.nodes[node]
+            .wake_ups
+            .input(data, |channel| waiters.wants(channel))
+        else {
+            return self.close_wake_ups(now, node);
+        };
+        for news in heard {
+            self.out.stats.wake_ups += 1;
+            let (names, held) = (&self.names, &self.recovery.held);
+            let done_waiting = |id: &_| names.issued(id) && !held.contains(id);
+            let effects = self.waiters.hear(now, news, done_waiting);
+            self.apply_waiters(now, effects);
+        }
+    }
+
+    /// `node`'s wake-up connection closed or failed: closed here too, and
+    /// opened again after the reconnect backoff cap.
+    pub(super) fn close_wake_ups(&mut self, now: Instant, node: usize) {
+        let retry_after = self.config.reconnect_max_backoff;
+        if let Some(id) = self.net.nodes[node].wake_ups.close(now, retry_after) {
+            self.out.action(crate::event::Action::Close(id));
+        }
+    }
+
+    // ---- outcomes ---------------------------------------------------------
+
+    /// Forgets `request`'s caller; whether it was still waiting.
+    pub(super) fn stop_waiting(&mut self, now: Instant, request: RequestId) -> bool {
+        // A waiter that leaves without a grant gives its queue place back.
+        self.waiters.remove(request, false, now);
+        self.callers.remove(request).is_some()
+    }
+
+    /// Hands `event`, `request`'s outcome, to its caller if it still waits.
+    pub(super) fn deliver(&mut self, now: Instant, request: RequestId, event: Event) {
+        if self.stop_waiting(now, request) {
+            self.out.event(event);
+        }
+    }
+
+    /// No trustworthy answer for `request`: deny or fail open, by policy (a
+    /// renewal or an inspection is simply unavailable).
+    pub(super) fn fail(&mut self, now: Instant, request: RequestId, reason: Unavailable) {
+        let event = match self.callers.awaits(request) {
+            Some(Awaits::Inspection) => Event::Inspected(request, Err(reason)),
+            Some(Awaits::Scan) => Event::Scanned(request, Err(reason)),
+            Some(Awaits::Renewal | Awaits::KeepAlive | Awaits::HandOver) => {
+                return self.finish_renewal(now, request, Renewal::Unavailable(reason));
+            }
+            _ => Event::Acquired(
+                request,
+                match self.config.unavailable_policy {
+                    UnavailablePolicy::Deny => Outcome::Unavailable(reason),
+                    UnavailablePolicy::Allow => Outcome::FailOpen(reason),
+                },
+            ),
+        };
+        self.deliver(now, request, event);
+    }
+
+    /// Hands a grant to its caller, or releases it if the caller is gone.
+    fn deliver_grant(&mut self, now: Instant, op: AcquireOp, token: u64) {
+        let request = op.call.request;
+        if !self.callers.contains(request) {
+            return self.apply(now, Effect::Compensate(op, Ran::Answered));
+        }
+        // The grant took it out of its queue: nothing to leave.
+        self.waiters.remove(request, true, now);
+        let call = op.call;
+        let expires_at = lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl);
+        let lease = Lease {
+            id: call.lease,
+            expires_at,
+            keys: call.keys,
+            fencing_token: token,
+            granted_at: now,
+            release_until: expires_at,
+        };
+        self.recovery.held.insert(now, &lease, op.limit);
+        self.deliver(now, request, Event::Acquired(request, Outcome::Granted(lease)));
+    }
+
+    /// Delivers a renewal's outcome: to its caller if it still waits, to
+    /// keep-alive for its own, or to the hand-over it confirms.
+    fn finish_renewal(&mut self, now: Instant, request: RequestId, renewal: Renewal) {
+        if self.callers.awaits(request) == Some(Awaits::HandOver) {
+            self.stop_waiting(now, request);
+            return self.handed_confirmed(now, request, matches!(renewal, Renewal::Extended(_)));
+        }
+        if !self.stop_waiting(now, request) {
+            return;
+        }
+        if !self.keep_alive.is_renewal(request) {
+            return self.out.event(Event::Renewed(request, renewal));
+        }
+        let renewed = match renewal {
+            Renewal::Extended(lease) => Renewed::Extended(lease),
+            Renewal::Lost => Renewed::Gone,
+            Renewal::Unavailable(_) => Renewed::Unanswered,
+        };
+        if let Some(effect) = self.keep_alive.on_renewed(request, renewed) {
+            self.apply_keep_alive(now, effect);
+        }
+    }
+
     /// Applies what keep-alive asks for: a renewal sent (as any request,
     /// bounded by the acquire timeout and the lease's expiry), or a lease
     /// kept or lost reported and counted.
@@ -55,71 +549,52 @@ impl Client {
     }
 
     /// Applies what the waiters ask for: a check sent again, or a slot a
-    /// release handed over delivered (or, with `replica_acks`, confirmed
-    /// first).
+    /// release handed over delivered at once, from the message (or, with
+    /// `replica_acks`, once the renewal that confirms it is replicated).
     pub(super) fn apply_waiter(&mut self, now: Instant, effect: waiters::Effect) {
-        match effect {
-            waiters::Effect::Check(op) => self.route_op(now, Op::Acquire(op)),
-            waiters::Effect::Handed { op, token } => {
-                self.out.stats.handed_over += 1;
-                if self.config.replica_acks.is_some() {
-                    self.confirm_handed(now, op, token);
-                } else {
-                    self.deliver_handed(now, op, token);
-                }
-            }
-        }
-    }
-
-    /// A handed slot becomes the waiter's permit at once, from the message:
-    /// the slot is already its own in Redis, reserved until its queue entry
-    /// would have expired, and a renewal sent right away extends it to a
-    /// whole TTL (a renewal never creates a lease: if the caller gave the
-    /// permit back first, it finds nothing).
-    fn deliver_handed(&mut self, now: Instant, op: AcquireOp, token: u64) {
+        let (op, token) = match effect {
+            waiters::Effect::Check(op) => return self.route_op(now, Op::Acquire(op)),
+            waiters::Effect::Handed { op, token } => (op, token),
+        };
+        self.out.stats.handed_over += 1;
         let request = op.call.request;
+        // The renewal that confirms it runs on this client's connection,
+        // after the release (another client's) in the replication stream:
+        // a `WAIT` after it covers both. Without `replica_acks` it answers
+        // no caller: it extends the slot, already this waiter's in Redis, to
+        // a whole TTL, or finds it given back already.
+        let renewal = self.names.request();
+        let confirm = RenewOp::new(renewal, op.call.lease.clone(), op.call.keys.clone(), token, now);
+        if self.config.replica_acks.is_some() {
+            self.callers
+                .insert(renewal, now + self.config.request_liveness, Awaits::HandOver);
+            self.waiters.confirming(renewal, op, token);
+            return self.route_op(now, Op::Renew(confirm));
+        }
         // The release ran after this waiter's last check (which queued it)
         // was sent: the reservation lives its lifetime from then at least.
         let sent = op.call.sent_at.unwrap_or(now);
         let lease = Lease {
             id: op.call.lease,
-            keys: op.call.keys.clone(),
+            keys: op.call.keys,
             expires_at: lease_expiry(sent, self.config.waiter_lifetime()),
             fencing_token: token,
             granted_at: now,
-            // The renewal sent now runs within its liveness, and extends
-            // the lease a TTL from then: releases keep trying until that.
+            // The renewal runs within its liveness and extends the lease a
+            // TTL from then: releases keep trying until that.
             release_until: now + self.config.request_liveness + self.config.lease_ttl,
         };
         self.waiters.remove(request, true, now);
         self.recovery.held.insert(now, &lease, op.limit);
-        // The renewal answers no caller: its outcome only updates the held
-        // lease (or finds it given back already).
-        let renewal = self.names.request();
-        let confirm = RenewOp::new(renewal, lease.id.clone(), lease.keys.clone(), token, now);
-        self.finish(now, request, Outcome::Granted(lease));
+        self.deliver(now, request, Event::Acquired(request, Outcome::Granted(lease)));
         self.route_op(now, Op::Renew(confirm));
     }
 
-    /// With `replica_acks`, a hand-over is delivered as any grant is: once a
-    /// `WAIT` says enough replicas have it. The release that made it ran on
-    /// another client's connection, which `WAIT` here does not cover; the
-    /// renewal that confirms it runs on this one, after it in the
-    /// replication stream, so a `WAIT` after the renewal covers both.
-    fn confirm_handed(&mut self, now: Instant, op: AcquireOp, token: u64) {
-        let renewal = self.names.request();
-        self.callers
-            .insert(renewal, now + self.config.request_liveness, Awaits::HandOver);
-        let confirm = RenewOp::new(renewal, op.call.lease.clone(), op.call.keys.clone(), token, now);
-        self.waiters.confirming(renewal, op, token);
-        self.route_op(now, Op::Renew(confirm));
-    }
-
-    /// The renewal that confirms a hand-over ended (see `confirm_handed`).
-    /// Extended: the grant waits for a `WAIT` written at once on that node.
-    /// Otherwise the reservation is gone (or unconfirmed): the waiter checks
-    /// again, keeping its place if it still has one.
-    pub(super) fn handed_confirmed(&mut self, now: Instant, renewal: RequestId, extended: bool) {
+    /// The renewal that confirms a hand-over ended. Extended: the grant
+    /// waits for a `WAIT` written at once on that node. Otherwise the
+    /// reservation is gone (or unconfirmed): the waiter checks again,
+    /// keeping its place if it still has one.
+    fn handed_confirmed(&mut self, now: Instant, renewal: RequestId, extended: bool) {
         let Some((op, token)) = self.waiters.confirmed(renewal) else {
             return;
         };
@@ -137,235 +612,14 @@ impl Client {
         self.send(node, Request::Wait, deadline);
     }
 
-    /// Writes the `LEAVE`s owed, on the nodes that serve them, if ready.
-    pub(super) fn send_leaves(&mut self, now: Instant) {
-        let (topology, nodes) = (&self.net.topology, &self.net.nodes);
-        let leaves = self.waiters.take_leaves(now, |keys| match topology.route(keys.slot()) {
-            Route::Node(node) => Some(node).filter(|node| nodes[*node].is_ready()),
-            Route::AwaitTopology | Route::NoOwner => None,
-        });
-        for leave in leaves {
-            self.out.stats.waiters_left += 1;
-            let deadline = now + self.config.request_liveness;
-            self.send(
-                leave.node,
-                Request::Leave(leave.keys, leave.lease, leave.until),
-                deadline,
-            );
+    /// Takes back an outcome whose caller left before seeing it (never
+    /// delivered, so never counted): the lease of a grant is compensated.
+    pub(super) fn withdraw(&mut self, now: Instant, outcome: Outcome) {
+        if let Outcome::Granted(lease) = outcome {
+            self.recovery.held.remove(&lease.id);
+            self.out.stats.compensations += 1;
+            let compensation = ReleaseKind::Compensation { tombstone_until_ms: 0 };
+            self.submit_release(now, ReleaseJob::of(lease, compensation, now));
         }
-    }
-}
-
-impl Client {
-    /// Brings every node's wake-up connection in line with the channels
-    /// waited on: opened where needed (its subscriptions are sent once it
-    /// is open), subscribed to new channels, unsubscribed from old ones.
-    pub(super) fn sync_subscriptions(&mut self, now: Instant) {
-        let changed = !self.waiters.take_changed().is_empty();
-        let mut dirty = false;
-        for node in &mut self.net.nodes {
-            dirty |= node.wake_ups.take_dirty();
-        }
-        if !changed && !dirty {
-            return;
-        }
-        let mut wanted: Vec<Vec<Bytes>> = vec![Vec::new(); self.net.nodes.len()];
-        for (channel, keys) in self.waiters.channels() {
-            if let Route::Node(node) = self.net.topology.route(keys.slot()) {
-                wanted[node].push(channel.clone());
-            }
-        }
-        for (node, mut wanted) in wanted.into_iter().enumerate() {
-            wanted.sort();
-            if self.net.nodes[node].wake_ups.should_open(now, &wanted) {
-                let id = self.names.connection();
-                let until = now + self.config.connect_timeout;
-                let target = &mut self.net.nodes[node];
-                target.wake_ups.opening(id, until, self.config.reply_limits);
-                self.out.action(Action::Connect(id, target.endpoint.clone()));
-            } else {
-                self.net.nodes[node].wake_ups.subscribe(&wanted);
-            }
-        }
-    }
-
-    /// The node whose wake-up connection is `connection`.
-    pub(super) fn subscriber_of(&self, connection: ConnectionId) -> Option<usize> {
-        self.net
-            .nodes
-            .iter()
-            .position(|node| node.wake_ups.id() == Some(connection))
-    }
-
-    /// Bytes on `node`'s wake-up connection: what they say goes to the
-    /// waiters (each message counted); a broken stream closes it.
-    pub(super) fn wake_ups_input(&mut self, now: Instant, node: usize, data: &[u8]) {
-        let waiters = &self.waiters;
-        let heard = match self.net.nodes[node]
-            .wake_ups
-            .input(data, |channel| waiters.wants(channel))
-        {
-            Ok(heard) => heard,
-            Err(()) => return self.close_wake_ups(now, node),
-        };
-        for news in heard {
-            self.out.stats.wake_ups += 1;
-            let effects = match news {
-                Heard::Wake(channel) => self.waiters.woken(&channel, 1),
-                Heard::WakeThese(channel, ids) => self.waiters.named(&channel, &ids),
-                Heard::Handed(channel, handed) => {
-                    let (names, held) = (&self.names, &self.recovery.held);
-                    let done_waiting = |id: &LeaseId| names.issued(id) && !held.contains(id);
-                    self.waiters.handed(now, &channel, handed, done_waiting)
-                }
-            };
-            self.apply_waiters(now, effects);
-        }
-    }
-
-    /// `node`'s wake-up connection closed or failed: closed here too, and
-    /// opened again after the reconnect backoff cap.
-    pub(super) fn close_wake_ups(&mut self, now: Instant, node: usize) {
-        let retry_after = self.config.reconnect_max_backoff;
-        if let Some(id) = self.net.nodes[node].wake_ups.close(now, retry_after) {
-            self.out.action(Action::Close(id));
-        }
-    }
-}
-
-impl Client {
-    /// Writes `request` on `node`'s current connection; its reply is due by `deadline`.
-    pub(super) fn send(&mut self, node: usize, request: Request, deadline: Instant) {
-        let wire = Wire::new(&self.config, &self.recovery.keys, &self.names);
-        self.net.nodes[node]
-            .connection
-            .as_mut()
-            .expect("sent on the current connection")
-            .send(request, deadline, &wire);
-    }
-
-    /// As [`Client::send`], right after an `ASKING` when an `ASK` redirect
-    /// sent it there (the flag holds for the next command only).
-    pub(super) fn send_asking_if(&mut self, asked: bool, node: usize, request: Request, deadline: Instant) {
-        if asked {
-            self.send(node, Request::Asking, deadline);
-        }
-        self.send(node, request, deadline);
-    }
-}
-
-impl Client {
-    /// An acquire or renewal `node` redirected: route it again, hold it
-    /// back a little, or fail it (see [`Network::redirected`]).
-    pub(super) fn redirect_op(&mut self, now: Instant, node: usize, mut op: Op, redirect: Redirect, message: &str) {
-        let request = op.call().request;
-        if !self.callers.contains(request) {
-            return; // Its caller is gone and nothing ran: nothing to do.
-        }
-        if self.bug_redirect_as_denial() && matches!(op, Op::Acquire(_)) {
-            self.finish(now, request, Outcome::Exceeded);
-            return;
-        }
-        let (config, names) = (&self.config, &self.names);
-        let call = op.call_mut();
-        call.ask = None;
-        let (next, refresh) = self.net.redirected(
-            node,
-            redirect,
-            message,
-            &mut call.redirects,
-            &mut self.out.stats,
-            |at| names.reconnect(config, at),
-        );
-        if refresh {
-            self.refresh_topology(now);
-        }
-        match next {
-            Next::Route { ask } => {
-                op.call_mut().ask = ask;
-                self.route_op(now, op);
-            }
-            Next::Later => self.net.deferred.until(now + TRY_AGAIN_DELAY, op),
-            Next::GiveUp => self.fail(now, request, Unavailable::Server(ServerError::new(message))),
-        }
-    }
-
-    /// A release or compensation `node` redirected: sent again where the
-    /// slot lives (a tenant's slot may move while its leases are held); one
-    /// waiting out a migration backs off as after a failure, as a plain
-    /// removal (the script's keys are split between two nodes meanwhile).
-    pub(super) fn redirect_release(
-        &mut self,
-        now: Instant,
-        node: usize,
-        mut job: ReleaseJob,
-        redirect: Redirect,
-        message: &str,
-    ) {
-        job.ask = None;
-        let (config, names) = (&self.config, &self.names);
-        let (next, refresh) =
-            self.net
-                .redirected(node, redirect, message, &mut job.redirects, &mut self.out.stats, |at| {
-                    names.reconnect(config, at)
-                });
-        if refresh {
-            self.refresh_topology(now);
-        }
-        match next {
-            Next::Route { ask } => {
-                job.ask = ask;
-                self.submit_release(now, job);
-            }
-            Next::Later => {
-                if redirect == Redirect::TryAgain && job.kind == ReleaseKind::Release {
-                    job.kind = ReleaseKind::Removal;
-                }
-                self.retry_release(now, job);
-            }
-            Next::GiveUp => self.retry_release(now, job),
-        }
-    }
-
-    /// Reads the slot table again, if the network says now is the time.
-    pub(super) fn refresh_topology(&mut self, now: Instant) {
-        if let Some(node) = self.net.refresh_target(now) {
-            self.out.stats.topology_refreshes += 1;
-            let deadline = now + self.config.request_liveness;
-            self.send(node, Request::Handshake(Step::Shards), deadline);
-        }
-    }
-
-    /// The reply to `CLUSTER SHARDS` (or `SLOTS`): requests that waited for
-    /// a table are routed; at a handshake, one step is done.
-    pub(super) fn on_topology_reply(
-        &mut self,
-        now: Instant,
-        node: usize,
-        step: Step,
-        frame: Frame,
-    ) -> Result<(), ConnectionError> {
-        let handshaking = !self.net.nodes[node].is_ready();
-        let (config, names) = (&self.config, &self.names);
-        match self
-            .net
-            .read_table(node, step, &frame, |at| names.reconnect(config, at))?
-        {
-            Table::AskOlder => {
-                let deadline = now + self.config.request_liveness;
-                self.send(node, Request::Handshake(Step::Slots), deadline);
-                return Ok(());
-            }
-            Table::Learnt(waiting) => {
-                for op in waiting {
-                    self.route_op(now, op);
-                }
-            }
-            Table::Kept => {}
-        }
-        if handshaking {
-            self.step_done(now, node);
-        }
-        Ok(())
     }
 }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::request::AcquireOp;
+use super::subscriber::Heard;
 use crate::event::RequestId;
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
@@ -341,6 +342,15 @@ impl Waiters {
     /// Whether anyone here waits on `channel`.
     pub(super) fn wants(&self, channel: &[u8]) -> bool {
         self.by_channel.contains_key(channel)
+    }
+
+    /// What one message on a wake-up connection means for the waiters.
+    pub(super) fn hear(&mut self, now: Instant, news: Heard, done_waiting: impl Fn(&LeaseId) -> bool) -> Vec<Effect> {
+        match news {
+            Heard::Wake(channel) => self.woken(&channel, 1),
+            Heard::WakeThese(channel, ids) => self.named(&channel, &ids),
+            Heard::Handed(channel, handed) => self.handed(now, &channel, handed, done_waiting),
+        }
     }
 
     /// Every channel someone waits on, with a waiter's subject keys (for

@@ -1,0 +1,91 @@
+//! What the client's parts ask of it. A reply read, a connection retired,
+//! a slot table learnt or a timer due comes to a list of effects, which the
+//! router applies in order, and nowhere else: the parts never call back
+//! into the client, so each can be read (and tested) on its own.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::error_class::Redirect;
+use super::request::{AcquireOp, Op, Ran, ReleaseJob, Request};
+use crate::event::{ConnectionError, Inspection, KeysPage, Outcome, Renewal, RequestId, Unavailable};
+use crate::key::SubjectKeys;
+use crate::lease_id::LeaseId;
+use crate::scripts::ScriptKind;
+
+/// One thing for the client to do.
+#[derive(Debug)]
+pub(super) enum Effect {
+    /// Send an acquire, renewal or inspection to the node that serves its
+    /// slot (or keep it until one is known).
+    Route(Op),
+    /// Write a call again at once on `node` (by text, after a `NOSCRIPT`).
+    Resend(usize, Op),
+    /// A call `node` redirected: follow the redirect, hold it back, or fail it.
+    Redirect(Box<Redirected<Op>>),
+    /// An acquire's outcome, for its caller if it still waits.
+    Finish(RequestId, Outcome),
+    /// No trustworthy answer for `request`: unavailable, by its kind and
+    /// the client's policy.
+    Fail(RequestId, Unavailable),
+    /// A renewal's outcome: for its caller, keep-alive or a hand-over.
+    Renewed(RequestId, Renewal),
+    /// Redis no longer holds `LeaseId`, as renewal `RequestId` found: it
+    /// is kept alive no more (keep-alive's own renewals say so themselves).
+    Gone(RequestId, LeaseId),
+    /// An inspection's reading, for its caller if it still waits.
+    Inspected(RequestId, Inspection),
+    /// A page of keys, for its caller if it still waits.
+    Scanned(RequestId, KeysPage),
+    /// A grant Redis made and the client trusts: the caller's lease, or
+    /// released if the caller is gone.
+    Grant(AcquireOp, u64),
+    /// A waiting acquire Redis queued: it waits for a wake-up or its check.
+    Queued(AcquireOp),
+    /// A waiter that needs no queue entry any more: `LEAVE` it.
+    Leave(SubjectKeys, Bytes),
+    /// A `LEAVE` not done: owed until `Instant`, when it stops mattering.
+    LeaveAgain(SubjectKeys, Bytes, Instant),
+    /// Release the lease an acquire may have made, which no caller holds.
+    Compensate(AcquireOp, Ran),
+    /// Write a release again at once on `node` (by text, after a `NOSCRIPT`).
+    ResendRelease(usize, ReleaseJob),
+    /// A release `node` redirected.
+    RedirectRelease(Box<Redirected<ReleaseJob>>),
+    /// A release attempt failed: back off and try again, or give up.
+    RetryRelease(ReleaseJob),
+    /// `SCRIPT LOAD` again on `node`, once per script at a time.
+    Reload(usize, ScriptKind),
+    /// Write `Request` on `node`'s current connection, its reply due by `Instant`.
+    Send(usize, Request, Instant),
+    /// Read the slot table again, if now is the time.
+    RefreshTopology,
+    /// Every handshake step of `node`'s connection is answered: check for
+    /// lost lease data, then make it ready.
+    HandshakeDone(usize),
+    /// Open a connection to `node`, unless it has one.
+    Connect(usize),
+}
+
+/// A request some node redirected, with what it said.
+#[derive(Debug)]
+pub(super) struct Redirected<T> {
+    pub(super) node: usize,
+    pub(super) request: T,
+    pub(super) redirect: Redirect,
+    pub(super) message: String,
+}
+
+/// The effects of a call whose fate is unknown: its caller is told, and
+/// what an acquire may have created is released (a renewal or an
+/// inspection creates nothing).
+pub(super) fn ambiguous(fx: &mut Vec<Effect>, op: Op, error: &ConnectionError) {
+    fx.push(Effect::Fail(
+        op.call().request,
+        Unavailable::ConnectionLost(error.clone()),
+    ));
+    if let Op::Acquire(op) = op {
+        fx.push(Effect::Compensate(op, Ran::MayStillRun));
+    }
+}
