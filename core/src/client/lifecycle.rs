@@ -9,6 +9,7 @@ use super::effect::{ambiguous, Effect};
 use super::network::Network;
 use super::outbox::Outbox;
 use super::request::{Op, Ran, Request, Step};
+use crate::config::Config;
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Unavailable};
 use crate::resp::ReplyLimits;
 
@@ -30,6 +31,36 @@ impl Network {
         target.reconnect.attempting();
         target.connection = Some(Connection::new(id, deadline, limits));
         Some(Action::Connect(id, target.endpoint.clone()))
+    }
+
+    /// `node`'s connection timers at `now`: an overdue connection is
+    /// retired; an idle one is probed (only while `probing`); a reconnect
+    /// attempt that is due starts, or is forgotten if nothing needs the node.
+    pub(super) fn expire(
+        &mut self,
+        now: Instant,
+        node: usize,
+        config: &Config,
+        probing: bool,
+        out: &mut Outbox,
+        fx: &mut Vec<Effect>,
+    ) {
+        let target = &mut self.nodes[node];
+        let Some(conn) = &target.connection else {
+            if target.reconnect.due(now) {
+                match self.topology.wanted(node) {
+                    true => fx.push(Effect::Connect(node)),
+                    false => target.reconnect.forget(),
+                }
+            }
+            return;
+        };
+        if let Some(error) = conn.overdue(now) {
+            return self.retire(now, node, error, out, fx);
+        }
+        if probing && conn.probe_at(config.idle_probe).is_some_and(|at| at <= now) {
+            fx.push(Effect::Send(node, Request::Probe, now + config.request_liveness));
+        }
     }
 
     /// Gives up `node`'s current connection: a failed attempt backs off

@@ -16,12 +16,11 @@ use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{Claim, ClaimError, LeaseId};
 use crate::resp::ReplyLimits;
 use callers::{Awaits, Callers};
-use connection::{Connection, Phase};
+use connection::Phase;
 use held::HeldLeases;
 use keep_alive::KeepAlive;
 use names::Names;
 use network::Network;
-use node::Node;
 use outbox::Outbox;
 use reconnect::Backoff;
 use recovery::{RecoveryKeys, RecoveryState};
@@ -29,6 +28,8 @@ use release_queue::ReleaseQueue;
 use request::{AcquireOp, Call, InspectOp, Op, Reading, ReleaseJob, ReleaseKind, RenewOp, Request, Wait};
 use topology::Topology;
 use waiters::Waiters;
+
+pub use timer::Timer;
 
 mod answers;
 mod callers;
@@ -55,35 +56,10 @@ mod replies;
 mod request;
 mod router;
 mod subscriber;
+mod timer;
 mod topology;
 mod waiters;
 mod writes;
-
-/// What a deadline of [`Client::poll_timeout`] is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum Timer {
-    /// A caller's acquire timeout.
-    Caller,
-    /// A connection's connect deadline, or its oldest request's liveness.
-    Connection,
-    /// An idle connection's probe.
-    Probe,
-    /// A reconnect attempt after a failed one.
-    Reconnect,
-    /// A wake-up connection's deadline, or its next attempt.
-    Subscriber,
-    /// A release's retry, or its deadline.
-    Release,
-    /// A slot table refresh owed (Redis Cluster).
-    Topology,
-    /// A request sent back by `TRYAGAIN`, due again.
-    Deferred,
-    /// A waiting acquire's own check, or a `LEAVE` that stops mattering.
-    Waiter,
-    /// A kept-alive lease's renewal.
-    KeepAlive,
-}
 
 #[doc = include_str!("contract.md")]
 pub struct Client {
@@ -211,19 +187,7 @@ impl Client {
     /// Releases (and compensations) not yet done or given up, and `LEAVE`s
     /// (waiters whose callers left) not written yet.
     pub fn outstanding_releases(&self) -> usize {
-        let in_flight: usize = self
-            .net
-            .nodes
-            .iter()
-            .filter_map(|node| node.connection.as_ref())
-            .flat_map(|c| c.pipeline.pending())
-            .map(|r| match r {
-                Request::Release(_) | Request::Compensate(..) => 1,
-                Request::ReleaseMany(jobs) => jobs.len(),
-                _ => 0,
-            })
-            .sum();
-        self.releases.len() + in_flight + self.waiters.leaves_owed()
+        self.releases.len() + self.net.releases_in_flight() + self.waiters.leaves_owed()
     }
 
     /// Leases granted to callers and not given back yet (nor expired, as of
@@ -235,7 +199,7 @@ impl Client {
     /// Acquires waiting for a connection or for their reply, abandoned ones
     /// included (their reply may still call for a compensation).
     pub fn in_flight_calls(&self) -> usize {
-        self.net.nodes.iter().map(Node::in_flight).sum::<usize>() + self.net.deferred.len()
+        self.net.calls_in_flight()
     }
 
     // ---- calls from users -------------------------------------------------
@@ -485,28 +449,25 @@ impl Client {
 
     /// `connection` closed, or could not be opened.
     pub fn handle_closed(&mut self, now: Instant, connection: ConnectionId) {
-        if let Some(node) = self.net.subscriber_of(connection) {
-            self.close_wake_ups(now, node);
-            return self.drive(now);
-        }
-        if let Some(node) = self.net.node_of(connection) {
-            self.drop_connection(now, node, ConnectionError::Closed);
-            self.drive(now);
-        }
+        self.closed(now, connection, ConnectionError::Closed);
     }
 
     /// `connection` failed, or could not be opened, for `reason` (the
     /// operating system's words): as `handle_closed`, and the reason is
     /// what callers without a connection are told.
     pub fn handle_failed(&mut self, now: Instant, connection: ConnectionId, reason: String) {
+        self.closed(now, connection, ConnectionError::Io(reason));
+    }
+
+    fn closed(&mut self, now: Instant, connection: ConnectionId, error: ConnectionError) {
         if let Some(node) = self.net.subscriber_of(connection) {
             self.close_wake_ups(now, node);
-            return self.drive(now);
+        } else if let Some(node) = self.net.node_of(connection) {
+            self.drop_connection(now, node, error);
+        } else {
+            return;
         }
-        if let Some(node) = self.net.node_of(connection) {
-            self.drop_connection(now, node, ConnectionError::Io(reason));
-            self.drive(now);
-        }
+        self.drive(now);
     }
 
     /// Time has reached (or passed) what `poll_timeout` asked for.
@@ -535,28 +496,11 @@ impl Client {
             self.apply_keep_alive(now, effect);
         }
         for node in 0..self.net.nodes.len() {
-            if let Some(error) = self.net.nodes[node]
-                .connection
-                .as_ref()
-                .and_then(|conn| conn.overdue(now))
-            {
-                self.drop_connection(now, node, error);
-            }
-            let probe = self.net.nodes[node]
-                .connection
-                .as_ref()
-                .and_then(|conn| conn.probe_at(self.config.idle_probe))
-                .filter(|_| self.probing());
-            if probe.is_some_and(|at| at <= now) {
-                self.send(node, Request::Probe, now + self.config.request_liveness);
-            }
-            if self.net.nodes[node].connection.is_none() && self.net.nodes[node].reconnect.due(now) {
-                if self.net.topology.wanted(node) {
-                    self.start_connect(now, node);
-                } else {
-                    self.net.nodes[node].reconnect.forget();
-                }
-            }
+            let mut fx = Vec::new();
+            let probing = self.probing();
+            self.net
+                .expire(now, node, &self.config, probing, &mut self.out, &mut fx);
+            self.apply_all(now, fx);
         }
         for job in self.releases.take_expired(now) {
             releases::abandon(job, ReleaseFailure::Expired, &mut self.out);
@@ -580,23 +524,7 @@ impl Client {
     /// The next bytes to write, if any; staged calls are written here, in one go.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.write_staged();
-        let requests = self.net.nodes.iter_mut().find_map(|node| {
-            let conn = node.connection.as_mut()?;
-            if matches!(conn.phase, Phase::Connecting { .. }) {
-                return None;
-            }
-            let data = conn.pipeline.take_outgoing()?;
-            Some(Transmit {
-                connection: conn.id(),
-                data,
-            })
-        });
-        requests.or_else(|| {
-            self.net.nodes.iter_mut().find_map(|node| {
-                let (connection, data) = node.wake_ups.take_outgoing()?;
-                Some(Transmit { connection, data })
-            })
-        })
+        self.net.next_transmit()
     }
 
     /// The next event for callers (outcomes, releases, connection news), if any.
@@ -614,34 +542,18 @@ impl Client {
     /// the idle probes, which come back for as long as leases are held).
     #[doc(hidden)]
     pub fn next_timer(&self, except: Option<Timer>) -> Option<(Instant, Timer)> {
-        let wanted = self.waiters.len() > 0;
-        let probing = self.probing();
-        let nodes = self.net.nodes.iter().flat_map(|node| {
-            let conn = node.connection.as_ref();
-            [
-                (conn.and_then(Connection::next_deadline), Timer::Connection),
-                (
-                    conn.and_then(|conn| conn.probe_at(self.config.idle_probe))
-                        .filter(|_| probing),
-                    Timer::Probe,
-                ),
-                (node.reconnect.next_deadline(), Timer::Reconnect),
-                (node.wake_ups.poll_timeout(wanted), Timer::Subscriber),
-            ]
-        });
-        [
+        let parts = [
             (self.callers.next_deadline(), Timer::Caller),
             (self.releases.poll_timeout(|job| self.net.can_send(job)), Timer::Release),
             (self.net.topology.next_deadline(), Timer::Topology),
             (self.net.deferred.next_deadline(), Timer::Deferred),
             (self.waiters.poll_timeout(), Timer::Waiter),
             (self.keep_alive.poll_timeout(), Timer::KeepAlive),
-        ]
-        .into_iter()
-        .chain(nodes)
-        .filter(|(_, timer)| Some(*timer) != except)
-        .filter_map(|(at, timer)| Some((at?, timer)))
-        .min_by_key(|(at, _)| *at)
+        ];
+        let nodes = self
+            .net
+            .timers(self.config.idle_probe, self.probing(), self.waiters.len() > 0);
+        timer::soonest(parts.into_iter().chain(nodes), except)
     }
 
     /// Whether idle connections are probed: only while something is at

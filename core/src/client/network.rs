@@ -7,16 +7,17 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::connection::Phase;
 use super::deferred::Deferred;
 use super::names::Names;
 use super::node::Node;
 use super::outbox::Outbox;
 use super::reconnect::Backoff;
-use super::request::ReleaseJob;
+use super::request::{ReleaseJob, Request};
 use super::topology::{Route, Topology};
 use super::waiters::Waiters;
 use crate::config::Config;
-use crate::event::{Action, ConnectionId};
+use crate::event::{Action, ConnectionId, Transmit};
 
 #[derive(Debug)]
 pub(super) struct Network {
@@ -45,6 +46,47 @@ impl Network {
     /// The node whose current connection is `connection`.
     pub(super) fn node_of(&self, connection: ConnectionId) -> Option<usize> {
         self.nodes.iter().position(|node| node.has(connection))
+    }
+
+    /// Acquires, renewals and inspections waiting for a connection, a slot
+    /// table or their reply.
+    pub(super) fn calls_in_flight(&self) -> usize {
+        self.nodes.iter().map(Node::in_flight).sum::<usize>() + self.deferred.len()
+    }
+
+    /// Releases and compensations written and not answered yet.
+    pub(super) fn releases_in_flight(&self) -> usize {
+        let pending = self.nodes.iter().filter_map(|node| node.connection.as_ref());
+        pending
+            .flat_map(|conn| conn.pipeline.pending())
+            .map(|request| match request {
+                Request::Release(_) | Request::Compensate(..) => 1,
+                Request::ReleaseMany(jobs) => jobs.len(),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// The next bytes to write: a node's requests (not before its socket is
+    /// open), else a wake-up connection's.
+    pub(super) fn next_transmit(&mut self) -> Option<Transmit> {
+        let requests = self.nodes.iter_mut().find_map(|node| {
+            let conn = node.connection.as_mut()?;
+            if matches!(conn.phase, Phase::Connecting { .. }) {
+                return None;
+            }
+            let data = conn.pipeline.take_outgoing()?;
+            Some(Transmit {
+                connection: conn.id(),
+                data,
+            })
+        });
+        requests.or_else(|| {
+            self.nodes.iter_mut().find_map(|node| {
+                let (connection, data) = node.wake_ups.take_outgoing()?;
+                Some(Transmit { connection, data })
+            })
+        })
     }
 
     /// The node whose wake-up connection is `connection`.

@@ -179,7 +179,7 @@ impl Client {
     }
 
     /// Takes `op` for `node`'s ready connection (see
-    /// [`Connection::stage_call`](super::Connection)); `poll_transmit`
+    /// `Connection::stage_call`); `poll_transmit`
     /// writes it. While `node` holds grants after a data loss, an acquire is
     /// refused at once.
     fn send_call(&mut self, now: Instant, node: usize, op: Op) {
