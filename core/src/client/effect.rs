@@ -49,6 +49,8 @@ pub(super) enum Effect {
     LeaveAgain(SubjectKeys, Bytes, Instant),
     /// Release the lease an acquire may have made, which no caller holds.
     Compensate(AcquireOp, Ran),
+    /// A release to send where its subject lives (or to queue until then).
+    Release(ReleaseJob),
     /// Write a release again at once on `node` (by text, after a `NOSCRIPT`).
     ResendRelease(usize, ReleaseJob),
     /// A release `node` redirected.

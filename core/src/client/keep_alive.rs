@@ -17,7 +17,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::{Duration, Instant};
 
-use crate::event::{Lease, LeaseLost, RequestId};
+use crate::event::{Lease, LeaseLost, Renewal, RequestId};
 use crate::lease_id::LeaseId;
 
 /// What the client is to do for the kept-alive leases.
@@ -30,17 +30,6 @@ pub(super) enum Effect {
     Kept { lease: LeaseId, expires_at: Instant },
     /// The lease is lost: no longer held.
     Lost { lease: LeaseId, reason: LeaseLost },
-}
-
-/// What a keep-alive renewal came back with.
-#[derive(Debug)]
-pub(super) enum Renewed {
-    /// Extended: the lease with its new expiry.
-    Extended(Lease),
-    /// Redis no longer holds it.
-    Gone,
-    /// No trustworthy answer: tried again, until the lease's expiry.
-    Unanswered,
 }
 
 /// The kept-alive leases and when each is next due.
@@ -169,20 +158,21 @@ impl KeepAlive {
 
     /// The outcome of keep-alive renewal `request`: what it means for its
     /// lease, if it is still kept.
-    pub(super) fn on_renewed(&mut self, request: RequestId, renewed: Renewed) -> Option<Effect> {
+    pub(super) fn on_renewed(&mut self, request: RequestId, renewal: Renewal) -> Option<Effect> {
         let counter = self.in_flight.remove(&request)?;
         let kept = self.kept.get_mut(&counter)?;
         kept.renewing = None;
-        match renewed {
-            Renewed::Extended(lease) => {
+        match renewal {
+            Renewal::Extended(lease) => {
                 let (id, expires_at) = (lease.id.clone(), lease.expires_at);
                 kept.lease = lease;
                 let due = self.renewal_due(expires_at);
                 self.schedule(counter, due);
                 Some(Effect::Kept { lease: id, expires_at })
             }
-            Renewed::Gone => self.lose(counter, LeaseLost::Gone),
-            Renewed::Unanswered => {
+            Renewal::Lost => self.lose(counter, LeaseLost::Gone),
+            // No trustworthy answer: tried again, until the lease's expiry.
+            Renewal::Unavailable(_) => {
                 // Another attempt a sixth of the TTL after this one was sent;
                 // past the expiry, `handle_timeout` reports the lease lost.
                 let retry = (kept.sent_at + self.retry_after).min(kept.lease.expires_at);

@@ -25,8 +25,7 @@ use outbox::Outbox;
 use reconnect::Backoff;
 use recovery::{RecoveryKeys, RecoveryState};
 use release_queue::ReleaseQueue;
-use request::{AcquireOp, Call, InspectOp, Op, Reading, ReleaseJob, ReleaseKind, RenewOp, Request, Wait};
-use topology::Topology;
+use request::{AcquireOp, Call, InspectOp, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Wait};
 use waiters::Waiters;
 
 pub use timer::Timer;
@@ -91,21 +90,18 @@ impl Client {
     pub fn new(mut config: Config, entropy: [u8; 16], now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
         let releases = ReleaseQueue::new(config.release);
-        let (endpoints, topology) = match &config.servers {
-            Servers::Standalone(endpoint) => (vec![endpoint.clone()], Topology::standalone()),
-            Servers::Cluster { seeds, tls } => {
-                config.reply_limits = config.reply_limits.at_least(ReplyLimits::TOPOLOGY);
-                (seeds.clone(), Topology::cluster(seeds.len(), *tls))
-            }
-        };
+        if let Servers::Cluster { .. } = config.servers {
+            config.reply_limits = config.reply_limits.at_least(ReplyLimits::TOPOLOGY);
+        }
         let recovery_keys = RecoveryKeys::new(&config);
         let keep_alive = KeepAlive::new(config.lease_ttl);
         let waiters = Waiters::new(config.waiter_recheck(), config.waiter_lifetime());
         let backoff = Backoff::new(config.reconnect_initial_backoff, config.reconnect_max_backoff, entropy);
+        let net = Network::new(&config.servers, backoff);
         let mut client = Self {
             config,
             names: Names::new(entropy),
-            net: Network::new(topology, backoff),
+            net,
             callers: Callers::default(),
             releases,
             out: Outbox::default(),
@@ -117,13 +113,6 @@ impl Client {
             keep_alive,
             bugs: crate::fault::InjectedBugs::default(),
         };
-        for endpoint in endpoints {
-            client.net.node_at(&endpoint);
-        }
-        if let Servers::Cluster { tls, .. } = client.config.servers {
-            // The same seed given twice is one node.
-            client.net.topology = Topology::cluster(client.net.nodes.len(), tls);
-        }
         client.start_connect(now, 0);
         Ok(client)
     }
@@ -284,17 +273,8 @@ impl Client {
     pub fn inspect(&mut self, now: Instant, keys: SubjectKeys, holders: u32) -> RequestId {
         let request = self.register(now, Awaits::Inspection);
         let call = Call::new(request, self.names.lease_id(request), keys);
-        // Two reply items per holder after four counts: never ask for a
-        // reply the reply limits would refuse (and drop the connection for).
-        let fits = self.config.reply_limits.max_array_len.saturating_sub(4) / 2;
-        let holders = holders.min(u32::try_from(fits).unwrap_or(u32::MAX));
-        self.submit(
-            now,
-            Op::Inspect(InspectOp {
-                call,
-                reading: Reading::Subject { holders },
-            }),
-        );
+        let op = InspectOp::subject(call, holders, self.config.reply_limits);
+        self.submit(now, Op::Inspect(op));
         request
     }
 
@@ -316,12 +296,8 @@ impl Client {
         // and connected on first use) as any request of that slot.
         let call = Call::new(request, self.names.lease_id(request), SubjectKeys::in_slot(slot));
         let pattern = crate::key::leases_pattern(&self.config.key_prefix);
-        // `COUNT` is a hint a page may overshoot a little: a quarter of the
-        // array limit leaves the margin.
-        let fits = (self.config.reply_limits.max_array_len / 4).max(1);
-        let count = count.min(u32::try_from(fits).unwrap_or(u32::MAX));
-        let reading = Reading::Keys { cursor, count, pattern };
-        self.submit(now, Op::Inspect(InspectOp { call, reading }));
+        let op = InspectOp::keys(call, cursor, count, pattern, self.config.reply_limits);
+        self.submit(now, Op::Inspect(op));
         Some(request)
     }
 

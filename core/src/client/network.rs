@@ -16,7 +16,7 @@ use super::reconnect::Backoff;
 use super::request::{ReleaseJob, Request};
 use super::topology::{Route, Topology};
 use super::waiters::Waiters;
-use crate::config::Config;
+use crate::config::{Config, Servers};
 use crate::event::{Action, ConnectionId, Transmit};
 
 #[derive(Debug)]
@@ -34,13 +34,26 @@ pub(super) struct Network {
 }
 
 impl Network {
-    pub(super) fn new(topology: Topology, backoff: Backoff) -> Self {
-        Self {
+    /// The one server, or a cluster's seeds (the same seed given twice is
+    /// one node), each with its reconnect schedule.
+    pub(super) fn new(servers: &Servers, backoff: Backoff) -> Self {
+        let (endpoints, topology) = match servers {
+            Servers::Standalone(endpoint) => (std::slice::from_ref(endpoint), Topology::standalone()),
+            Servers::Cluster { seeds, tls } => (&seeds[..], Topology::cluster(0, *tls)),
+        };
+        let mut net = Self {
             nodes: Vec::new(),
             topology,
             deferred: Deferred::default(),
             backoff,
+        };
+        for endpoint in endpoints {
+            net.node_at(endpoint);
         }
+        if let Servers::Cluster { tls, .. } = servers {
+            net.topology = Topology::cluster(net.nodes.len(), *tls);
+        }
+        net
     }
 
     /// The node whose current connection is `connection`.
@@ -94,6 +107,17 @@ impl Network {
         self.nodes
             .iter()
             .position(|node| node.wake_ups.id() == Some(connection))
+    }
+
+    /// The nodes that would serve `jobs` and that nobody connects to (a
+    /// primary that took over their slot, say), each once per job.
+    pub(super) fn unconnected_for<'a>(&self, jobs: impl Iterator<Item = &'a ReleaseJob>) -> Vec<usize> {
+        jobs.filter_map(|job| self.topology.node_for(job.keys.slot(), job.ask))
+            .filter(|node| {
+                let node = &self.nodes[*node];
+                node.connection.is_none() && !node.reconnect.backing_off()
+            })
+            .collect()
     }
 
     /// Whether `job` can go now: the node that serves it is ready.

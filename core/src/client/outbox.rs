@@ -26,6 +26,10 @@ impl Outbox {
         self.actions.push_back(action);
     }
 
+    pub(super) fn actions(&mut self, actions: impl IntoIterator<Item = Action>) {
+        self.actions.extend(actions);
+    }
+
     pub(super) fn next_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }

@@ -4,19 +4,20 @@
 //! compensated, and the connection that said it stays (it is healthy; it
 //! just does not own the slot). Also here: reading the slot table and
 //! choosing where to read it again. All of it is the network's own state;
-//! the client only acts on what [`Next`] and the effects say.
+//! what the client is to do comes back as effects.
 
 use std::time::{Duration, Instant};
 
-use super::effect::Effect;
+use super::effect::{Effect, Redirected};
 use super::error_class::Redirect;
 use super::network::Network;
 use super::node::Node;
-use super::request::{Op, Request, Step};
+use super::request::{Op, ReleaseJob, ReleaseKind, Request, Step};
 use crate::address::Endpoint;
 use crate::cluster::{parse_redirect, parse_shards, parse_slots, Shard};
-use crate::event::{ConnectionError, Stats};
+use crate::event::{ConnectionError, Stats, Unavailable};
 use crate::resp::Frame;
+use crate::server_error::ServerError;
 
 /// `MOVED` and `ASK` redirects one request may follow in a row; past that
 /// it fails (a cluster that bounces a slot back and forth is not serving
@@ -27,7 +28,7 @@ use crate::resp::Frame;
 const MAX_REDIRECTS: u8 = 5;
 
 /// How long a `TRYAGAIN` (or a demoted primary) holds a request back.
-pub(super) const TRY_AGAIN_DELAY: Duration = Duration::from_millis(20);
+const TRY_AGAIN_DELAY: Duration = Duration::from_millis(20);
 
 /// What a request sent back by a redirect does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +107,75 @@ impl Network {
             }
             Redirect::ReadOnly => (Next::Later, true),
         }
+    }
+
+    /// An acquire, renewal or inspection `node` redirected: routed again
+    /// (to the node an `ASK` names, for one attempt), held back a little,
+    /// or failed, as [`Network::redirected`] says.
+    pub(super) fn redirect_op(
+        &mut self,
+        now: Instant,
+        redirected: Redirected<Op>,
+        stats: &mut Stats,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Redirected {
+            node,
+            request: mut op,
+            redirect,
+            message,
+        } = redirected;
+        op.call_mut().ask = None;
+        let (next, refresh) = self.redirected(node, redirect, &message, &mut op.call_mut().redirects, stats);
+        if refresh {
+            fx.push(Effect::RefreshTopology);
+        }
+        match next {
+            Next::Route { ask } => {
+                op.call_mut().ask = ask;
+                fx.push(Effect::Route(op));
+            }
+            Next::Later => self.deferred.until(now + TRY_AGAIN_DELAY, op),
+            Next::GiveUp => fx.push(Effect::Fail(
+                op.call().request,
+                Unavailable::Server(ServerError::new(&message)),
+            )),
+        }
+    }
+
+    /// A release or compensation `node` redirected: sent again where the
+    /// slot lives (a tenant's slot may move while its leases are held); one
+    /// waiting out a migration backs off as after a failure, as a plain
+    /// removal (the script's keys are split between two nodes meanwhile).
+    pub(super) fn redirect_release(
+        &mut self,
+        redirected: Redirected<ReleaseJob>,
+        stats: &mut Stats,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Redirected {
+            node,
+            request: mut job,
+            redirect,
+            message,
+        } = redirected;
+        job.ask = None;
+        let (next, refresh) = self.redirected(node, redirect, &message, &mut job.redirects, stats);
+        if refresh {
+            fx.push(Effect::RefreshTopology);
+        }
+        fx.push(match next {
+            Next::Route { ask } => {
+                job.ask = ask;
+                Effect::Release(job)
+            }
+            Next::Later | Next::GiveUp => {
+                if next == Next::Later && redirect == Redirect::TryAgain && job.kind == ReleaseKind::Release {
+                    job.kind = ReleaseKind::Removal;
+                }
+                Effect::RetryRelease(job)
+            }
+        });
     }
 
     /// Where to read the slot table again now, if a refresh is wanted and

@@ -14,7 +14,7 @@ use super::outbox::Outbox;
 use super::recovery::{self, RecoveryState};
 use super::request::{AcquireOp, Op, Ran, Reading, ReleaseJob, RenewOp, Request, Step};
 use crate::config::Config;
-use crate::event::{ConnectionError, Event, Lease, Outcome, Reassertion, Renewal, Unavailable};
+use crate::event::{ConnectionError, Event, Outcome, Reassertion, Renewal, Unavailable};
 use crate::fault::InjectedBugs;
 use crate::resp::Frame;
 use crate::scripts::{Eval, ScriptKind, Scripts};
@@ -221,16 +221,8 @@ impl Reader<'_> {
         let request = op.call.request;
         let renewal = match answer {
             RenewAnswer::Extended => {
-                let call = op.call;
-                let expires_at = lease_expiry(call.sent_at.unwrap_or(self.now), self.config.lease_ttl);
-                let lease = Lease {
-                    id: call.lease,
-                    expires_at,
-                    keys: call.keys,
-                    fencing_token: op.token,
-                    granted_at: op.granted_at,
-                    release_until: expires_at,
-                };
+                let expires_at = lease_expiry(op.call.sent_at.unwrap_or(self.now), self.config.lease_ttl);
+                let lease = op.call.into_lease(op.token, op.granted_at, expires_at, expires_at);
                 self.recovery.held.renewed(&lease);
                 Renewal::Extended(lease)
             }

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use crate::event::{Lease, RequestId};
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
+use crate::resp::ReplyLimits;
 use crate::scripts::{Eval, ScriptKind};
 
 /// One request in a connection's FIFO, with what its reply means.
@@ -143,6 +144,26 @@ impl Call {
     }
 }
 
+impl Call {
+    /// The lease this call made, with `token`, as its holder sees it.
+    pub(super) fn into_lease(
+        self,
+        token: u64,
+        granted_at: Instant,
+        expires_at: Instant,
+        release_until: Instant,
+    ) -> Lease {
+        Lease {
+            id: self.lease,
+            keys: self.keys,
+            expires_at,
+            fencing_token: token,
+            granted_at,
+            release_until,
+        }
+    }
+}
+
 /// Takes a lease under `limit`.
 #[derive(Debug)]
 pub(super) struct AcquireOp {
@@ -204,6 +225,33 @@ impl AcquireOp {
 pub(super) struct InspectOp {
     pub(super) call: Call,
     pub(super) reading: Reading,
+}
+
+impl InspectOp {
+    /// Reads `call`'s subject with up to `holders` of its leases, no more
+    /// than a reply within `limits` holds (two items per holder after four
+    /// counts: never ask for a reply the limits would refuse, and drop the
+    /// connection for).
+    pub(super) fn subject(call: Call, holders: u32, limits: ReplyLimits) -> Self {
+        let fits = limits.max_array_len.saturating_sub(4) / 2;
+        let holders = holders.min(u32::try_from(fits).unwrap_or(u32::MAX));
+        Self {
+            call,
+            reading: Reading::Subject { holders },
+        }
+    }
+
+    /// Reads a page of the keys matching `pattern` on the node of `call`'s
+    /// slot, about `count` of them: `COUNT` is a hint a page may overshoot
+    /// a little, so a quarter of the array limit leaves the margin.
+    pub(super) fn keys(call: Call, cursor: u64, count: u32, pattern: Bytes, limits: ReplyLimits) -> Self {
+        let fits = (limits.max_array_len / 4).max(1);
+        let count = count.min(u32::try_from(fits).unwrap_or(u32::MAX));
+        Self {
+            call,
+            reading: Reading::Keys { cursor, count, pattern },
+        }
+    }
 }
 
 /// What an inspection reads.

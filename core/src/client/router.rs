@@ -6,21 +6,19 @@
 use std::time::Instant;
 
 use super::callers::Awaits;
-use super::effect::{Effect, Redirected};
+use super::effect::Effect;
 use super::encode::Wire;
-use super::keep_alive::{self, Renewed};
-use super::redirects::{Next, TRY_AGAIN_DELAY};
+use super::keep_alive;
 use super::release_queue::ReleaseQueue;
 use super::replies::Reader;
 use super::request::{AcquireOp, Op, Ran, ReleaseJob, ReleaseKind, RenewOp, Request, Step};
 use super::topology::Route;
 use super::waiters;
-use super::{Client, Phase};
-use crate::event::{ConnectionError, Event, Lease, Outcome, Renewal, RequestId, Unavailable};
+use super::Client;
+use crate::event::{Action, ConnectionError, Event, Outcome, Renewal, RequestId, Unavailable};
 use crate::resp::Frame;
 use crate::scripts::ScriptKind;
 use crate::server_clock::lease_expiry;
-use crate::server_error::ServerError;
 use crate::UnavailablePolicy;
 
 impl Client {
@@ -35,7 +33,18 @@ impl Client {
         match effect {
             Effect::Route(op) => self.route_op(now, op),
             Effect::Resend(node, op) => self.send_call(now, node, op),
-            Effect::Redirect(redirected) => self.redirect_op(now, *redirected),
+            Effect::Redirect(redirected) => {
+                let request = redirected.request.call().request;
+                if !self.callers.contains(request) {
+                    return; // Its caller is gone and nothing ran: nothing to do.
+                }
+                if self.bugs.redirect_as_denial && matches!(redirected.request, Op::Acquire(_)) {
+                    return self.deliver(now, request, Event::Acquired(request, Outcome::Exceeded));
+                }
+                let mut fx = Vec::new();
+                self.net.redirect_op(now, *redirected, &mut self.out.stats, &mut fx);
+                self.apply_all(now, fx);
+            }
             Effect::Finish(request, outcome) => self.deliver(now, request, Event::Acquired(request, outcome)),
             Effect::Fail(request, reason) => self.fail(now, request, reason),
             Effect::Renewed(request, renewal) => self.finish_renewal(now, request, renewal),
@@ -66,7 +75,12 @@ impl Client {
                     .send_on(now, node, job, self.config.request_liveness, &mut fx);
                 self.apply_all(now, fx);
             }
-            Effect::RedirectRelease(redirected) => self.redirect_release(now, *redirected),
+            Effect::Release(job) => self.submit_release(now, job),
+            Effect::RedirectRelease(redirected) => {
+                let mut fx = Vec::new();
+                self.net.redirect_release(*redirected, &mut self.out.stats, &mut fx);
+                self.apply_all(now, fx);
+            }
             Effect::RetryRelease(job) => self.releases.try_again(now, job, &mut self.out),
             Effect::Reload(node, kind) => self.reload(now, node, kind),
             Effect::Send(node, request, deadline) => self.send(node, request, deadline),
@@ -134,48 +148,13 @@ impl Client {
         self.route_op(now, op);
     }
 
-    /// Sends `op` to the node that serves it (an `ASK` target once, else
-    /// the slot's owner), or keeps it until a slot table is known.
+    /// Sends `op` where it goes (see [`Network::route`](super::Network)).
     pub(super) fn route_op(&mut self, now: Instant, op: Op) {
-        let route = match op.call().ask {
-            Some(node) => Route::Node(node),
-            None => self.net.topology.route(op.call().keys.slot()),
-        };
-        let node = match route {
-            Route::Node(node) => node,
-            Route::AwaitTopology => return self.net.deferred.until_topology(op),
-            Route::NoOwner => {
-                self.refresh_topology(now);
-                return self.fail(now, op.call().request, Unavailable::NoPrimary);
-            }
-        };
-        let target = &mut self.net.nodes[node];
-        let promoted = target.connection.as_ref().is_some_and(|c| c.replica.is_some());
-        match target.connection.as_ref().map(|c| c.phase) {
-            // Handshaken while its server was a replica (a cluster seed, say),
-            // and now routed lease requests: a failover promoted it. That
-            // handshake checked nothing for lost lease data and wrote nothing
-            // back; a fresh one does both before the request goes.
-            Some(Phase::Ready) if promoted => {
-                target.waiting.push_back(op);
-                self.drop_connection(now, node, ConnectionError::Promoted);
-                self.start_connect(now, node);
-            }
-            Some(Phase::Ready) => self.send_call(now, node, op),
-            Some(_) => target.waiting.push_back(op),
-            // Backing off after failed connection attempts: say so at once
-            // rather than make every caller wait out its timeout.
-            None if target.reconnect.backing_off() => {
-                let error = target.reconnect.last_error().clone();
-                self.refresh_topology(now);
-                self.fail(now, op.call().request, Unavailable::NotConnected(error));
-            }
-            // A primary not connected yet: connect on first use.
-            None => {
-                target.waiting.push_back(op);
-                self.start_connect(now, node);
-            }
+        let mut fx = Vec::new();
+        if let Some((node, op)) = self.net.route(now, op, &mut self.out, &mut fx) {
+            self.send_call(now, node, op);
         }
+        self.apply_all(now, fx);
     }
 
     /// Takes `op` for `node`'s ready connection (see
@@ -241,16 +220,7 @@ impl Client {
         }
         // Releases due on a node nobody connects to (a primary that took
         // over their slot): connect it.
-        let idle: Vec<usize> = self
-            .releases
-            .due(now)
-            .filter_map(|job| self.net.topology.node_for(job.keys.slot(), job.ask))
-            .filter(|node| {
-                let node = &self.net.nodes[*node];
-                node.connection.is_none() && !node.reconnect.backing_off()
-            })
-            .collect();
-        for node in idle {
+        for node in self.net.unconnected_for(self.releases.due(now)) {
             self.start_connect(now, node);
         }
         let net = &self.net;
@@ -309,79 +279,6 @@ impl Client {
         }
     }
 
-    /// Follows what `node` answered with `redirect` (see
-    /// [`Network::redirected`](super::Network)) and says what comes next.
-    fn follow(
-        &mut self,
-        now: Instant,
-        node: usize,
-        redirect: super::error_class::Redirect,
-        message: &str,
-        redirects: &mut u8,
-    ) -> Next {
-        let (next, refresh) = self
-            .net
-            .redirected(node, redirect, message, redirects, &mut self.out.stats);
-        if refresh {
-            self.refresh_topology(now);
-        }
-        next
-    }
-
-    /// An acquire, renewal or inspection a node redirected: route it again,
-    /// hold it back a little, or fail it.
-    fn redirect_op(&mut self, now: Instant, redirected: Redirected<Op>) {
-        let Redirected {
-            node,
-            request: mut op,
-            redirect,
-            message,
-        } = redirected;
-        let request = op.call().request;
-        if !self.callers.contains(request) {
-            return; // Its caller is gone and nothing ran: nothing to do.
-        }
-        if self.bugs.redirect_as_denial && matches!(op, Op::Acquire(_)) {
-            return self.deliver(now, request, Event::Acquired(request, Outcome::Exceeded));
-        }
-        op.call_mut().ask = None;
-        match self.follow(now, node, redirect, &message, &mut op.call_mut().redirects) {
-            Next::Route { ask } => {
-                op.call_mut().ask = ask;
-                self.route_op(now, op);
-            }
-            Next::Later => self.net.deferred.until(now + TRY_AGAIN_DELAY, op),
-            Next::GiveUp => self.fail(now, request, Unavailable::Server(ServerError::new(&message))),
-        }
-    }
-
-    /// A release or compensation a node redirected: sent again where the
-    /// slot lives (a tenant's slot may move while its leases are held); one
-    /// waiting out a migration backs off as after a failure, as a plain
-    /// removal (the script's keys are split between two nodes meanwhile).
-    fn redirect_release(&mut self, now: Instant, redirected: Redirected<ReleaseJob>) {
-        let Redirected {
-            node,
-            request: mut job,
-            redirect,
-            message,
-        } = redirected;
-        job.ask = None;
-        match self.follow(now, node, redirect, &message, &mut job.redirects) {
-            Next::Route { ask } => {
-                job.ask = ask;
-                self.submit_release(now, job);
-            }
-            Next::Later => {
-                if redirect == super::error_class::Redirect::TryAgain && job.kind == ReleaseKind::Release {
-                    job.kind = ReleaseKind::Removal;
-                }
-                self.releases.try_again(now, job, &mut self.out);
-            }
-            Next::GiveUp => self.releases.try_again(now, job, &mut self.out),
-        }
-    }
-
     /// Sends `job` where its subject lives, or queues it (see [`ReleaseQueue::submit`]).
     pub(super) fn submit_release(&mut self, now: Instant, job: ReleaseJob) {
         let mut fx = Vec::new();
@@ -431,9 +328,8 @@ impl Client {
     /// opened again after the reconnect backoff cap.
     pub(super) fn close_wake_ups(&mut self, now: Instant, node: usize) {
         let retry_after = self.config.reconnect_max_backoff;
-        if let Some(id) = self.net.nodes[node].wake_ups.close(now, retry_after) {
-            self.out.action(crate::event::Action::Close(id));
-        }
+        self.out
+            .actions(self.net.nodes[node].wake_ups.close(now, retry_after).map(Action::Close));
     }
 
     // ---- outcomes ---------------------------------------------------------
@@ -480,16 +376,8 @@ impl Client {
         }
         // The grant took it out of its queue: nothing to leave.
         self.waiters.remove(request, true, now);
-        let call = op.call;
-        let expires_at = lease_expiry(call.sent_at.unwrap_or(now), self.config.lease_ttl);
-        let lease = Lease {
-            id: call.lease,
-            expires_at,
-            keys: call.keys,
-            fencing_token: token,
-            granted_at: now,
-            release_until: expires_at,
-        };
+        let expires_at = lease_expiry(op.call.sent_at.unwrap_or(now), self.config.lease_ttl);
+        let lease = op.call.into_lease(token, now, expires_at, expires_at);
         self.recovery.held.insert(now, &lease, op.limit);
         self.deliver(now, request, Event::Acquired(request, Outcome::Granted(lease)));
     }
@@ -507,12 +395,7 @@ impl Client {
         if !self.keep_alive.is_renewal(request) {
             return self.out.event(Event::Renewed(request, renewal));
         }
-        let renewed = match renewal {
-            Renewal::Extended(lease) => Renewed::Extended(lease),
-            Renewal::Lost => Renewed::Gone,
-            Renewal::Unavailable(_) => Renewed::Unanswered,
-        };
-        if let Some(effect) = self.keep_alive.on_renewed(request, renewed) {
+        if let Some(effect) = self.keep_alive.on_renewed(request, renewal) {
             self.apply_keep_alive(now, effect);
         }
     }
@@ -573,17 +456,11 @@ impl Client {
         }
         // The release ran after this waiter's last check (which queued it)
         // was sent: the reservation lives its lifetime from then at least.
-        let sent = op.call.sent_at.unwrap_or(now);
-        let lease = Lease {
-            id: op.call.lease,
-            keys: op.call.keys,
-            expires_at: lease_expiry(sent, self.config.waiter_lifetime()),
-            fencing_token: token,
-            granted_at: now,
-            // The renewal runs within its liveness and extends the lease a
-            // TTL from then: releases keep trying until that.
-            release_until: now + self.config.request_liveness + self.config.lease_ttl,
-        };
+        let expires_at = lease_expiry(op.call.sent_at.unwrap_or(now), self.config.waiter_lifetime());
+        // The renewal runs within its liveness and extends the lease a TTL
+        // from then: releases keep trying until that.
+        let release_until = now + self.config.request_liveness + self.config.lease_ttl;
+        let lease = op.call.into_lease(token, now, expires_at, release_until);
         self.waiters.remove(request, true, now);
         self.recovery.held.insert(now, &lease, op.limit);
         self.deliver(now, request, Event::Acquired(request, Outcome::Granted(lease)));

@@ -1,6 +1,6 @@
 use super::start;
-use crate::client::keep_alive::{Effect, KeepAlive, Renewed};
-use crate::event::{Lease, LeaseLost, RequestId};
+use crate::client::keep_alive::{Effect, KeepAlive};
+use crate::event::{Lease, LeaseLost, Renewal, RequestId, Unavailable};
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::LeaseId;
 use std::time::{Duration, Instant};
@@ -36,7 +36,9 @@ fn it_renews_retries_and_loses_on_its_own_schedule() {
     assert_eq!(renewing.id, held.id);
     keep.sent(&renewing.id, RequestId(10), at);
     assert!(keep.is_renewal(RequestId(10)));
-    assert!(keep.on_renewed(RequestId(10), Renewed::Unanswered).is_none());
+    assert!(keep
+        .on_renewed(RequestId(10), Renewal::Unavailable(Unavailable::Timeout))
+        .is_none());
     assert_eq!(keep.poll_timeout(), Some(at + Duration::from_secs(1)), "a sixth later");
 
     let again = at + Duration::from_secs(1);
@@ -45,7 +47,7 @@ fn it_renews_retries_and_loses_on_its_own_schedule() {
     };
     keep.sent(&held.id, RequestId(11), again);
     let extended = lease(1, again, ttl);
-    match keep.on_renewed(RequestId(11), Renewed::Extended(extended.clone())) {
+    match keep.on_renewed(RequestId(11), Renewal::Extended(extended.clone())) {
         Some(Effect::Kept { expires_at, .. }) => assert_eq!(expires_at, extended.expires_at),
         other => panic!("{other:?}"),
     }
@@ -57,7 +59,9 @@ fn it_renews_retries_and_loses_on_its_own_schedule() {
         panic!("due");
     };
     keep.sent(&held.id, RequestId(12), late);
-    assert!(keep.on_renewed(RequestId(12), Renewed::Unanswered).is_none());
+    assert!(keep
+        .on_renewed(RequestId(12), Renewal::Unavailable(Unavailable::Timeout))
+        .is_none());
     let mut lost = None;
     while let Some(at) = keep.poll_timeout() {
         if let Some(effect) = keep.handle_timeout(at) {
@@ -68,7 +72,9 @@ fn it_renews_retries_and_loses_on_its_own_schedule() {
             }
         }
         if keep.is_renewal(RequestId(13)) {
-            assert!(keep.on_renewed(RequestId(13), Renewed::Unanswered).is_none());
+            assert!(keep
+                .on_renewed(RequestId(13), Renewal::Unavailable(Unavailable::Timeout))
+                .is_none());
         }
     }
     assert_eq!(lost, Some((LeaseLost::Expired, extended.expires_at)));
@@ -87,7 +93,7 @@ fn a_renewal_answered_after_a_release_changes_nothing() {
     keep.sent(&held.id, RequestId(3), at);
     assert_eq!(keep.remove(&held.id), Some(held.expires_at));
     assert!(!keep.is_renewal(RequestId(3)));
-    assert!(keep.on_renewed(RequestId(3), Renewed::Gone).is_none());
+    assert!(keep.on_renewed(RequestId(3), Renewal::Lost).is_none());
     assert!(
         keep.handle_timeout(t0 + ttl * 2).is_none(),
         "nothing due for a released lease"

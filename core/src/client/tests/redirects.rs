@@ -5,18 +5,20 @@ use crate::client::error_class::Redirect;
 use crate::client::network::Network;
 use crate::client::reconnect::Backoff;
 use crate::client::redirects::Next;
-use crate::client::topology::Topology;
+use crate::config::Servers;
 use crate::event::Stats;
 
 fn seed() -> Network {
     let backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1), [0; 16]);
-    let mut net = Network::new(Topology::cluster(1, false), backoff);
     let endpoint = Endpoint::Tcp {
         host: "127.0.0.1".into(),
         port: 7000,
     };
-    net.node_at(&endpoint);
-    net
+    let seeds = Servers::Cluster {
+        seeds: vec![endpoint],
+        tls: false,
+    };
+    Network::new(&seeds, backoff)
 }
 
 #[test]
