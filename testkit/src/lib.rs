@@ -19,3 +19,11 @@ pub mod model_cluster;
 mod pair;
 
 pub use pair::Pair;
+
+use inflight_core::{Client, ConnectionId};
+
+/// The client's first current connection (a standalone server's) and
+/// whether it is ready.
+pub fn connection(client: &Client) -> Option<(ConnectionId, bool)> {
+    client.connections().next().map(|(id, _, ready)| (id, ready))
+}

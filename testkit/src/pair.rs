@@ -92,7 +92,7 @@ impl Pair {
         pair.accept();
         pair.exchange();
         assert!(
-            pair.client.connection().is_some_and(|(_, ready)| ready),
+            crate::connection(&pair.client).is_some_and(|(_, ready)| ready),
             "handshake did not finish"
         );
         pair

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::error_class::Redirect;
 use super::request::{AcquireOp, Op, Ran, ReleaseJob, Request};
-use crate::event::{ConnectionError, Inspection, KeysPage, Outcome, Renewal, RequestId, Unavailable};
+use crate::event::{ConnectionError, Event, Renewal, RequestId, Unavailable};
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
 use crate::scripts::ScriptKind;
@@ -20,12 +20,16 @@ pub(super) enum Effect {
     /// Send an acquire, renewal or inspection to the node that serves its
     /// slot (or keep it until one is known).
     Route(Op),
+    /// Send an acquire, renewal or inspection unless the in-flight cap is
+    /// reached (then it fails at once).
+    Submit(Op),
     /// Write a call again at once on `node` (by text, after a `NOSCRIPT`).
     Resend(usize, Op),
     /// A call `node` redirected: follow the redirect, hold it back, or fail it.
     Redirect(Box<Redirected<Op>>),
-    /// An acquire's outcome, for its caller if it still waits.
-    Finish(RequestId, Outcome),
+    /// `request`'s outcome (an acquire's, an inspection's, a page of
+    /// keys), for its caller if it still waits.
+    Deliver(RequestId, Event),
     /// No trustworthy answer for `request`: unavailable, by its kind and
     /// the client's policy.
     Fail(RequestId, Unavailable),
@@ -34,13 +38,12 @@ pub(super) enum Effect {
     /// Redis no longer holds `LeaseId`, as renewal `RequestId` found: it
     /// is kept alive no more (keep-alive's own renewals say so themselves).
     Gone(RequestId, LeaseId),
-    /// An inspection's reading, for its caller if it still waits.
-    Inspected(RequestId, Inspection),
-    /// A page of keys, for its caller if it still waits.
-    Scanned(RequestId, KeysPage),
     /// A grant Redis made and the client trusts: the caller's lease, or
     /// released if the caller is gone.
     Grant(AcquireOp, u64),
+    /// A hand-over whose confirming renewal extended the slot: delivered
+    /// once a `WAIT` says enough replicas have it.
+    AwaitReplicas(AcquireOp, u64),
     /// A waiting acquire Redis queued: it waits for a wake-up or its check.
     Queued(AcquireOp),
     /// A waiter that needs no queue entry any more: `LEAVE` it.

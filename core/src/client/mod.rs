@@ -8,15 +8,11 @@ use std::time::Instant;
 
 use crate::address::Endpoint;
 use crate::config::{Config, ConfigError, Servers};
-use crate::event::{
-    Action, ConnectionError, ConnectionId, Event, Lease, Outcome, ReleaseFailure, RequestId, Stats, Transmit,
-    Unavailable,
-};
+use crate::event::{Action, ConnectionId, Event, Lease, RequestId, Stats, Transmit};
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{Claim, ClaimError, LeaseId};
 use crate::resp::ReplyLimits;
 use callers::{Awaits, Callers};
-use connection::Phase;
 use held::HeldLeases;
 use keep_alive::KeepAlive;
 use names::Names;
@@ -34,6 +30,7 @@ mod answers;
 mod callers;
 mod connection;
 mod deferred;
+mod delivery;
 mod effect;
 mod encode;
 mod error_class;
@@ -117,19 +114,6 @@ impl Client {
         Ok(client)
     }
 
-    /// Switches on deliberate bugs: for the simulator's self-test only.
-    #[cfg(feature = "fault-injection")]
-    #[doc(hidden)]
-    pub fn inject_bugs(&mut self, bugs: crate::fault::InjectedBugs) {
-        if bugs.keep_alive_without_margin {
-            self.keep_alive.without_margin();
-        }
-        if bugs.skip_wake_up {
-            self.waiters.ignore_wake_ups();
-        }
-        self.bugs = bugs;
-    }
-
     /// The settings this client was built with.
     pub fn config(&self) -> &Config {
         &self.config
@@ -148,12 +132,6 @@ impl Client {
         self.names
             .lease_id(request)
             .with_claim(1, self.config.holder_label.clone())
-    }
-
-    /// The first node's current connection and whether it is ready: the
-    /// server's, standalone; the first seed's, in cluster mode.
-    pub fn connection(&self) -> Option<(ConnectionId, bool)> {
-        self.net.nodes[0].connection.as_ref().map(|c| (c.id(), c.is_ready()))
     }
 
     /// Every current connection: its id, where it goes, whether it is ready.
@@ -316,19 +294,13 @@ impl Client {
         self.keep_alive.len()
     }
 
-    /// A new request whose caller waits at most the acquire timeout.
-    fn register(&mut self, now: Instant, awaits: Awaits) -> RequestId {
-        let request = self.names.request();
-        let deadline = now + self.config.acquire_timeout;
-        self.callers.insert(request, deadline, awaits);
-        request
-    }
-
     /// The caller of `request` is gone. From now on no event is sent for it:
     /// an outcome not yet taken with `poll_event` is withdrawn, and a lease
     /// Redis grants it, before or after this call, is released.
     pub fn abandon(&mut self, now: Instant, request: RequestId) {
-        if self.stop_waiting(now, request) {
+        let mut was_waiting = false;
+        self.delivering(now, |d| was_waiting = d.stop_waiting(request));
+        if was_waiting {
             self.net.unsend(request);
             self.send_leaves(now);
             return;
@@ -336,7 +308,7 @@ impl Client {
         // Its answer may be queued, unseen: a grant's lease is given back;
         // a renewed lease stays its holder's, with the expiry it knew.
         if let Some(Event::Acquired(_, outcome)) = self.out.withdraw(request) {
-            self.withdraw(now, outcome);
+            self.delivering(now, |d| d.withdraw(outcome));
         }
     }
 
@@ -372,19 +344,14 @@ impl Client {
             self.net.nodes[node]
                 .wake_ups
                 .connected(self.config.credentials.as_ref());
-            self.sync_subscriptions(now);
+            let (waiters, names, config) = (&mut self.waiters, &mut self.names, &self.config);
+            self.net.sync_subscriptions(now, waiters, names, config, &mut self.out);
             return;
         }
         let Some(node) = self.net.node_of(connection) else {
             return;
         };
-        let cluster = self.net.topology.is_cluster();
-        let conn = self.net.nodes[node].connection.as_mut().expect("node_of found it");
-        let steps = conn.start_handshake(now, &self.config, cluster);
-        let Phase::Handshaking { deadline, .. } = conn.phase else {
-            return;
-        };
-        for step in steps {
+        for (step, deadline) in self.net.start_handshake(now, node, &self.config) {
             self.send(node, Request::Handshake(step), deadline);
         }
     }
@@ -400,92 +367,12 @@ impl Client {
         };
         let conn = self.net.nodes[node].connection.as_mut().expect("node_of found it");
         conn.pipeline.receive(data);
-        while let Some(conn) = self.net.nodes[node]
-            .connection
-            .as_mut()
-            .filter(|c| c.id() == connection)
-        {
-            let reply = match conn.pipeline.next_reply() {
-                Ok(Some(reply)) => reply,
-                Ok(None) => break,
-                Err(error) => {
-                    self.drop_connection(now, node, error.into());
-                    break;
-                }
-            };
-            conn.answered(&reply.0);
-            conn.heard(now);
-            if let Err(error) = self.on_reply(now, node, reply.0, reply.1) {
+        // Until the connection is retired (by a reply, or a broken stream).
+        while let Some(reply) = self.net.next_reply(now, node, connection) {
+            if let Err(error) = reply.and_then(|(request, frame)| self.on_reply(now, node, request, frame)) {
                 self.drop_connection(now, node, error);
                 break;
             }
-        }
-        self.drive(now);
-    }
-
-    /// `connection` closed, or could not be opened.
-    pub fn handle_closed(&mut self, now: Instant, connection: ConnectionId) {
-        self.closed(now, connection, ConnectionError::Closed);
-    }
-
-    /// `connection` failed, or could not be opened, for `reason` (the
-    /// operating system's words): as `handle_closed`, and the reason is
-    /// what callers without a connection are told.
-    pub fn handle_failed(&mut self, now: Instant, connection: ConnectionId, reason: String) {
-        self.closed(now, connection, ConnectionError::Io(reason));
-    }
-
-    fn closed(&mut self, now: Instant, connection: ConnectionId, error: ConnectionError) {
-        if let Some(node) = self.net.subscriber_of(connection) {
-            self.close_wake_ups(now, node);
-        } else if let Some(node) = self.net.node_of(connection) {
-            self.drop_connection(now, node, error);
-        } else {
-            return;
-        }
-        self.drive(now);
-    }
-
-    /// Time has reached (or passed) what `poll_timeout` asked for.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        while let Some(request) = self.callers.overdue(now) {
-            self.net.unsend(request);
-            if self.waiters.was_queued(request) {
-                // It was queued, and no slot came in time: that is the
-                // limit's answer. (A waiter Redis never answered is as
-                // unavailable as any other request.)
-                self.deliver(now, request, Event::Acquired(request, Outcome::Exceeded));
-            } else {
-                self.fail(now, request, Unavailable::Timeout);
-            }
-        }
-        while let Some(effect) = self.waiters.handle_timeout(now) {
-            self.apply_waiter(now, effect);
-        }
-        for node in 0..self.net.nodes.len() {
-            let retry_after = self.config.reconnect_max_backoff;
-            if let Some(id) = self.net.nodes[node].wake_ups.handle_timeout(now, retry_after) {
-                self.out.action(Action::Close(id));
-            }
-        }
-        while let Some(effect) = self.keep_alive.handle_timeout(now) {
-            self.apply_keep_alive(now, effect);
-        }
-        for node in 0..self.net.nodes.len() {
-            let mut fx = Vec::new();
-            let probing = self.probing();
-            self.net
-                .expire(now, node, &self.config, probing, &mut self.out, &mut fx);
-            self.apply_all(now, fx);
-        }
-        for job in self.releases.take_expired(now) {
-            releases::abandon(job, ReleaseFailure::Expired, &mut self.out);
-        }
-        if self.net.topology.next_deadline().is_some_and(|at| at <= now) {
-            self.refresh_topology(now);
-        }
-        for op in self.net.deferred.take_due(now) {
-            self.route_op(now, op);
         }
         self.drive(now);
     }

@@ -13,11 +13,12 @@ use super::names::Names;
 use super::node::Node;
 use super::outbox::Outbox;
 use super::reconnect::Backoff;
-use super::request::{ReleaseJob, Request};
+use super::request::{ReleaseJob, Request, Step};
 use super::topology::{Route, Topology};
 use super::waiters::Waiters;
 use crate::config::{Config, Servers};
-use crate::event::{Action, ConnectionId, Transmit};
+use crate::event::{Action, ConnectionError, ConnectionId, Transmit};
+use crate::resp::Frame;
 
 #[derive(Debug)]
 pub(super) struct Network {
@@ -100,6 +101,39 @@ impl Network {
                 Some(Transmit { connection, data })
             })
         })
+    }
+
+    /// The next reply on `node`'s connection `connection`, while that is
+    /// still its current one: the request it answers and the reply, or
+    /// why the stream cannot be read any further.
+    pub(super) fn next_reply(
+        &mut self,
+        now: Instant,
+        node: usize,
+        connection: ConnectionId,
+    ) -> Option<Result<(Request, Frame), ConnectionError>> {
+        let conn = self.nodes[node].connection.as_mut().filter(|c| c.id() == connection)?;
+        match conn.pipeline.next_reply() {
+            Ok(Some(reply)) => {
+                conn.answered(&reply.0);
+                conn.heard(now);
+                Some(Ok(reply))
+            }
+            Ok(None) => None,
+            Err(error) => Some(Err(error.into())),
+        }
+    }
+
+    /// `node`'s socket is open: the handshake's steps to write, each due by
+    /// the handshake's deadline (none if it was not opening).
+    pub(super) fn start_handshake(&mut self, now: Instant, node: usize, config: &Config) -> Vec<(Step, Instant)> {
+        let cluster = self.topology.is_cluster();
+        let conn = self.nodes[node].connection.as_mut().expect("a current connection");
+        let steps = conn.start_handshake(now, config, cluster);
+        let Phase::Handshaking { deadline, .. } = conn.phase else {
+            return Vec::new();
+        };
+        steps.into_iter().map(|step| (step, deadline)).collect()
     }
 
     /// The node whose wake-up connection is `connection`.

@@ -152,12 +152,10 @@ impl Reader<'_> {
             Op::Inspect(op) => {
                 let request = op.call.request;
                 let read = match op.reading {
-                    Reading::Keys { .. } => {
-                        answers::scan(&self.config.key_prefix, frame).map(|page| Effect::Scanned(request, page))
-                    }
-                    Reading::Subject { .. } => {
-                        answers::inspection(self.now, frame).map(|reading| Effect::Inspected(request, reading))
-                    }
+                    Reading::Keys { .. } => answers::scan(&self.config.key_prefix, frame)
+                        .map(|page| Effect::Deliver(request, Event::Scanned(request, Ok(page)))),
+                    Reading::Subject { .. } => answers::inspection(self.now, frame)
+                        .map(|reading| Effect::Deliver(request, Event::Inspected(request, Ok(reading)))),
                 };
                 match read {
                     Ok(effect) => {
@@ -188,7 +186,9 @@ impl Reader<'_> {
         let waiting = self.callers.contains(request);
         let effect = match answer {
             AcquireAnswer::Queued => Effect::Queued(op),
-            AcquireAnswer::Shed(expected) => Effect::Finish(request, Outcome::Shed(expected)),
+            AcquireAnswer::Shed(expected) => {
+                Effect::Deliver(request, Event::Acquired(request, Outcome::Shed(expected)))
+            }
             // Delivered (or released) when the `WAIT` after it answers.
             AcquireAnswer::Granted(token) if self.config.replica_acks.is_some() => {
                 return self.conn.unreplicated.push((op, token));
@@ -196,7 +196,7 @@ impl Reader<'_> {
             AcquireAnswer::Granted(token) if waiting => Effect::Grant(op, token),
             AcquireAnswer::Granted(_) if self.bugs.skip_late_grant_compensation => return,
             AcquireAnswer::Granted(_) => Effect::Compensate(op, Ran::Answered),
-            AcquireAnswer::Exceeded if waiting => Effect::Finish(request, Outcome::Exceeded),
+            AcquireAnswer::Exceeded if waiting => Effect::Deliver(request, Event::Acquired(request, Outcome::Exceeded)),
             AcquireAnswer::Exceeded => return,
             AcquireAnswer::Tombstoned => Effect::Fail(request, Unavailable::Refused),
             // A trusted non-grant, but no evidence about the limit (never

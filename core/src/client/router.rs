@@ -1,31 +1,35 @@
-//! The router: the one place where the effects the client's parts ask for
-//! are applied, in order, where a request is routed to its node and
-//! written, and where an outcome is delivered to its caller (or released
-//! when the caller is gone).
+//! The router: where the effects the client's parts ask for are applied, in
+//! order (and nowhere else), where inputs and requests are dispatched to
+//! the part that owns them, and where calls are written on their node.
 
 use std::time::Instant;
 
 use super::callers::Awaits;
+use super::delivery::Delivery;
 use super::effect::Effect;
 use super::encode::Wire;
-use super::keep_alive;
-use super::release_queue::ReleaseQueue;
+use super::releases;
 use super::replies::Reader;
-use super::request::{AcquireOp, Op, Ran, ReleaseJob, ReleaseKind, RenewOp, Request, Step};
+use super::request::{AcquireOp, Op, ReleaseJob, Request, Step};
 use super::topology::Route;
 use super::waiters;
 use super::Client;
-use crate::event::{Action, ConnectionError, Event, Outcome, Renewal, RequestId, Unavailable};
+use crate::event::{Action, ConnectionError, ConnectionId, Event, Outcome, ReleaseFailure, RequestId, Unavailable};
 use crate::resp::Frame;
 use crate::scripts::ScriptKind;
-use crate::server_clock::lease_expiry;
-use crate::UnavailablePolicy;
 
 impl Client {
     pub(super) fn apply_all(&mut self, now: Instant, effects: Vec<Effect>) {
         for effect in effects {
             self.apply(now, effect);
         }
+    }
+
+    /// Runs `part`, then applies the effects it asked for, in order.
+    fn then(&mut self, now: Instant, part: impl FnOnce(&mut Self, &mut Vec<Effect>)) {
+        let mut fx = Vec::new();
+        part(self, &mut fx);
+        self.apply_all(now, fx);
     }
 
     /// Does what a part asked for.
@@ -39,27 +43,26 @@ impl Client {
                     return; // Its caller is gone and nothing ran: nothing to do.
                 }
                 if self.bugs.redirect_as_denial && matches!(redirected.request, Op::Acquire(_)) {
-                    return self.deliver(now, request, Event::Acquired(request, Outcome::Exceeded));
+                    let denied = Event::Acquired(request, Outcome::Exceeded);
+                    return self.delivering(now, |d| d.deliver(request, denied));
                 }
-                let mut fx = Vec::new();
-                self.net.redirect_op(now, *redirected, &mut self.out.stats, &mut fx);
-                self.apply_all(now, fx);
+                self.then(now, |c, fx| c.net.redirect_op(now, *redirected, &mut c.out.stats, fx));
             }
-            Effect::Finish(request, outcome) => self.deliver(now, request, Event::Acquired(request, outcome)),
-            Effect::Fail(request, reason) => self.fail(now, request, reason),
-            Effect::Renewed(request, renewal) => self.finish_renewal(now, request, renewal),
+            Effect::Submit(op) => self.submit(now, op),
+            Effect::Deliver(request, event) => self.delivering(now, |d| d.deliver(request, event)),
+            Effect::Fail(request, reason) => self.delivering(now, |d| d.fail(request, reason)),
+            Effect::Renewed(request, renewal) => self.delivering(now, |d| d.renewed(request, renewal)),
             Effect::Gone(request, lease) => {
                 if !self.keep_alive.is_renewal(request) {
                     // Found gone by its holder's own renewal: not kept any more.
                     self.keep_alive.remove(&lease);
                 }
             }
-            Effect::Inspected(request, reading) => self.deliver(now, request, Event::Inspected(request, Ok(reading))),
-            Effect::Scanned(request, page) => self.deliver(now, request, Event::Scanned(request, Ok(page))),
-            Effect::Grant(op, token) => self.deliver_grant(now, op, token),
+            Effect::Grant(op, token) => self.delivering(now, |d| d.grant(op, token)),
+            Effect::AwaitReplicas(op, token) => self.await_replicas(now, op, token),
             Effect::Queued(op) => {
                 if let Some(effect) = self.waiters.queued(now, op) {
-                    self.apply_waiter(now, effect);
+                    self.delivering(now, |d| d.waiter(effect));
                 }
             }
             Effect::Leave(keys, lease) => self.waiters.leave(keys, lease, now),
@@ -70,16 +73,12 @@ impl Client {
                 self.submit_release(now, job);
             }
             Effect::ResendRelease(node, job) => {
-                let mut fx = Vec::new();
-                self.releases
-                    .send_on(now, node, job, self.config.request_liveness, &mut fx);
-                self.apply_all(now, fx);
+                let liveness = self.config.request_liveness;
+                self.then(now, |c, fx| c.releases.send_on(now, node, job, liveness, fx));
             }
             Effect::Release(job) => self.submit_release(now, job),
             Effect::RedirectRelease(redirected) => {
-                let mut fx = Vec::new();
-                self.net.redirect_release(*redirected, &mut self.out.stats, &mut fx);
-                self.apply_all(now, fx);
+                self.then(now, |c, fx| c.net.redirect_release(*redirected, &mut c.out.stats, fx));
             }
             Effect::RetryRelease(job) => self.releases.try_again(now, job, &mut self.out),
             Effect::Reload(node, kind) => self.reload(now, node, kind),
@@ -137,13 +136,102 @@ impl Client {
         result
     }
 
+    // ---- inputs (the rest) ------------------------------------------------
+
+    /// `connection` closed, or could not be opened.
+    pub fn handle_closed(&mut self, now: Instant, connection: ConnectionId) {
+        self.closed(now, connection, ConnectionError::Closed);
+    }
+
+    /// `connection` failed, or could not be opened, for `reason` (the
+    /// operating system's words): as `handle_closed`, and the reason is
+    /// what callers without a connection are told.
+    pub fn handle_failed(&mut self, now: Instant, connection: ConnectionId, reason: String) {
+        self.closed(now, connection, ConnectionError::Io(reason));
+    }
+
+    fn closed(&mut self, now: Instant, connection: ConnectionId, error: ConnectionError) {
+        if let Some(node) = self.net.subscriber_of(connection) {
+            self.close_wake_ups(now, node);
+        } else if let Some(node) = self.net.node_of(connection) {
+            self.drop_connection(now, node, error);
+        } else {
+            return;
+        }
+        self.drive(now);
+    }
+
+    /// Time has reached (or passed) what `poll_timeout` asked for.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(request) = self.callers.overdue(now) {
+            self.net.unsend(request);
+            if self.waiters.was_queued(request) {
+                // It was queued, and no slot came in time: that is the
+                // limit's answer. (A waiter Redis never answered is as
+                // unavailable as any other request.)
+                let denied = Event::Acquired(request, Outcome::Exceeded);
+                self.delivering(now, |d| d.deliver(request, denied));
+            } else {
+                self.delivering(now, |d| d.fail(request, Unavailable::Timeout));
+            }
+        }
+        while let Some(effect) = self.waiters.handle_timeout(now) {
+            self.delivering(now, |d| d.waiter(effect));
+        }
+        for node in 0..self.net.nodes.len() {
+            let retry_after = self.config.reconnect_max_backoff;
+            if let Some(id) = self.net.nodes[node].wake_ups.handle_timeout(now, retry_after) {
+                self.out.action(Action::Close(id));
+            }
+        }
+        while let Some(effect) = self.keep_alive.handle_timeout(now) {
+            self.delivering(now, |d| d.keep_alive(effect));
+        }
+        for node in 0..self.net.nodes.len() {
+            let probing = self.probing();
+            self.then(now, |c, fx| c.net.expire(now, node, &c.config, probing, &mut c.out, fx));
+        }
+        for job in self.releases.take_expired(now) {
+            releases::abandon(job, ReleaseFailure::Expired, &mut self.out);
+        }
+        if self.net.topology.next_deadline().is_some_and(|at| at <= now) {
+            self.refresh_topology(now);
+        }
+        for op in self.net.deferred.take_due(now) {
+            self.route_op(now, op);
+        }
+        self.drive(now);
+    }
+
+    /// Switches on deliberate bugs: for the simulator's self-test only.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn inject_bugs(&mut self, bugs: crate::fault::InjectedBugs) {
+        if bugs.keep_alive_without_margin {
+            self.keep_alive.without_margin();
+        }
+        if bugs.skip_wake_up {
+            self.waiters.ignore_wake_ups();
+        }
+        self.bugs = bugs;
+    }
+
+    /// A new request whose caller waits at most the acquire timeout.
+    pub(super) fn register(&mut self, now: Instant, awaits: Awaits) -> RequestId {
+        let request = self.names.request();
+        let deadline = now + self.config.acquire_timeout;
+        self.callers.insert(request, deadline, awaits);
+        request
+    }
+
     // ---- calls ------------------------------------------------------------
 
     /// Writes `op` (or has it wait for the handshake), unless the in-flight
     /// cap or a backing-off connection fails it at once.
     pub(super) fn submit(&mut self, now: Instant, op: Op) {
         if self.in_flight_calls() >= self.config.max_in_flight {
-            return self.fail(now, op.call().request, Unavailable::Overloaded);
+            let request = op.call().request;
+            return self.delivering(now, |d| d.fail(request, Unavailable::Overloaded));
         }
         self.route_op(now, op);
     }
@@ -164,7 +252,8 @@ impl Client {
     fn send_call(&mut self, now: Instant, node: usize, op: Op) {
         if matches!(op, Op::Acquire(_)) && self.net.holding(now, node) {
             self.out.stats.recovering += 1;
-            return self.fail(now, op.call().request, Unavailable::Recovering);
+            let request = op.call().request;
+            return self.delivering(now, |d| d.fail(request, Unavailable::Recovering));
         }
         let no_deadline = self.bugs.skip_stale_check;
         let conn = self.net.nodes[node]
@@ -205,7 +294,8 @@ impl Client {
 
     /// Sends what can be sent on ready connections.
     pub(super) fn drive(&mut self, now: Instant) {
-        self.sync_subscriptions(now);
+        let (waiters, names, config) = (&mut self.waiters, &mut self.names, &self.config);
+        self.net.sync_subscriptions(now, waiters, names, config, &mut self.out);
         self.send_leaves(now);
         for node in 0..self.net.nodes.len() {
             if !self.net.nodes[node].is_ready() {
@@ -265,9 +355,7 @@ impl Client {
 
     /// Gives up `node`'s current connection (see [`Network::retire`](super::Network)).
     pub(super) fn drop_connection(&mut self, now: Instant, node: usize, error: ConnectionError) {
-        let mut fx = Vec::new();
-        self.net.retire(now, node, error, &mut self.out, &mut fx);
-        self.apply_all(now, fx);
+        self.then(now, |c, fx| c.net.retire(now, node, error, &mut c.out, fx));
     }
 
     /// Reads the slot table again, if the network says now is the time.
@@ -281,28 +369,13 @@ impl Client {
 
     /// Sends `job` where its subject lives, or queues it (see [`ReleaseQueue::submit`]).
     pub(super) fn submit_release(&mut self, now: Instant, job: ReleaseJob) {
-        let mut fx = Vec::new();
         let liveness = self.config.request_liveness;
-        ReleaseQueue::submit(
-            &mut self.releases,
-            now,
-            job,
-            &self.net,
-            liveness,
-            &mut self.out,
-            &mut fx,
-        );
-        self.apply_all(now, fx);
+        self.then(now, |c, fx| {
+            c.releases.submit(now, job, &c.net, liveness, &mut c.out, fx)
+        });
     }
 
     // ---- wake-ups ---------------------------------------------------------
-
-    /// Opens, subscribes or unsubscribes wake-up connections as the
-    /// channels waited on changed (see [`Network::sync_subscriptions`](super::Network)).
-    pub(super) fn sync_subscriptions(&mut self, now: Instant) {
-        let (waiters, names, config) = (&mut self.waiters, &mut self.names, &self.config);
-        self.net.sync_subscriptions(now, waiters, names, config, &mut self.out);
-    }
 
     /// Bytes on `node`'s wake-up connection: each message (counted) goes to
     /// the waiters, and what they ask for is done before the next; a broken
@@ -334,149 +407,35 @@ impl Client {
 
     // ---- outcomes ---------------------------------------------------------
 
-    /// Forgets `request`'s caller; whether it was still waiting.
-    pub(super) fn stop_waiting(&mut self, now: Instant, request: RequestId) -> bool {
-        // A waiter that leaves without a grant gives its queue place back.
-        self.waiters.remove(request, false, now);
-        self.callers.remove(request).is_some()
+    /// Runs one delivery step (see [`Delivery`]), then what it asked for.
+    pub(super) fn delivering(&mut self, now: Instant, step: impl FnOnce(&mut Delivery)) {
+        let mut fx = Vec::new();
+        step(&mut Delivery {
+            now,
+            config: &self.config,
+            names: &mut self.names,
+            callers: &mut self.callers,
+            waiters: &mut self.waiters,
+            keep_alive: &mut self.keep_alive,
+            held: &mut self.recovery.held,
+            out: &mut self.out,
+            fx: &mut fx,
+        });
+        self.apply_all(now, fx);
     }
 
-    /// Hands `event`, `request`'s outcome, to its caller if it still waits.
-    pub(super) fn deliver(&mut self, now: Instant, request: RequestId, event: Event) {
-        if self.stop_waiting(now, request) {
-            self.out.event(event);
-        }
-    }
-
-    /// No trustworthy answer for `request`: deny or fail open, by policy (a
-    /// renewal or an inspection is simply unavailable).
-    pub(super) fn fail(&mut self, now: Instant, request: RequestId, reason: Unavailable) {
-        let event = match self.callers.awaits(request) {
-            Some(Awaits::Inspection) => Event::Inspected(request, Err(reason)),
-            Some(Awaits::Scan) => Event::Scanned(request, Err(reason)),
-            Some(Awaits::Renewal | Awaits::KeepAlive | Awaits::HandOver) => {
-                return self.finish_renewal(now, request, Renewal::Unavailable(reason));
-            }
-            _ => Event::Acquired(
-                request,
-                match self.config.unavailable_policy {
-                    UnavailablePolicy::Deny => Outcome::Unavailable(reason),
-                    UnavailablePolicy::Allow => Outcome::FailOpen(reason),
-                },
-            ),
-        };
-        self.deliver(now, request, event);
-    }
-
-    /// Hands a grant to its caller, or releases it if the caller is gone.
-    fn deliver_grant(&mut self, now: Instant, op: AcquireOp, token: u64) {
-        let request = op.call.request;
-        if !self.callers.contains(request) {
-            return self.apply(now, Effect::Compensate(op, Ran::Answered));
-        }
-        // The grant took it out of its queue: nothing to leave.
-        self.waiters.remove(request, true, now);
-        let expires_at = lease_expiry(op.call.sent_at.unwrap_or(now), self.config.lease_ttl);
-        let lease = op.call.into_lease(token, now, expires_at, expires_at);
-        self.recovery.held.insert(now, &lease, op.limit);
-        self.deliver(now, request, Event::Acquired(request, Outcome::Granted(lease)));
-    }
-
-    /// Delivers a renewal's outcome: to its caller if it still waits, to
-    /// keep-alive for its own, or to the hand-over it confirms.
-    fn finish_renewal(&mut self, now: Instant, request: RequestId, renewal: Renewal) {
-        if self.callers.awaits(request) == Some(Awaits::HandOver) {
-            self.stop_waiting(now, request);
-            return self.handed_confirmed(now, request, matches!(renewal, Renewal::Extended(_)));
-        }
-        if !self.stop_waiting(now, request) {
-            return;
-        }
-        if !self.keep_alive.is_renewal(request) {
-            return self.out.event(Event::Renewed(request, renewal));
-        }
-        if let Some(effect) = self.keep_alive.on_renewed(request, renewal) {
-            self.apply_keep_alive(now, effect);
-        }
-    }
-
-    /// Applies what keep-alive asks for: a renewal sent (as any request,
-    /// bounded by the acquire timeout and the lease's expiry), or a lease
-    /// kept or lost reported and counted.
-    pub(super) fn apply_keep_alive(&mut self, now: Instant, effect: keep_alive::Effect) {
-        match effect {
-            keep_alive::Effect::Renew(lease) => {
-                let request = self.names.request();
-                let deadline = (now + self.config.acquire_timeout).min(lease.expires_at);
-                self.callers.insert(request, deadline, Awaits::KeepAlive);
-                self.keep_alive.sent(&lease.id, request, now);
-                let renewal = RenewOp::new(request, lease.id, lease.keys, lease.fencing_token, lease.granted_at);
-                self.submit(now, Op::Renew(renewal));
-            }
-            keep_alive::Effect::Kept { lease, expires_at } => {
-                self.out.stats.kept_alive += 1;
-                self.out.event(Event::KeptAlive { lease, expires_at });
-            }
-            keep_alive::Effect::Lost { lease, reason } => {
-                self.out.stats.keep_alive_lost += 1;
-                self.recovery.held.remove(&lease);
-                self.out.event(Event::LeaseLost { lease, reason });
-            }
-        }
-    }
-
+    /// What the waiters ask for, one effect at a time.
     pub(super) fn apply_waiters(&mut self, now: Instant, effects: Vec<waiters::Effect>) {
         for effect in effects {
-            self.apply_waiter(now, effect);
+            self.delivering(now, |d| d.waiter(effect));
         }
     }
 
-    /// Applies what the waiters ask for: a check sent again, or a slot a
-    /// release handed over delivered at once, from the message (or, with
-    /// `replica_acks`, once the renewal that confirms it is replicated).
-    pub(super) fn apply_waiter(&mut self, now: Instant, effect: waiters::Effect) {
-        let (op, token) = match effect {
-            waiters::Effect::Check(op) => return self.route_op(now, Op::Acquire(op)),
-            waiters::Effect::Handed { op, token } => (op, token),
-        };
-        self.out.stats.handed_over += 1;
-        let request = op.call.request;
-        // The renewal that confirms it runs on this client's connection,
-        // after the release (another client's) in the replication stream:
-        // a `WAIT` after it covers both. Without `replica_acks` it answers
-        // no caller: it extends the slot, already this waiter's in Redis, to
-        // a whole TTL, or finds it given back already.
-        let renewal = self.names.request();
-        let confirm = RenewOp::new(renewal, op.call.lease.clone(), op.call.keys.clone(), token, now);
-        if self.config.replica_acks.is_some() {
-            self.callers
-                .insert(renewal, now + self.config.request_liveness, Awaits::HandOver);
-            self.waiters.confirming(renewal, op, token);
-            return self.route_op(now, Op::Renew(confirm));
-        }
-        // The release ran after this waiter's last check (which queued it)
-        // was sent: the reservation lives its lifetime from then at least.
-        let expires_at = lease_expiry(op.call.sent_at.unwrap_or(now), self.config.waiter_lifetime());
-        // The renewal runs within its liveness and extends the lease a TTL
-        // from then: releases keep trying until that.
-        let release_until = now + self.config.request_liveness + self.config.lease_ttl;
-        let lease = op.call.into_lease(token, now, expires_at, release_until);
-        self.waiters.remove(request, true, now);
-        self.recovery.held.insert(now, &lease, op.limit);
-        self.deliver(now, request, Event::Acquired(request, Outcome::Granted(lease)));
-        self.route_op(now, Op::Renew(confirm));
-    }
-
-    /// The renewal that confirms a hand-over ended. Extended: the grant
-    /// waits for a `WAIT` written at once on that node. Otherwise the
-    /// reservation is gone (or unconfirmed): the waiter checks again,
-    /// keeping its place if it still has one.
-    fn handed_confirmed(&mut self, now: Instant, renewal: RequestId, extended: bool) {
-        let Some((op, token)) = self.waiters.confirmed(renewal) else {
-            return;
-        };
+    /// A confirmed hand-over waits for a `WAIT` written at once on the node
+    /// that serves it; with that node not ready, the waiter checks again.
+    fn await_replicas(&mut self, now: Instant, op: AcquireOp, token: u64) {
         let node = match self.net.topology.route(op.call.keys.slot()) {
-            Route::Node(node) if extended && self.net.nodes[node].is_ready() => node,
+            Route::Node(node) if self.net.nodes[node].is_ready() => node,
             _ => return self.route_op(now, Op::Acquire(op.resend())),
         };
         let acks = self
@@ -487,16 +446,5 @@ impl Client {
         conn.unreplicated.push((op, token));
         let deadline = now + self.config.request_liveness + acks.timeout;
         self.send(node, Request::Wait, deadline);
-    }
-
-    /// Takes back an outcome whose caller left before seeing it (never
-    /// delivered, so never counted): the lease of a grant is compensated.
-    pub(super) fn withdraw(&mut self, now: Instant, outcome: Outcome) {
-        if let Outcome::Granted(lease) = outcome {
-            self.recovery.held.remove(&lease.id);
-            self.out.stats.compensations += 1;
-            let compensation = ReleaseKind::Compensation { tombstone_until_ms: 0 };
-            self.submit_release(now, ReleaseJob::of(lease, compensation, now));
-        }
     }
 }

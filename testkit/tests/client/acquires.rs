@@ -90,7 +90,7 @@ fn an_outcome_not_yet_taken_is_withdrawn_when_its_caller_leaves() {
 #[test]
 fn a_caller_timeout_keeps_a_slow_connection_and_compensates_the_late_grant() {
     let mut pair = Pair::connected(config(), start());
-    let (connection, _) = pair.client.connection().unwrap();
+    let (connection, _) = inflight_testkit::connection(&pair.client).unwrap();
     let a = pair.acquire("t", "s", 1);
     pair.to_server(usize::MAX);
     pair.advance(config().acquire_timeout);
@@ -99,7 +99,7 @@ fn a_caller_timeout_keeps_a_slow_connection_and_compensates_the_late_grant() {
     pair.advance(ms(500));
     pair.exchange();
     assert_eq!(
-        pair.client.connection(),
+        inflight_testkit::connection(&pair.client),
         Some((connection, true)),
         "a slow reply must not retire the connection"
     );
@@ -110,13 +110,13 @@ fn a_caller_timeout_keeps_a_slow_connection_and_compensates_the_late_grant() {
     let b = pair.acquire("t", "s", 1);
     pair.exchange();
     assert!(matches!(pair.outcome(b), Some(Outcome::Granted(_))));
-    assert_eq!(pair.client.connection(), Some((connection, true)));
+    assert_eq!(inflight_testkit::connection(&pair.client), Some((connection, true)));
 }
 
 #[test]
 fn a_reply_echoing_another_lease_retires_the_connection_and_is_unavailable() {
     let mut pair = Pair::connected(config(), start());
-    let (first, _) = pair.client.connection().unwrap();
+    let (first, _) = inflight_testkit::connection(&pair.client).unwrap();
     let a = pair.acquire("t", "s", 1);
     // A denial echoing someone else's id: not evidence of anything.
     pair.inject(b"*4\r\n:0\r\n$38\r\n00000000000000000000000000000abc-99999\r\n:0\r\n:0\r\n");
@@ -135,7 +135,7 @@ fn a_reply_echoing_another_lease_retires_the_connection_and_is_unavailable() {
     pair.land_ghosts();
     pair.settle();
     assert!(pair.server.all_live_leases().is_empty());
-    assert_ne!(pair.client.connection().unwrap().0, first);
+    assert_ne!(inflight_testkit::connection(&pair.client).unwrap().0, first);
 }
 
 #[test]
@@ -165,7 +165,7 @@ fn the_in_flight_cap_refuses_at_once_and_leaves_the_connection_healthy() {
         },
         start(),
     );
-    let (connection, _) = pair.client.connection().unwrap();
+    let (connection, _) = inflight_testkit::connection(&pair.client).unwrap();
     let a = pair.acquire("t", "s", 5);
     let b = pair.acquire("t", "s", 5);
     let c = pair.acquire("t", "s", 5);
@@ -176,7 +176,7 @@ fn the_in_flight_cap_refuses_at_once_and_leaves_the_connection_healthy() {
     let d = pair.acquire("t", "s", 5);
     pair.exchange();
     assert!(matches!(pair.outcome(d), Some(Outcome::Granted(_))));
-    assert_eq!(pair.client.connection(), Some((connection, true)));
+    assert_eq!(inflight_testkit::connection(&pair.client), Some((connection, true)));
 }
 
 #[test]

@@ -59,7 +59,7 @@ fn a_batch_reply_with_one_wrong_echo_makes_every_member_ambiguous() {
     let handshake = client.poll_transmit().unwrap().data;
     let reply = model.handle(&mut connection, &handshake).unwrap();
     client.handle_input(start(), id, &reply);
-    assert_eq!(client.connection(), Some((id, true)));
+    assert_eq!(inflight_testkit::connection(&client), Some((id, true)));
     let requests: Vec<_> = (0..3)
         .map(|_| client.acquire(start(), &key("t", "s"), limit(5)))
         .collect();
@@ -82,7 +82,11 @@ fn a_batch_reply_with_one_wrong_echo_makes_every_member_ambiguous() {
     }
     assert_eq!(ambiguous, 3, "no member of an untrusted reply is believed");
     assert_eq!(client.stats().compensations, 3);
-    assert_ne!(client.connection().map(|c| c.0), Some(id), "the connection is retired");
+    assert_ne!(
+        inflight_testkit::connection(&client).map(|c| c.0),
+        Some(id),
+        "the connection is retired"
+    );
 }
 
 #[test]

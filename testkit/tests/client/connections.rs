@@ -5,7 +5,7 @@ use super::*;
 #[test]
 fn a_stalled_connection_is_retired_after_the_liveness_budget_and_recovers() {
     let mut pair = Pair::connected(config(), start());
-    let (first, _) = pair.client.connection().unwrap();
+    let (first, _) = inflight_testkit::connection(&pair.client).unwrap();
     let a = pair.acquire("t", "s", 1);
     pair.to_server(usize::MAX); // executed, reply stuck
     pair.advance(config().request_liveness);
@@ -24,7 +24,7 @@ fn a_stalled_connection_is_retired_after_the_liveness_budget_and_recovers() {
 #[test]
 fn garbage_or_unsolicited_replies_retire_the_connection() {
     let mut pair = Pair::connected(config(), start());
-    let (first, _) = pair.client.connection().unwrap();
+    let (first, _) = inflight_testkit::connection(&pair.client).unwrap();
     pair.inject(b"+OK\r\n");
     assert!(pair.events.contains(&Event::Retired(
         first,
@@ -32,7 +32,7 @@ fn garbage_or_unsolicited_replies_retire_the_connection() {
     )));
 
     pair.settle();
-    let (second, _) = pair.client.connection().unwrap();
+    let (second, _) = inflight_testkit::connection(&pair.client).unwrap();
     let a = pair.acquire("t", "s", 1);
     pair.inject(b"$4611686018427387904\r\n");
     assert!(matches!(
@@ -51,7 +51,7 @@ fn garbage_or_unsolicited_replies_retire_the_connection() {
 #[test]
 fn server_errors_are_unavailable_and_some_retire() {
     let mut pair = Pair::connected(config(), start());
-    let (first, _) = pair.client.connection().unwrap();
+    let (first, _) = inflight_testkit::connection(&pair.client).unwrap();
     let a = pair.acquire("t", "s", 1);
     pair.inject(b"-BUSY Redis is busy running a script\r\n");
     let Some(Outcome::Unavailable(Unavailable::Server(error))) = pair.outcome(a) else {
@@ -59,7 +59,7 @@ fn server_errors_are_unavailable_and_some_retire() {
     };
     assert_eq!(error.kind(), ServerErrorKind::Busy);
     assert_eq!(error.message(), "BUSY Redis is busy running a script");
-    assert_eq!(pair.client.connection(), Some((first, true)));
+    assert_eq!(inflight_testkit::connection(&pair.client), Some((first, true)));
     assert_eq!(
         pair.client.stats().compensations,
         0,
@@ -153,7 +153,7 @@ fn the_right_password_connects() {
     pair.server.password = Some("right".into());
     pair.accept();
     pair.exchange();
-    assert!(pair.client.connection().is_some_and(|(_, ready)| ready));
+    assert!(inflight_testkit::connection(&pair.client).is_some_and(|(_, ready)| ready));
 }
 
 #[test]
@@ -175,7 +175,7 @@ fn poll_timeout_is_none_when_idle_and_a_probe_while_a_lease_is_held() {
 #[test]
 fn a_host_that_dies_silently_is_found_by_the_idle_probe() {
     let mut pair = Pair::connected(config(), start());
-    let first = pair.client.connection().unwrap().0;
+    let first = inflight_testkit::connection(&pair.client).unwrap().0;
     pair.acquire("t", "s", 1);
     pair.exchange();
     // Answered probes keep the connection.
@@ -183,7 +183,7 @@ fn a_host_that_dies_silently_is_found_by_the_idle_probe() {
         pair.advance(config().idle_probe);
         pair.exchange();
     }
-    assert_eq!(pair.client.connection().unwrap().0, first);
+    assert_eq!(inflight_testkit::connection(&pair.client).unwrap().0, first);
     assert_eq!(pair.client.stats().connections_replaced, 0);
     // The host dies without a word: the probe goes unanswered, and its
     // liveness retires the connection (a new one then finds the failover).
@@ -244,9 +244,13 @@ fn a_redis_cluster_node_is_refused_at_the_handshake() {
         "{:?}",
         pair.events
     );
-    assert_eq!(pair.client.connection(), None, "backing off, not using the node");
+    assert_eq!(
+        inflight_testkit::connection(&pair.client),
+        None,
+        "backing off, not using the node"
+    );
     // A standalone server is used as before.
     pair.server.cluster_enabled = false;
     pair.settle();
-    assert!(pair.client.connection().is_some_and(|(_, ready)| ready));
+    assert!(inflight_testkit::connection(&pair.client).is_some_and(|(_, ready)| ready));
 }

@@ -170,7 +170,11 @@ fn a_replica_is_refused_at_the_handshake() {
         .events
         .iter()
         .any(|event| matches!(event, Event::ConnectFailed(_, ConnectionError::Replica(role)) if role == "slave")));
-    assert_eq!(pair.client.connection(), None, "backing off, not ready");
+    assert_eq!(
+        inflight_testkit::connection(&pair.client),
+        None,
+        "backing off, not ready"
+    );
 }
 
 #[test]

@@ -139,7 +139,7 @@ fn a_release_never_retries_past_the_lease_ttl() {
 #[test]
 fn a_release_answered_read_only_by_a_standalone_server_retires_the_connection() {
     let mut pair = Pair::connected(config(), start());
-    let (first, _) = pair.client.connection().unwrap();
+    let (first, _) = inflight_testkit::connection(&pair.client).unwrap();
     pair.acquire("t", "s", 1);
     pair.exchange();
     pair.release(0); // written, not answered yet

@@ -67,7 +67,7 @@ fn a_renewal_that_comes_too_late_cannot_bring_a_released_lease_back() {
 #[test]
 fn a_renewal_times_out_without_touching_the_connection_or_the_lease() {
     let mut pair = Pair::connected(config(), start());
-    let (connection, _) = pair.client.connection().unwrap();
+    let (connection, _) = inflight_testkit::connection(&pair.client).unwrap();
     let a = pair.acquire("t", "s", 1);
     pair.exchange();
     assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
@@ -80,7 +80,7 @@ fn a_renewal_times_out_without_touching_the_connection_or_the_lease() {
         Some(&Renewal::Unavailable(Unavailable::Timeout))
     );
     pair.settle();
-    assert_eq!(pair.client.connection(), Some((connection, true)));
+    assert_eq!(inflight_testkit::connection(&pair.client), Some((connection, true)));
     assert_eq!(pair.server.all_live_leases().len(), 1, "a renewal is never compensated");
     // The next renewal goes through (by EVAL after the NOSCRIPT, or reloaded).
     let again = pair.renew(0);
