@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::connection::Connection;
 use super::network::Network;
 
-/// What a deadline of [`Client::poll_timeout`] is for.
+/// What a deadline of [`Client::poll_timeout`](crate::Client::poll_timeout) is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Timer {
