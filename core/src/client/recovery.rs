@@ -69,10 +69,10 @@ struct Found {
 }
 
 impl RecoveryState {
-    /// Every step of `node`'s handshake is answered: a connection whose
+    /// Every step of `node`'s handshake is answered. A connection whose
     /// server lost lease data first writes back what this client holds
-    /// there first: the writes (more steps), due by the instant given;
-    /// then it is ready.
+    /// there: the writes are returned (more steps, due by the instant
+    /// returned with them). Otherwise the connection is ready now.
     pub(super) fn handshake_done(
         &mut self,
         now: Instant,

@@ -119,17 +119,10 @@ impl Network {
         stats: &mut Stats,
         fx: &mut Vec<Effect>,
     ) {
-        let Redirected {
-            node,
-            request: mut op,
-            redirect,
-            message,
-        } = redirected;
+        let Redirected { request: mut op, .. } = redirected;
         op.call_mut().ask = None;
-        let (next, refresh) = self.redirected(node, redirect, &message, &mut op.call_mut().redirects, stats);
-        if refresh {
-            fx.push(Effect::RefreshTopology);
-        }
+        let (node, redirect, message) = (redirected.node, redirected.redirect, &redirected.message);
+        let next = self.follow(node, redirect, message, &mut op.call_mut().redirects, stats, fx);
         match next {
             Next::Route { ask } => {
                 op.call_mut().ask = ask;
@@ -138,7 +131,7 @@ impl Network {
             Next::Later => self.deferred.until(now + TRY_AGAIN_DELAY, op),
             Next::GiveUp => fx.push(Effect::Fail(
                 op.call().request,
-                Unavailable::Server(ServerError::new(&message)),
+                Unavailable::Server(ServerError::new(message)),
             )),
         }
     }
@@ -153,17 +146,10 @@ impl Network {
         stats: &mut Stats,
         fx: &mut Vec<Effect>,
     ) {
-        let Redirected {
-            node,
-            request: mut job,
-            redirect,
-            message,
-        } = redirected;
+        let Redirected { request: mut job, .. } = redirected;
         job.ask = None;
-        let (next, refresh) = self.redirected(node, redirect, &message, &mut job.redirects, stats);
-        if refresh {
-            fx.push(Effect::RefreshTopology);
-        }
+        let (node, redirect, message) = (redirected.node, redirected.redirect, &redirected.message);
+        let next = self.follow(node, redirect, message, &mut job.redirects, stats, fx);
         fx.push(match next {
             Next::Route { ask } => {
                 job.ask = ask;
@@ -176,6 +162,24 @@ impl Network {
                 Effect::RetryRelease(job)
             }
         });
+    }
+
+    /// Counts and follows `redirect` (see [`Network::redirected`]); a slot
+    /// table to read again is asked for as an effect.
+    fn follow(
+        &mut self,
+        node: usize,
+        redirect: Redirect,
+        message: &str,
+        redirects: &mut u8,
+        stats: &mut Stats,
+        fx: &mut Vec<Effect>,
+    ) -> Next {
+        let (next, refresh) = self.redirected(node, redirect, message, redirects, stats);
+        if refresh {
+            fx.push(Effect::RefreshTopology);
+        }
+        next
     }
 
     /// Where to read the slot table again now, if a refresh is wanted and

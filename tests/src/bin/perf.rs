@@ -2,7 +2,10 @@
 //! default `TCP_NODELAY`, and with `tcp_nodelay(false)` as redis-rs's default
 //! socket has it), a raw pipelined client sending the same two commands (redis-rs multiplexed
 //! connection: `EVALSHA` of `ACQUIRE` and of `RELEASE`, the exact keys and
-//! arguments inflight sends), and the seed's design (a hash scanned on every
+//! arguments inflight sends: the library's own overhead), a minimal client
+//! (the same connection; the least a correct TTL lease needs: one `EVALSHA`
+//! of `ZREMRANGEBYSCORE` + `ZCARD` + `ZADD`, then one `ZREM`: what the
+//! scripts' features cost), and the seed's design (a hash scanned on every
 //! acquire, `redis::ConnectionManager`). A cycle is an acquire and its awaited
 //! release, on one key whose limit is never reached, with 1, 64 and 512 tasks.
 //!
@@ -41,17 +44,31 @@ enum Row {
     /// leaves Nagle on unless built with its `tcp_nodelay` feature).
     InflightNagle,
     Raw,
+    /// The least a correct TTL lease needs (see `MINIMAL_ACQUIRE`).
+    Minimal,
     Seed,
 }
 
+/// The minimal acquire: prune the expired, count, add. `KEYS[1]` the lease
+/// set; `ARGV` now (the client's clock, ms), the expiry, the limit, the id.
+const MINIMAL_ACQUIRE: &str = r#"
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
+return 1
+"#;
+
 impl Row {
-    const ALL: [Row; 4] = [Row::Inflight, Row::InflightNagle, Row::Raw, Row::Seed];
+    const ALL: [Row; 5] = [Row::Inflight, Row::InflightNagle, Row::Raw, Row::Minimal, Row::Seed];
 
     fn name(self) -> &'static str {
         match self {
             Row::Inflight => "inflight",
             Row::InflightNagle => "inflight, Nagle",
             Row::Raw => "raw pipelined",
+            Row::Minimal => "minimal",
             Row::Seed => "seed design",
         }
     }
@@ -191,7 +208,7 @@ fn report(samples: &[(Row, Setup, Sample)], seconds: f64) -> String {
         };
         median(of(a).iter().zip(of(b)).map(|(x, y)| x / y).collect())
     };
-    let lines: [RatioLine; 7] = [
+    let lines: [RatioLine; 10] = [
         (
             "cycles/s inflight ÷ raw",
             Row::Inflight,
@@ -207,11 +224,32 @@ fn report(samples: &[(Row, Setup, Sample)], seconds: f64) -> String {
             "≥ 1.0",
         ),
         (
+            "cycles/s inflight ÷ minimal",
+            Row::Inflight,
+            Row::Minimal,
+            |s| s.cycles_per_sec,
+            "≥ 0.95, 1.0, 1.0, 0.6",
+        ),
+        (
             "cycles/s inflight ÷ seed",
             Row::Inflight,
             Row::Seed,
             |s| s.cycles_per_sec,
-            "≥ 3 at 64 tasks",
+            "≥ 1.0 at 64 keys",
+        ),
+        (
+            "Redis CPU/cycle inflight ÷ minimal",
+            Row::Inflight,
+            Row::Minimal,
+            |s| s.redis_us,
+            "≤ 2 at 64 keys",
+        ),
+        (
+            "Redis commands/cycle inflight ÷ minimal",
+            Row::Inflight,
+            Row::Minimal,
+            |s| s.redis_commands,
+            "≤ 7/5 at 64 keys",
         ),
         (
             "acquire p50 inflight ÷ raw",
@@ -280,6 +318,7 @@ async fn measure_row(server: &RedisServer, row: Row, setup: Setup, measure: Dura
             (spawn_inflight(&limiter, &subject, setup, &worker), Some(limiter))
         }
         Row::Raw => (spawn_raw(server, &subject, setup, &worker).await, None),
+        Row::Minimal => (spawn_minimal(server, &subject, setup, &worker).await, None),
         Row::Seed => (spawn_seed(server, &subject, setup, &worker).await, None),
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -449,6 +488,63 @@ async fn spawn_raw(
                         .query_async(&mut connection)
                         .await
                         .expect("release");
+                    worker.done(acquired);
+                }
+            })
+        })
+        .collect()
+}
+
+/// The least a correct TTL lease needs, over the raw row's connection:
+/// `MINIMAL_ACQUIRE` by `EVALSHA`, then a plain `ZREM`.
+async fn spawn_minimal(
+    server: &RedisServer,
+    subject: &str,
+    setup: Setup,
+    worker: &Worker,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let client = redis::Client::open(server.url()).expect("url");
+    let connection = client.get_multiplexed_async_connection().await.expect("connect");
+    let acquire = redis::Script::new(MINIMAL_ACQUIRE);
+    let sha = acquire.get_hash().to_string();
+    let _: String = acquire
+        .prepare_invoke()
+        .load_async(&mut connection.clone())
+        .await
+        .expect("SCRIPT LOAD");
+    let next = Arc::new(AtomicU64::new(0));
+    (0..setup.0)
+        .map(|task| {
+            let key = format!("minimal:{{perf|{}}}:leases", subject_of(subject, setup, task));
+            let (mut connection, sha) = (connection.clone(), sha.clone());
+            let (next, worker) = (next.clone(), worker.clone());
+            tokio::spawn(async move {
+                while !worker.stopped() {
+                    let id = format!("minimal-{}", next.fetch_add(1, Ordering::Relaxed));
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .expect("clock")
+                        .as_millis() as u64;
+                    let started = Instant::now();
+                    let granted: i64 = redis::cmd("EVALSHA")
+                        .arg(&sha)
+                        .arg(1)
+                        .arg(&key)
+                        .arg(now)
+                        .arg(now + TTL_MS)
+                        .arg(HIGH_LIMIT)
+                        .arg(&id)
+                        .query_async(&mut connection)
+                        .await
+                        .expect("minimal acquire");
+                    let acquired = started.elapsed();
+                    assert_eq!(granted, 1, "the minimal acquire was not granted");
+                    let _: i64 = redis::cmd("ZREM")
+                        .arg(&key)
+                        .arg(&id)
+                        .query_async(&mut connection)
+                        .await
+                        .expect("minimal release");
                     worker.done(acquired);
                 }
             })
