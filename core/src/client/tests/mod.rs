@@ -13,5 +13,6 @@ mod handshake;
 mod keep_alive;
 mod redirects;
 mod release_queue;
+mod replies;
 mod waiters;
 mod wake_ups;
