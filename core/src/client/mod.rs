@@ -1,7 +1,9 @@
 //! The `Client`: one state machine that owns every request, every reply and
-//! every compensation decision. The contract is on [`Client`]; the parts it
-//! orchestrates (callers, connection, release queue, reconnect backoff,
-//! request kinds) each live in a file of their own.
+//! every compensation decision. The contract is on [`Client`]. Its parts
+//! (the network and its connections, the reply reader, delivery, the release
+//! queue, waiters, keep-alive, recovery) each live in a file of their own and
+//! answer with effects; `router.rs` applies them, and is the only other file
+//! that implements `Client`.
 
 use std::num::NonZeroU32;
 use std::time::Instant;
