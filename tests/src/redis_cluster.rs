@@ -411,22 +411,26 @@ impl RedisCluster {
     }
 
     /// A primary with a live replica (an earlier test may have killed the
-    /// replica of another), for a test that fails one over.
+    /// replica of another), for a test that fails one over. A test running
+    /// beside this one may be failing a primary over right now: the demoted
+    /// node takes a moment to rejoin as a replica, so this waits (bounded).
     pub fn primary_with_replica(&self) -> u16 {
-        let replicas: Vec<NodeInfo> = self
-            .topology()
-            .into_iter()
-            .filter(|n| !n.primary && !n.failed)
-            .collect();
-        let primaries = self
-            .topology()
-            .into_iter()
-            .filter(|n| n.primary && !n.failed && !n.slots.is_empty());
-        primaries
-            .filter(|p| replicas.iter().any(|r| r.primary_id.as_deref() == Some(p.id.as_str())))
-            .map(|p| p.port)
-            .next()
-            .expect("a primary with a live replica")
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let topology = self.topology();
+            let live = |n: &&NodeInfo| !n.failed && self.node(n.port).is_running();
+            let replicas: Vec<&NodeInfo> = topology.iter().filter(|n| !n.primary).filter(live).collect();
+            let found = topology
+                .iter()
+                .filter(|n| n.primary && !n.slots.is_empty())
+                .filter(live)
+                .find(|p| replicas.iter().any(|r| r.primary_id.as_deref() == Some(p.id.as_str())));
+            if let Some(primary) = found {
+                return primary.port;
+            }
+            assert!(Instant::now() < deadline, "no primary has a live replica after 15 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// A replica of the primary at `primary`. After an earlier test's
