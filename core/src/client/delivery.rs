@@ -5,6 +5,7 @@
 //! It works on the client's callers, waiters, kept and held leases, and
 //! answers with effects for whatever must go on the wire.
 
+use std::num::NonZeroU32;
 use std::time::Instant;
 
 use super::callers::{Awaits, Callers};
@@ -16,7 +17,7 @@ use super::outbox::Outbox;
 use super::request::{AcquireOp, Op, Ran, ReleaseJob, ReleaseKind, RenewOp};
 use super::waiters::{self, Waiters};
 use crate::config::Config;
-use crate::event::{Event, Outcome, Renewal, RequestId, Unavailable};
+use crate::event::{Event, Lease, Outcome, Renewal, RequestId, Unavailable};
 use crate::server_clock::lease_expiry;
 use crate::UnavailablePolicy;
 
@@ -74,12 +75,20 @@ impl Delivery<'_> {
         if !self.callers.contains(request) {
             return self.fx.push(Effect::Compensate(op, Ran::Answered));
         }
-        // The grant took it out of its queue: nothing to leave.
-        self.waiters.remove(request, true, now);
         let expires_at = lease_expiry(op.call.sent_at.unwrap_or(now), self.config.lease_ttl);
         let lease = op.call.into_lease(token, now, expires_at, expires_at);
-        self.held.insert(now, &lease, op.limit);
-        self.deliver(request, Event::Acquired(request, Outcome::Granted(lease)));
+        self.granted(request, lease, op.limit);
+    }
+
+    /// `request`'s grant: it took the waiter (if any) out of its queue, so
+    /// there is nothing to leave; the lease is held, and delivered if the
+    /// caller still waits.
+    fn granted(&mut self, request: RequestId, lease: Lease, limit: NonZeroU32) {
+        self.waiters.remove(request, true, self.now);
+        self.held.insert(self.now, &lease, limit);
+        if self.callers.remove(request).is_some() {
+            self.out.event(Event::Acquired(request, Outcome::Granted(lease)));
+        }
     }
 
     /// A renewal's outcome: for its caller if it still waits, for
@@ -155,9 +164,7 @@ impl Delivery<'_> {
         // from then: releases keep trying until that.
         let release_until = now + self.config.request_liveness + self.config.lease_ttl;
         let lease = op.call.into_lease(token, now, expires_at, release_until);
-        self.waiters.remove(request, true, now);
-        self.held.insert(now, &lease, op.limit);
-        self.deliver(request, Event::Acquired(request, Outcome::Granted(lease)));
+        self.granted(request, lease, op.limit);
         self.fx.push(Effect::Route(Op::Renew(confirm)));
     }
 

@@ -122,6 +122,17 @@ impl Network {
         }
     }
 
+    /// `node`'s handshake is done (and any recovery written): requests may
+    /// go, the server's identity is remembered and the backoff starts over.
+    pub(super) fn make_ready(&mut self, now: Instant, node: usize, out: &mut Outbox) {
+        let target = &mut self.nodes[node];
+        let conn = target.connection.as_mut().expect("a handshake just ended");
+        conn.make_ready(now);
+        target.identity = Some(conn.identity.clone());
+        target.reconnect.succeeded();
+        out.event(Event::Connected(conn.id()));
+    }
+
     /// Gives up `node`'s current connection: a failed attempt backs off
     /// before the next; a ready connection that is retired is replaced at
     /// once (in a cluster, only while the node still owns slots). Other

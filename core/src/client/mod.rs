@@ -353,7 +353,8 @@ impl Client {
         let Some(node) = self.net.node_of(connection) else {
             return;
         };
-        for (step, deadline) in self.net.start_handshake(now, node, &self.config) {
+        let (steps, deadline) = self.net.start_handshake(now, node, &self.config);
+        for step in steps {
             self.send(node, Request::Handshake(step), deadline);
         }
     }

@@ -124,16 +124,16 @@ impl Network {
         }
     }
 
-    /// `node`'s socket is open: the handshake's steps to write, each due by
-    /// the handshake's deadline (none if it was not opening).
-    pub(super) fn start_handshake(&mut self, now: Instant, node: usize, config: &Config) -> Vec<(Step, Instant)> {
+    /// `node`'s socket is open: the handshake's steps to write and the
+    /// deadline they share (none if it was not opening).
+    pub(super) fn start_handshake(&mut self, now: Instant, node: usize, config: &Config) -> (Vec<Step>, Instant) {
         let cluster = self.topology.is_cluster();
         let conn = self.nodes[node].connection.as_mut().expect("a current connection");
         let steps = conn.start_handshake(now, config, cluster);
-        let Phase::Handshaking { deadline, .. } = conn.phase else {
-            return Vec::new();
-        };
-        steps.into_iter().map(|step| (step, deadline)).collect()
+        match conn.phase {
+            Phase::Handshaking { deadline, .. } => (steps, deadline),
+            _ => (Vec::new(), now),
+        }
     }
 
     /// The node whose wake-up connection is `connection`.

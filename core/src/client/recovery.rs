@@ -58,22 +58,15 @@ impl RecoveryKeys {
     }
 }
 
-/// What a handshake that found lost data does about it.
-#[derive(Debug)]
-struct Found {
-    /// `Event::DataLoss`, for the operator.
-    report: Event,
-    /// The writes that recover it (the hold, releases again, write-backs),
-    /// in order: the connection is ready once all are answered.
-    writes: Vec<Request>,
-}
-
 impl RecoveryState {
-    /// Every step of `node`'s handshake is answered. A connection whose
-    /// server lost lease data first writes back what this client holds
-    /// there: the writes are returned (more steps, due by the instant
-    /// returned with them). Otherwise the connection is ready now.
-    pub(super) fn handshake_done(
+    /// Every step of `node`'s handshake is answered: if its server lost
+    /// lease data since this client last saw it (checked once per
+    /// connection), the loss is reported and, with recovery on (`window`),
+    /// the writes that bring back what is held there are returned, due by
+    /// the instant returned with them (more steps of the handshake, on a
+    /// fresh budget); new grants on `node` are held for the window. `None`:
+    /// nothing to write, the connection may be made ready.
+    pub(super) fn handshake_writes(
         &mut self,
         now: Instant,
         node: usize,
@@ -83,41 +76,9 @@ impl RecoveryState {
         out: &mut Outbox,
     ) -> Option<(Vec<Request>, Instant)> {
         let conn = net.nodes[node].connection.as_mut().expect("a handshake just ended");
-        if !conn.recovery_checked {
-            conn.recovery_checked = true;
-            if let Some(found) = self.on_handshake(now, node, net, config, window) {
-                out.stats.data_losses += 1;
-                out.event(found.report);
-                if !found.writes.is_empty() {
-                    // A fresh budget: the handshake's own may be nearly spent.
-                    let deadline = now + config.connect_timeout;
-                    let conn = net.nodes[node].connection.as_mut().expect("a handshake just ended");
-                    conn.more_steps(deadline, found.writes.len());
-                    return Some((found.writes, deadline));
-                }
-            }
+        if std::mem::replace(&mut conn.recovery_checked, true) {
+            return None;
         }
-        let target = &mut net.nodes[node];
-        let conn = target.connection.as_mut().expect("a handshake just ended");
-        conn.make_ready(now);
-        target.identity = Some(conn.identity.clone());
-        target.reconnect.succeeded();
-        out.event(Event::Connected(conn.id()));
-        None
-    }
-
-    /// After the last handshake step of `node`'s connection: if its server
-    /// lost lease data since this client last saw it, the report, and with
-    /// recovery on (`window`), the writes that bring back what is held
-    /// there; new grants on `node` are held for the window.
-    fn on_handshake(
-        &mut self,
-        now: Instant,
-        node: usize,
-        net: &mut Network,
-        config: &Config,
-        window: Option<Duration>,
-    ) -> Option<Found> {
         let loss = net.loss_on(node)?;
         let conn = net.nodes[node].connection.as_ref().expect("a handshake just ended");
         // Each write-back carries its holder's expiry and a valid-until, in
@@ -147,17 +108,13 @@ impl RecoveryState {
         for job in &jobs {
             self.held.reasserting(&job.lease, valid_until_ms, runnable_until);
         }
-        let report = Event::DataLoss {
+        out.stats.data_losses += 1;
+        out.event(Event::DataLoss {
             connection: conn.id(),
             loss,
             held: jobs.len(),
-        };
-        let Some(window) = window else {
-            return Some(Found {
-                report,
-                writes: Vec::new(),
-            });
-        };
+        });
+        let window = window?;
         let until = now + window;
         let target = &mut net.nodes[node];
         target.holding_until = Some(target.holding_until.map_or(until, |at| at.max(until)));
@@ -174,7 +131,14 @@ impl RecoveryState {
                 .map(|(keys, leases)| Request::ReleaseAgain(keys, leases)),
         );
         writes.extend(jobs.into_iter().map(Request::Reassert));
-        Some(Found { report, writes })
+        if writes.is_empty() {
+            return None;
+        }
+        // A fresh budget: the handshake's own may be nearly spent.
+        let deadline = now + config.connect_timeout;
+        let conn = net.nodes[node].connection.as_mut().expect("a handshake just ended");
+        conn.more_steps(deadline, writes.len());
+        Some((writes, deadline))
     }
 
     /// Keeps a release Redis confirmed, for a recovery within `horizon`

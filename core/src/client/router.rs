@@ -86,14 +86,10 @@ impl Client {
             Effect::RefreshTopology => self.refresh_topology(now),
             Effect::HandshakeDone(node) => {
                 let window = self.config.recovery_window().filter(|_| !self.bugs.no_recovery);
-                let (net, config) = (&mut self.net, &self.config);
-                if let Some((writes, deadline)) =
-                    self.recovery
-                        .handshake_done(now, node, net, config, window, &mut self.out)
-                {
-                    for write in writes {
-                        self.send(node, write, deadline);
-                    }
+                let (net, config, out) = (&mut self.net, &self.config, &mut self.out);
+                match self.recovery.handshake_writes(now, node, net, config, window, out) {
+                    Some((writes, deadline)) => writes.into_iter().for_each(|write| self.send(node, write, deadline)),
+                    None => self.net.make_ready(now, node, &mut self.out),
                 }
             }
             Effect::Connect(node) => self.start_connect(now, node),

@@ -496,7 +496,8 @@ async fn spawn_raw(
 }
 
 /// The least a correct TTL lease needs, over the raw row's connection:
-/// `MINIMAL_ACQUIRE` by `EVALSHA`, then a plain `ZREM`.
+/// `MINIMAL_ACQUIRE` by `EVALSHA` (redis-rs loads it on the first
+/// `NOSCRIPT`), then a plain `ZREM`.
 async fn spawn_minimal(
     server: &RedisServer,
     subject: &str,
@@ -506,35 +507,24 @@ async fn spawn_minimal(
     let client = redis::Client::open(server.url()).expect("url");
     let connection = client.get_multiplexed_async_connection().await.expect("connect");
     let acquire = redis::Script::new(MINIMAL_ACQUIRE);
-    let sha = acquire.get_hash().to_string();
-    let _: String = acquire
-        .prepare_invoke()
-        .load_async(&mut connection.clone())
-        .await
-        .expect("SCRIPT LOAD");
     let next = Arc::new(AtomicU64::new(0));
     (0..setup.0)
         .map(|task| {
             let key = format!("minimal:{{perf|{}}}:leases", subject_of(subject, setup, task));
-            let (mut connection, sha) = (connection.clone(), sha.clone());
+            let (mut connection, acquire) = (connection.clone(), acquire.clone());
             let (next, worker) = (next.clone(), worker.clone());
             tokio::spawn(async move {
                 while !worker.stopped() {
                     let id = format!("minimal-{}", next.fetch_add(1, Ordering::Relaxed));
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .expect("clock")
-                        .as_millis() as u64;
+                    let now = unix_ms();
                     let started = Instant::now();
-                    let granted: i64 = redis::cmd("EVALSHA")
-                        .arg(&sha)
-                        .arg(1)
-                        .arg(&key)
+                    let granted: i64 = acquire
+                        .key(&key)
                         .arg(now)
                         .arg(now + TTL_MS)
                         .arg(HIGH_LIMIT)
                         .arg(&id)
-                        .query_async(&mut connection)
+                        .invoke_async(&mut connection)
                         .await
                         .expect("minimal acquire");
                     let acquired = started.elapsed();
@@ -550,6 +540,14 @@ async fn spawn_minimal(
             })
         })
         .collect()
+}
+
+/// The client's wall clock in ms: the minimal and seed rows' "now".
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64
 }
 
 async fn spawn_seed(
@@ -573,10 +571,7 @@ async fn spawn_seed(
             tokio::spawn(async move {
                 while !worker.stopped() {
                     let id = format!("seed-{}", next.fetch_add(1, Ordering::Relaxed));
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .expect("clock")
-                        .as_millis() as u64;
+                    let now = unix_ms();
                     let started = Instant::now();
                     let (granted, _): (i64, String) = acquire
                         .key(&key)
