@@ -241,10 +241,9 @@ impl Client {
         self.apply_all(now, fx);
     }
 
-    /// Takes `op` for `node`'s ready connection (see
-    /// `Connection::stage_call`); `poll_transmit`
-    /// writes it. While `node` holds grants after a data loss, an acquire is
-    /// refused at once.
+    /// Stages `op` on `node`'s ready connection (`Connection::stage_call`)
+    /// for `poll_transmit` to write. While `node` holds grants after a data
+    /// loss, an acquire is refused at once.
     fn send_call(&mut self, now: Instant, node: usize, op: Op) {
         if matches!(op, Op::Acquire(_)) && self.net.holding(now, node) {
             self.out.stats.recovering += 1;
