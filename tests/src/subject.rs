@@ -5,6 +5,7 @@
 
 use bytes::{Bytes, BytesMut};
 use inflight_core::key::{Key, SubjectKeys};
+use inflight_core::lease_id::units;
 use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
 use inflight_core::scripts::{Eval, LeaseCall, ScriptKind, Scripts, WaitArgs};
 use inflight_testkit::model::{ModelConnection, RedisModel};
@@ -153,6 +154,25 @@ impl Subject {
         let ids = ids.iter().map(|id| id.as_bytes());
         self.scripts
             .encode_release(&mut out, &self.keys, Eval::Sha, held_ms, &self.hold, ids);
+        out.freeze()
+    }
+
+    /// A release as the client sends it: a plain `ZREM` of every unit of
+    /// `ids` (then [`Subject::encode_queue_check`], and `RELEASE` of the same
+    /// ids only if the queue exists).
+    pub fn encode_removal(&self, ids: &[&str]) -> Bytes {
+        let units: Vec<Vec<u8>> = ids.iter().flat_map(|id| units(id.as_bytes())).collect();
+        let mut command: Vec<&[u8]> = vec![b"ZREM", self.keys.leases()];
+        command.extend(units.iter().map(Vec::as_slice));
+        let mut out = BytesMut::new();
+        encode_command(&mut out, &command);
+        out.freeze()
+    }
+
+    /// `EXISTS` of the subject's wait queue.
+    pub fn encode_queue_check(&self) -> Bytes {
+        let mut out = BytesMut::new();
+        encode_command(&mut out, &[b"EXISTS", &self.keys.queue()]);
         out.freeze()
     }
 

@@ -55,11 +55,13 @@ fn wait(client: usize, limit: u32) -> Step {
     }
 }
 
+/// A release as the client makes it (`ZREM`, `EXISTS`, `RELEASE`).
 fn release(client: usize) -> Step {
     Step::Release {
         client,
         pick: 0,
         more: 0,
+        how: 1,
     }
 }
 

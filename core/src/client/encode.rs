@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use super::connection::Connection;
 use super::names::Names;
 use super::recovery::RecoveryKeys;
-use super::request::{AcquireOp, Call, Reading, ReleaseJob, ReleaseKind, Request, Step};
+use super::request::{AcquireOp, Call, Reading, Request, Step};
 use crate::config::Config;
 use crate::event::ConnectionId;
 use crate::key::SubjectKeys;
@@ -87,8 +87,16 @@ impl Request {
                     )
                 }
             },
-            Request::Release(job) => encode_release(std::slice::from_ref(job), wire, out),
-            Request::ReleaseMany(jobs) => encode_release(jobs, wire, out),
+            Request::Release(job) => encode_removal(&job.keys, [&job.lease_bytes[..]], out),
+            Request::ReleaseMany(jobs) => {
+                encode_removal(&jobs[0].keys, jobs.iter().map(|job| &job.lease_bytes[..]), out)
+            }
+            Request::QueueCheck(hand_over) => encode_command(out, &[b"EXISTS", &hand_over.keys.queue()]),
+            Request::HandOver(hand_over) => {
+                let ids = hand_over.ids.iter().map(|id| &id[..]);
+                let (keys, eval, held) = (&hand_over.keys, hand_over.eval, hand_over.held_ms);
+                scripts.encode_release(out, keys, eval, held, wire.hold, ids)
+            }
             Request::Compensate(job, tombstone_until_ms) => {
                 scripts.encode_compensate(out, job.eval, &job.keys, &job.lease_bytes, *tombstone_until_ms)
             }
@@ -175,24 +183,10 @@ fn encode_acquire_many(ops: &[AcquireOp], wire: &Wire, out: &mut BytesMut) {
     );
 }
 
-/// `RELEASE` of leases of one subject: the subject's six keys, the
-/// batch's average hold, the recovery hold key, the ids; or, during a slot
-/// migration, a plain `ZREM`.
-fn encode_release(jobs: &[ReleaseJob], wire: &Wire, out: &mut BytesMut) {
-    let keys = &jobs[0].keys;
-    if jobs[0].kind == ReleaseKind::Removal {
-        return encode_plain_release(keys, jobs.iter().map(|job| &job.lease_bytes[..]), out);
-    }
-    let held = jobs.iter().map(|job| job.held_ms).sum::<u64>() / jobs.len() as u64;
-    let ids = jobs.iter().map(|job| &job.lease_bytes[..]);
-    wire.scripts
-        .encode_release(out, keys, jobs[0].eval, held, wire.hold, ids);
-}
-
-/// A plain `ZREM` of leases of one subject: every unit of each (see
-/// `lease_id::units`), so a weighted lease goes whole.
-fn encode_plain_release<'a>(keys: &SubjectKeys, ids: impl Iterator<Item = &'a [u8]>, out: &mut BytesMut) {
-    let units: Vec<Vec<u8>> = ids.flat_map(units).collect();
+/// A release: a plain `ZREM` of leases of one subject, every unit of each
+/// (see `lease_id::units`), so a weighted lease goes whole.
+fn encode_removal<'a>(keys: &SubjectKeys, ids: impl IntoIterator<Item = &'a [u8]>, out: &mut BytesMut) {
+    let units: Vec<Vec<u8>> = ids.into_iter().flat_map(units).collect();
     let mut command: Vec<&[u8]> = Vec::with_capacity(2 + units.len());
     command.extend([b"ZREM".as_slice(), keys.leases()]);
     command.extend(units.iter().map(Vec::as_slice));

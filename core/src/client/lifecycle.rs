@@ -194,7 +194,10 @@ impl Network {
                 | Request::Wait
                 | Request::Probe
                 | Request::Reassert(_)
-                | Request::ReleaseAgain(..) => {}
+                | Request::ReleaseAgain(..)
+                // Best effort: the waiters check on their own.
+                | Request::QueueCheck(_)
+                | Request::HandOver(_) => {}
                 // Owed until written on a connection that answers it.
                 Request::Leave(keys, lease, until) => fx.push(Effect::LeaveAgain(keys, lease, until)),
             }

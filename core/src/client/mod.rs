@@ -36,6 +36,7 @@ mod delivery;
 mod effect;
 mod encode;
 mod error_class;
+mod hand_over;
 mod handshake;
 mod held;
 mod identity;

@@ -12,7 +12,7 @@ use super::effect::{Effect, Redirected};
 use super::error_class::Redirect;
 use super::network::Network;
 use super::node::Node;
-use super::request::{Op, ReleaseJob, ReleaseKind, Request, Step};
+use super::request::{Op, ReleaseJob, Request, Step};
 use crate::address::Endpoint;
 use crate::cluster::{parse_redirect, parse_shards, parse_slots, Shard};
 use crate::event::{ConnectionError, Stats, Unavailable};
@@ -138,8 +138,7 @@ impl Network {
 
     /// A release or compensation `node` redirected: sent again where the
     /// slot lives (a tenant's slot may move while its leases are held); one
-    /// waiting out a migration backs off as after a failure, as a plain
-    /// removal (the script's keys are split between two nodes meanwhile).
+    /// waiting out a migration backs off as after a failure.
     pub(super) fn redirect_release(
         &mut self,
         redirected: Redirected<ReleaseJob>,
@@ -155,12 +154,7 @@ impl Network {
                 job.ask = ask;
                 Effect::Release(job)
             }
-            Next::Later | Next::GiveUp => {
-                if next == Next::Later && redirect == Redirect::TryAgain && job.kind == ReleaseKind::Release {
-                    job.kind = ReleaseKind::Removal;
-                }
-                Effect::RetryRelease(job)
-            }
+            Next::Later | Next::GiveUp => Effect::RetryRelease(job),
         });
     }
 

@@ -51,6 +51,14 @@ impl Reader<'_> {
             Request::AcquireMany(ops) => self.batch(ops, frame),
             Request::Release(job) | Request::Compensate(job, _) => self.released([job], frame),
             Request::ReleaseMany(jobs) => self.released(jobs, frame),
+            Request::QueueCheck(hand_over) => {
+                let deadline = self.now + self.config.request_liveness;
+                hand_over.checked(frame, self.cluster, self.node, deadline, self.fx)
+            }
+            Request::HandOver(hand_over) => {
+                let deadline = self.now + self.config.request_liveness;
+                hand_over.handed(frame, self.cluster, self.node, deadline, self.fx)
+            }
             Request::Reassert(job) => {
                 let outcome = recovery::reassertion(&job, &frame)?;
                 let stats = &mut self.out.stats;
@@ -370,11 +378,8 @@ impl Reader<'_> {
         };
         match error_class(&message, self.cluster) {
             ErrorClass::NoScript => {
-                let script = match jobs.as_ref().first().is_some_and(ReleaseJob::is_compensation) {
-                    true => ScriptKind::Compensate,
-                    false => ScriptKind::Release,
-                };
-                self.fx.push(Effect::Reload(self.node, script));
+                // Only a compensation is a script (a release is a `ZREM`).
+                self.fx.push(Effect::Reload(self.node, ScriptKind::Compensate));
                 for mut job in jobs {
                     job.eval = Eval::Text;
                     self.fx.push(Effect::ResendRelease(self.node, job));

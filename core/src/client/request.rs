@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::hand_over::HandOver;
 use crate::event::{Lease, RequestId};
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
@@ -26,11 +27,15 @@ pub(super) enum Request {
     /// Two or more acquires of one subject and limit, in one script call.
     AcquireMany(Vec<AcquireOp>),
     Renew(RenewOp),
-    /// An ordinary release: `RELEASE`, which hands the freed units to the
-    /// subject's waiters (or a plain `ZREM` during a slot migration).
+    /// An ordinary release: a plain `ZREM` of the lease's units.
     Release(ReleaseJob),
-    /// Two or more ordinary releases of one subject, in one `RELEASE`.
+    /// Two or more ordinary releases of one subject, in one `ZREM`.
     ReleaseMany(Vec<ReleaseJob>),
+    /// After a release's `ZREM`: does its subject have a queue (`EXISTS`)?
+    QueueCheck(HandOver),
+    /// The subject has one: `RELEASE` of the same ids hands its waiters
+    /// what is free. Best effort, as `LEAVE` is.
+    HandOver(HandOver),
     /// A release of a lease no caller got: the `COMPENSATE` script, with
     /// its tombstone's end (server ms; 0 for none).
     Compensate(ReleaseJob, u64),
@@ -118,7 +123,7 @@ pub(super) struct Call {
     /// Our instant by which the server has surely passed `valid_until_ms`:
     /// from then on the request cannot act any more.
     pub(super) runnable_until: Option<Instant>,
-    /// How the script is named: by text after a `NOSCRIPT`.
+    /// How a compensation's script is named: by text after a `NOSCRIPT`.
     pub(super) eval: Eval,
     /// An `ASK` redirect names this node for the next attempt only.
     pub(super) ask: Option<usize>,
@@ -337,13 +342,9 @@ pub(super) enum Ran {
 /// Which release a job makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ReleaseKind {
-    /// The holder gives its lease back (`RELEASE`).
+    /// The holder gives its lease back: a plain `ZREM` of its units, then
+    /// the subject's waiters are looked after (see `hand_over.rs`).
     Release,
-    /// The holder's lease, by a plain `ZREM` of its units: a slot migrating
-    /// told `RELEASE` `TRYAGAIN` (the subject's keys are split between two
-    /// nodes until the migration ends), and one key follows `ASK` at once.
-    /// Waiters of the subject then learn of the slot at their own check.
-    Removal,
     /// A lease no caller received: `COMPENSATE`, with a tombstone until
     /// `tombstone_until_ms` (the acquire's valid-until while it may still
     /// run; 0 when its reply was read).
@@ -367,7 +368,7 @@ pub(super) struct ReleaseJob {
     pub(super) deadline: Instant,
     /// Next attempt not before.
     pub(super) not_before: Instant,
-    /// How the script is named: by text after a `NOSCRIPT`.
+    /// How a compensation's script is named: by text after a `NOSCRIPT`.
     pub(super) eval: Eval,
     /// An `ASK` redirect names this node for the next attempt only.
     pub(super) ask: Option<usize>,
@@ -433,7 +434,7 @@ impl ReleaseJob {
     /// Whose lease it gives back, as its events say.
     pub(super) fn whose(&self) -> crate::event::ReleaseOf {
         match self.kind {
-            ReleaseKind::Release | ReleaseKind::Removal => crate::event::ReleaseOf::Holder,
+            ReleaseKind::Release => crate::event::ReleaseOf::Holder,
             ReleaseKind::Compensation { .. } => crate::event::ReleaseOf::Compensation,
         }
     }
@@ -441,7 +442,7 @@ impl ReleaseJob {
     /// The request for one attempt.
     pub(super) fn into_request(self) -> Request {
         match self.kind {
-            ReleaseKind::Release | ReleaseKind::Removal => Request::Release(self),
+            ReleaseKind::Release => Request::Release(self),
             ReleaseKind::Compensation { tombstone_until_ms } => Request::Compensate(self, tombstone_until_ms),
         }
     }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::connection::Connection;
 use super::encode::Wire;
+use super::hand_over::HandOver;
 use super::network::Network;
 use super::request::{AcquireOp, Op, ReleaseJob, Request};
 use crate::config::Config;
@@ -96,8 +97,9 @@ impl Connection {
 }
 
 impl Network {
-    /// Writes the staged releases: those of one subject as one `RELEASE` of
-    /// up to `MAX_RELEASE_BATCH` ids, on the node that owns the subject.
+    /// Writes the staged releases: those of one subject as one `ZREM` of
+    /// up to `MAX_RELEASE_BATCH` ids and one check of its queue, on the node
+    /// that owns the subject.
     /// Returns those whose node is not ready: they wait for it.
     pub(super) fn write_releases(&mut self, staged: Vec<(ReleaseJob, Instant)>, wire: &Wire) -> Vec<ReleaseJob> {
         let mut waiting = Vec::new();
@@ -119,11 +121,17 @@ impl Network {
             // A batch shares one `ask` (see `same_subject`): used up here.
             let asked = jobs[0].ask.is_some();
             jobs.iter_mut().for_each(|job| job.ask = None);
+            // After an `ASK` the queue may be on either node: its waiters
+            // check on their own (see `hand_over.rs`).
+            let hand_over = (!asked).then(|| HandOver::after(&jobs));
             let request = match jobs.len() {
                 1 => Request::Release(jobs.pop().expect("one")),
                 _ => Request::ReleaseMany(jobs),
             };
             conn.send_asking_if(asked, request, deadline, wire);
+            if let Some(hand_over) = hand_over {
+                conn.send(Request::QueueCheck(hand_over), deadline, wire);
+            }
         }
         waiting
     }

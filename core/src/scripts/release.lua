@@ -8,11 +8,15 @@
 -- ARGV[2] the recovery hold key ('' for none; standalone only)
 -- ARGV[3...] the lease ids
 --
--- Returns how many members (units) were removed. Only when the subject has a
--- queue does it do more than `ZREM`. Then the ids given back leave the queue
+-- Returns how many members (units) were removed. Idempotent: the client
+-- gives a lease back by a plain `ZREM` and `EXISTS` of the queue, and runs
+-- this script on the same ids only when the queue exists (it then removes
+-- nothing, and hands over what is free). While the subject has had
+-- waiters lately, the hold time is folded into its average (each release
+-- weighing 1/8: the waiting script's estimate). Only when the subject has
+-- a queue does it do more. Then the ids given back leave the queue
 -- (a failover to a lagging replica can bring back the entry of a waiter
--- served since), the hold time is folded into the subject's average (each
--- release weighing 1/8: the waiting script's estimate), and the freed units
+-- served since), and the free units
 -- go to the waiters the fairness rule lets through (`lib/queue.lua`): out of
 -- the queue, into the lease set until the waiter's entry would have expired
 -- (a reservation its client confirms at once), with the next fencing
@@ -29,9 +33,13 @@ local held_ms = integer(ARGV[1], 'hold time', 0)
 local hold = ARGV[2]
 local ids = {}
 local weighted = false
+-- The units the ids held: how many waiters are worth a look.
+local freed = 0
 for i = 3, #ARGV do
   ids[#ids + 1] = ARGV[i]
-  if weight(ARGV[i]) > 1 then
+  local w = weight(ARGV[i])
+  freed = freed + w
+  if w > 1 then
     weighted = true
   end
 end
@@ -46,12 +54,10 @@ if weighted then
 else
   removed = redis.call('ZREM', leases, unpack(ids))
 end
-if redis.call('EXISTS', queue) == 0 then
-  return removed
-end
--- An id given back waits for nothing.
-leave_queue(queue, waiters, holds, unpack(ids))
-if removed == 0 or redis.call('EXISTS', queue) == 0 then
+-- The subject has had waiters lately while its held hash lives (as long
+-- as any of them may): the hold time counts for their estimate then, even
+-- when they were served before this call (by their own check).
+if redis.call('EXISTS', queue, holds) == 0 then
   return removed
 end
 local average = tonumber(redis.call('HGET', holds, 'avg') or '')
@@ -61,7 +67,16 @@ else
   average = held_ms
 end
 redis.call('HSET', holds, 'avg', string.format('%.3f', average))
-cover(holds, redis.call('PTTL', queue))
+local queued_for = redis.call('PTTL', queue)
+if queued_for == -2 then
+  return removed
+end
+cover(holds, queued_for)
+-- An id given back waits for nothing.
+leave_queue(queue, waiters, holds, unpack(ids))
+if redis.call('EXISTS', queue) == 0 then
+  return removed
+end
 local now, time = server_time()
 prune_waiters(queue, waiters, holds, now)
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
@@ -74,7 +89,7 @@ redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 if hold ~= '' and redis.call('EXISTS', hold) == 1 then
   return removed
 end
-local served, named, holding = serve(queue, holds, leases, redis.call('ZCARD', leases), math.min(64, removed + 15))
+local served, named, holding = serve(queue, holds, leases, redis.call('ZCARD', leases), math.min(64, freed + 15))
 if #holding > 0 then
   leave_queue(queue, waiters, holds, unpack(holding))
 end

@@ -303,6 +303,10 @@ impl RedisModel {
                 self.zrems += 1;
                 Frame::Integer(self.store.zrem(&args[1], &args[2..]) as i64)
             }
+            ("EXISTS", n) if n >= 2 => {
+                self.time();
+                Frame::Integer(args[1..].iter().filter(|key| self.store.exists(key)).count() as i64)
+            }
             _ => error("ERR unknown command or wrong number of arguments"),
         }
     }

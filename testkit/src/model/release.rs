@@ -15,9 +15,11 @@ impl RedisModel {
         let held_ms = integer(&argv[0], "hold time", 0)?;
         let hold = &argv[1];
         let ids = &argv[2..];
-        let mut weighted = false;
+        let (mut weighted, mut freed) = (false, 0);
         for id in ids {
-            weighted |= weight(id)? > 1;
+            let w = weight(id)?;
+            weighted |= w > 1;
+            freed += w as usize;
         }
         self.zrems += 1;
         if ids.is_empty() {
@@ -28,11 +30,7 @@ impl RedisModel {
         } else {
             self.store.zrem(leases, ids)
         };
-        if !self.store.exists(queue) {
-            return Ok(int(removed as i64));
-        }
-        self.leave_queue(queue, waiters, holds, ids);
-        if removed == 0 || !self.store.exists(queue) {
+        if !self.store.exists(queue) && !self.store.exists(holds) {
             return Ok(int(removed as i64));
         }
         let average = match self.store.hget(holds, b"avg").and_then(|a| lua_number(&a)) {
@@ -43,8 +41,15 @@ impl RedisModel {
             holds,
             &[(Bytes::from_static(b"avg"), Bytes::from(format!("{average:.3}")))],
         );
-        let left = self.store.pttl(queue);
-        self.cover(holds, left);
+        let queued_for = self.store.pttl(queue);
+        if queued_for == -2 {
+            return Ok(int(removed as i64));
+        }
+        self.cover(holds, queued_for);
+        self.leave_queue(queue, waiters, holds, ids);
+        if !self.store.exists(queue) {
+            return Ok(int(removed as i64));
+        }
         let now = self.time();
         self.prune_waiters(queue, waiters, holds);
         self.store.zremrangebyscore(leases, now);
@@ -52,7 +57,7 @@ impl RedisModel {
             return Ok(int(removed as i64));
         }
         let used = self.store.zcard(leases) as u64;
-        let (served, named, holding) = self.serve(queue, holds, leases, used, 64.min(removed + 15));
+        let (served, named, holding) = self.serve(queue, holds, leases, used, 64.min(freed + 15));
         if !holding.is_empty() {
             self.leave_queue(queue, waiters, holds, &holding);
         }

@@ -144,11 +144,12 @@ fn main() -> ExitCode {
                 }
             );
             println!(
-                "{} steps, {} script calls, {} grants, {} hand-overs, {} failovers, {} flushes, {} requests held back ({} delivered late), {:.0} s of sleeps",
+                "{} steps, {} script calls, {} grants, {} hand-overs ({} releases found a queue), {} failovers, {} flushes, {} requests held back ({} delivered late), {:.0} s of sleeps",
                 summary.steps,
                 summary.script_calls,
                 summary.grants,
                 summary.hand_overs,
+                summary.queue_found,
                 summary.failovers,
                 summary.flushes,
                 summary.held_back,

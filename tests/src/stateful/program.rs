@@ -50,8 +50,16 @@ pub enum Step {
     Wait { client: usize, weight: u32, limit: u32 },
     /// A waiter checks again.
     Check { client: usize, pick: usize },
-    /// Releases held leases `pick`, `pick + 1`, ... (`more` after the first).
-    Release { client: usize, pick: usize, more: usize },
+    /// Releases held leases `pick`, `pick + 1`, ... (`more` after the first),
+    /// as the client does: `ZREM`, `EXISTS` of the queue, and if it exists
+    /// `RELEASE` of the same ids, at once or held back (`how` 1, 2); or by
+    /// `RELEASE` alone (`how` 0, as a write-back's release again does).
+    Release {
+        client: usize,
+        pick: usize,
+        more: usize,
+        how: u8,
+    },
     /// Renews a held lease; `held_back` as for an acquire.
     Renew {
         client: usize,
@@ -106,7 +114,8 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(client, count, limit, repeat)| Step::Batch { client, count, limit, repeat }),
         10 => (client(), weight(), limit()).prop_map(|(client, weight, limit)| Step::Wait { client, weight, limit }),
         6 => (client(), 0usize..4).prop_map(|(client, pick)| Step::Check { client, pick }),
-        12 => (client(), 0usize..4, 0usize..2).prop_map(|(client, pick, more)| Step::Release { client, pick, more }),
+        12 => (client(), 0usize..4, 0usize..2, prop_oneof![1 => Just(0u8), 3 => Just(1u8), 2 => Just(2u8)])
+            .prop_map(|(client, pick, more, how)| Step::Release { client, pick, more, how }),
         3 => (client(), 0usize..4, prop::bool::weighted(0.2))
             .prop_map(|(client, pick, held_back)| Step::Renew { client, pick, held_back }),
         3 => (client(), 0usize..4).prop_map(|(client, pick)| Step::Leave { client, pick }),

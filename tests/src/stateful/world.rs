@@ -39,6 +39,8 @@ pub struct Summary {
     pub script_calls: usize,
     pub grants: usize,
     pub hand_overs: usize,
+    /// Releases whose `EXISTS` found a queue (their `RELEASE` followed).
+    pub queue_found: usize,
     pub failovers: usize,
     pub flushes: usize,
     pub held_back: usize,
@@ -52,6 +54,7 @@ impl std::ops::AddAssign for Summary {
         self.script_calls += other.script_calls;
         self.grants += other.grants;
         self.hand_overs += other.hand_overs;
+        self.queue_found += other.queue_found;
         self.failovers += other.failovers;
         self.flushes += other.flushes;
         self.held_back += other.held_back;
@@ -88,6 +91,8 @@ enum Kind {
     Acquire,
     Renew,
     Reassert,
+    /// A release's `RELEASE` after its `ZREM` found a queue.
+    HandOver,
 }
 
 /// A request whose bytes sit in a stalled connection.
@@ -318,7 +323,12 @@ impl World {
                 };
                 self.check_waiter(c, id, units, limit)
             }
-            Step::Release { client, pick, more } => self.release(client % n, pick, more),
+            Step::Release {
+                client,
+                pick,
+                more,
+                how,
+            } => self.release(client % n, pick, more, how),
             Step::Renew {
                 client,
                 pick,
@@ -552,7 +562,7 @@ impl World {
         Ok(())
     }
 
-    fn release(&mut self, c: usize, pick: usize, more: usize) -> Result<(), String> {
+    fn release(&mut self, c: usize, pick: usize, more: usize, how: u8) -> Result<(), String> {
         self.recover_if_needed(c)?;
         let ids: Vec<String> = self.clients[c]
             .held
@@ -577,16 +587,34 @@ impl World {
             return Ok(());
         }
         let refs: Vec<&str> = plain.iter().map(String::as_str).collect();
-        let bytes = self.subject.encode_release(&refs, 10);
-        match self.call(&bytes)? {
+        let release = self.subject.encode_release(&refs, 10);
+        let first = match how {
+            0 => release.clone(),
+            _ => self.subject.encode_removal(&refs),
+        };
+        match self.call(&first)? {
             Frame::Integer(_) => {
                 let at = self.time.1;
-                for id in plain {
+                for id in plain.iter() {
                     self.clients[c].released.push((at, id.clone()));
-                    self.dead.insert(id, self.epoch);
+                    self.dead.insert(id.clone(), self.epoch);
                 }
             }
-            other => return Err(format!("RELEASE answered {other:?}")),
+            other => return Err(format!("the release answered {other:?}")),
+        }
+        if how > 0 {
+            match self.call(&self.subject.encode_queue_check())? {
+                Frame::Integer(0) => {}
+                Frame::Integer(1) => {
+                    self.summary.queue_found += 1;
+                    if how == 2 {
+                        self.hold_back(c, &plain[0], Kind::HandOver, release, u64::MAX);
+                    } else if let other @ Frame::Error(_) = self.call(&release)? {
+                        return Err(format!("RELEASE answered {other:?}"));
+                    }
+                }
+                other => return Err(format!("EXISTS answered {other:?}")),
+            }
         }
         self.collect_messages()
     }
@@ -804,7 +832,8 @@ impl World {
                 // deadline, and the next one recovers again (the loss is
                 // still there to find).
                 Kind::Reassert => self.clients[c].needs_recovery = true,
-                Kind::Renew => {}
+                // Best effort: its waiters check on their own.
+                Kind::Renew | Kind::HandOver => {}
             }
         }
         self.held_back.retain(|h| !(h.delivered && h.given_up));

@@ -1,0 +1,100 @@
+//! What a release does for the subject's waiters. A release is a plain
+//! `ZREM` of the lease's units, and right behind it on the same connection
+//! an `EXISTS` of the subject's queue: one O(1) read where, for most
+//! subjects, there is no queue. Only when one exists does `RELEASE` run on
+//! the same ids (it is idempotent: it removes nothing more, and hands the
+//! free units to the waiters the fairness rule lets through).
+//!
+//! Why this is as exact as one script: admission stays in the acquire
+//! scripts, which count the lease set atomically, so a hand-over that comes
+//! late or never over-admits nothing. And nothing waits for ever: a queue
+//! that exists when the `EXISTS` runs (after the `ZREM`) is served; a queue
+//! made after the `ZREM` was made by a waiter whose script saw the freed
+//! units already. The rest (a reply lost, a slot moving) is best effort, as
+//! `LEAVE` is: a waiter not served checks on its own.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::effect::Effect;
+use super::error_class::{error_class, unexpected, ErrorClass};
+use super::request::{ReleaseJob, Request};
+use crate::event::ConnectionError;
+use crate::key::SubjectKeys;
+use crate::resp::Frame;
+use crate::scripts::{Eval, ScriptKind};
+
+/// The waiters of a subject whose leases a `ZREM` just gave back.
+#[derive(Debug)]
+pub(super) struct HandOver {
+    pub(super) keys: SubjectKeys,
+    pub(super) ids: Vec<Bytes>,
+    /// The leases' average hold, in ms (the subject's estimate for its
+    /// waiters folds it in).
+    pub(super) held_ms: u64,
+    pub(super) eval: Eval,
+}
+
+impl HandOver {
+    /// After the `ZREM` of `jobs` (one subject's).
+    pub(super) fn after(jobs: &[ReleaseJob]) -> Self {
+        Self {
+            keys: jobs[0].keys.clone(),
+            ids: jobs.iter().map(|job| job.lease_bytes.clone()).collect(),
+            held_ms: jobs.iter().map(|job| job.held_ms).sum::<u64>() / jobs.len().max(1) as u64,
+            eval: Eval::Sha,
+        }
+    }
+
+    /// The `EXISTS`'s reply: a queue (1) wants the `RELEASE`, on `node`.
+    pub(super) fn checked(
+        self,
+        frame: Frame,
+        cluster: bool,
+        node: usize,
+        deadline: Instant,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), ConnectionError> {
+        match frame {
+            Frame::Integer(1) => fx.push(Effect::Send(node, Request::HandOver(self), deadline)),
+            Frame::Integer(0) => {}
+            Frame::Error(message) => refused(&message, cluster, fx),
+            other => return Err(unexpected("queue check", &other)),
+        }
+        Ok(())
+    }
+
+    /// `RELEASE`'s reply: a count of units; a script not cached is sent
+    /// again by text, once.
+    pub(super) fn handed(
+        mut self,
+        frame: Frame,
+        cluster: bool,
+        node: usize,
+        deadline: Instant,
+        fx: &mut Vec<Effect>,
+    ) -> Result<(), ConnectionError> {
+        match frame {
+            Frame::Integer(_) => {}
+            Frame::Error(message) => match error_class(&message, cluster) {
+                ErrorClass::NoScript if self.eval == Eval::Sha => {
+                    self.eval = Eval::Text;
+                    fx.push(Effect::Reload(node, ScriptKind::Release));
+                    fx.push(Effect::Send(node, Request::HandOver(self), deadline));
+                }
+                _ => refused(&message, cluster, fx),
+            },
+            other => return Err(unexpected("hand-over", &other)),
+        }
+        Ok(())
+    }
+}
+
+/// Given up: the waiters check on their own. A slot that moved is worth a
+/// fresh slot table.
+fn refused(message: &str, cluster: bool, fx: &mut Vec<Effect>) {
+    if let ErrorClass::Redirect(_) = error_class(message, cluster) {
+        fx.push(Effect::RefreshTopology);
+    }
+}
