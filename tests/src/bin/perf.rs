@@ -1,8 +1,9 @@
 //! Side by side, in one run against one redis-server: inflight (with its
 //! default `TCP_NODELAY`, and with `tcp_nodelay(false)` as redis-rs's default
-//! socket has it), a raw pipelined client sending the same two commands (redis-rs multiplexed
-//! connection: `EVALSHA` of `ACQUIRE` and of `RELEASE`, the exact keys and
-//! arguments inflight sends: the library's own overhead), a minimal client
+//! socket has it), a raw pipelined client sending the same commands (redis-rs multiplexed
+//! connection: `EVALSHA` of `ACQUIRE`, then `ZREM` and `EXISTS` of the queue
+//! pipelined, the exact keys and arguments inflight sends: the library's own
+//! overhead), a minimal client
 //! (the same connection; the least a correct TTL lease needs: one `EVALSHA`
 //! of `ZREMRANGEBYSCORE` + `ZCARD` + `ZADD`, then one `ZREM`: what the
 //! scripts' features cost), and the seed's design (a hash scanned on every
@@ -419,7 +420,7 @@ async fn spawn_raw(
     let client = redis::Client::open(server.url()).expect("url");
     let connection = client.get_multiplexed_async_connection().await.expect("connect");
     let scripts = Scripts::default();
-    for text in [scripts.acquire.text, scripts.release.text] {
+    for text in [scripts.acquire.text] {
         let _: String = redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(text)
@@ -428,7 +429,7 @@ async fn spawn_raw(
             .expect("SCRIPT LOAD");
     }
     let next = Arc::new(AtomicU64::new(0));
-    let (acquire_sha, release_sha) = (scripts.acquire.sha.clone(), scripts.release.sha.clone());
+    let acquire_sha = scripts.acquire.sha.clone();
     // Leases end at an absolute server time, as the client writes them:
     // the server's clock now, plus the TTL (longer than any run).
     let (seconds, micros): (u64, u64) = redis::cmd("TIME")
@@ -444,10 +445,10 @@ async fn spawn_raw(
             );
             let mut connection = connection.clone();
             let (next, worker) = (next.clone(), worker.clone());
-            let (acquire_sha, release_sha) = (acquire_sha.clone(), release_sha.clone());
+            let acquire_sha = acquire_sha.clone();
             tokio::spawn(async move {
                 let (fence, queue, waiters) = (keys.fence(), keys.queue(), keys.waiters());
-                let (holds, wake) = (keys.holds(), keys.wake_channel());
+                let holds = keys.holds();
                 while !worker.stopped() {
                     let lease = LeaseId::from_parts(0x7a3, next.fetch_add(1, Ordering::Relaxed));
                     let id = lease.to_string();
@@ -474,20 +475,18 @@ async fn spawn_raw(
                         matches!(&reply, redis::Value::Array(items) if items.first() == Some(&redis::Value::Int(1))),
                         "the raw acquire was not granted: {reply:?}"
                     );
-                    let _: i64 = redis::cmd("EVALSHA")
-                        .arg(&release_sha)
-                        .arg(6)
+                    // The release as inflight sends it: `ZREM`, and `EXISTS`
+                    // of the queue (no `RELEASE`: nobody waits here).
+                    let (_, queued): (i64, i64) = redis::pipe()
+                        .cmd("ZREM")
                         .arg(&keys.leases()[..])
-                        .arg(&queue[..])
-                        .arg(&waiters[..])
-                        .arg(&holds[..])
-                        .arg(&wake[..])
-                        .arg(&fence[..])
-                        .arg(1)
                         .arg(&id)
+                        .cmd("EXISTS")
+                        .arg(&queue[..])
                         .query_async(&mut connection)
                         .await
                         .expect("release");
+                    assert_eq!(queued, 0, "nobody waits on the raw row's subjects");
                     worker.done(acquired);
                 }
             })
