@@ -9,6 +9,7 @@ fn start() -> Instant {
     Instant::now()
 }
 
+mod hand_over;
 mod handshake;
 mod keep_alive;
 mod redirects;

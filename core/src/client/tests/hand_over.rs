@@ -1,0 +1,72 @@
+//! What a release's queue check and hand-over replies come to.
+
+use bytes::Bytes;
+
+use super::start;
+use crate::client::effect::Effect;
+use crate::client::hand_over::HandOver;
+use crate::client::request::Request;
+use crate::key::{Key, SubjectKeys};
+use crate::resp::Frame;
+use crate::scripts::{Eval, ScriptKind};
+
+fn hand_over() -> HandOver {
+    HandOver {
+        keys: SubjectKeys::new("t", &Key::new("ns", "subject").unwrap()),
+        ids: vec![Bytes::from_static(b"lease-1")],
+        held_ms: 12,
+        eval: Eval::Sha,
+    }
+}
+
+#[test]
+fn a_queue_found_sends_release_on_the_same_node_and_none_sends_nothing() {
+    let (mut fx, deadline) = (Vec::new(), start());
+    hand_over()
+        .checked(Frame::Integer(1), false, 3, deadline, &mut fx)
+        .unwrap();
+    match &fx[..] {
+        [Effect::Send(3, Request::HandOver(sent), at)] => {
+            assert_eq!(sent.ids, hand_over().ids);
+            assert_eq!(sent.held_ms, 12);
+            assert_eq!(*at, deadline);
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut fx = Vec::new();
+    hand_over()
+        .checked(Frame::Integer(0), false, 3, start(), &mut fx)
+        .unwrap();
+    assert!(fx.is_empty(), "{fx:?}");
+}
+
+#[test]
+fn a_script_not_cached_is_sent_again_by_text_once() {
+    let mut fx = Vec::new();
+    let noscript = || Frame::Error("NOSCRIPT No matching script".into());
+    hand_over().handed(noscript(), false, 0, start(), &mut fx).unwrap();
+    let again = match fx.as_mut_slice() {
+        [Effect::Reload(0, ScriptKind::Release), Effect::Send(0, Request::HandOver(again), _)] => {
+            assert_eq!(again.eval, Eval::Text);
+            std::mem::replace(again, hand_over())
+        }
+        other => panic!("{other:?}"),
+    };
+    let mut fx = Vec::new();
+    again.handed(noscript(), false, 0, start(), &mut fx).unwrap();
+    assert!(fx.is_empty(), "by text and still refused: given up, {fx:?}");
+}
+
+#[test]
+fn a_moved_slot_asks_for_a_slot_table_and_a_wrong_shape_retires() {
+    let mut fx = Vec::new();
+    let moved = Frame::Error("MOVED 12 127.0.0.1:7001".into());
+    hand_over().checked(moved, true, 0, start(), &mut fx).unwrap();
+    assert!(matches!(&fx[..], [Effect::RefreshTopology]), "{fx:?}");
+    let mut fx = Vec::new();
+    let garbled = Frame::BulkString(Bytes::from_static(b"1"));
+    assert!(hand_over().checked(garbled, false, 0, start(), &mut fx).is_err());
+    assert!(hand_over()
+        .handed(Frame::Array(vec![]), false, 0, start(), &mut fx)
+        .is_err());
+}
