@@ -1,7 +1,8 @@
 //! What goes on the wire, and what goes together: a call dated and staged on
 //! its connection; at the next write, a connection's staged acquires of one
 //! subject and limit as one `ACQUIRE_MANY`, the staged releases of one
-//! subject as one `RELEASE`; and a call forgotten before it is written.
+//! subject as one `ZREM` and one check of its queue; and a call forgotten
+//! before it is written.
 
 use std::time::{Duration, Instant};
 

@@ -94,7 +94,7 @@ pub const INSPECT: &str = lua!(["args", "clock"], "inspect");
 /// lease) stays within the default reply limits.
 pub const MAX_BATCH: usize = 16;
 
-/// The most leases one `RELEASE` gives back.
+/// The most leases one release (`ZREM`, and `RELEASE` behind it) gives back.
 pub const MAX_RELEASE_BATCH: usize = 64;
 
 /// How long the lease-data marker lives after the last handshake that saw
