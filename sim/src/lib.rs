@@ -63,10 +63,13 @@ pub enum Bug {
     /// The scripts judge every waiter under the limit the last one
     /// recorded, not its own (injected into the simulated Redis).
     LastLimitForAll,
+    /// `ACQUIRE_ACROSS` takes every acquire under its first one's limit
+    /// (injected into the simulated Redis).
+    AcrossFirstLimit,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 10] = [
+    pub const ALL: [Bug; 11] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
@@ -77,6 +80,7 @@ impl Bug {
         Bug::AcquireIgnoresQueue,
         Bug::KeepAliveWithoutMargin,
         Bug::LastLimitForAll,
+        Bug::AcrossFirstLimit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -91,6 +95,7 @@ impl Bug {
             Bug::AcquireIgnoresQueue => "acquire-ignores-queue",
             Bug::KeepAliveWithoutMargin => "keep-alive-without-margin",
             Bug::LastLimitForAll => "last-limit-for-all",
+            Bug::AcrossFirstLimit => "across-first-limit",
         }
     }
 

@@ -49,6 +49,8 @@ pub struct ServerState {
     pub ignore_queue: bool,
     /// The injected script bug `last-limit-for-all`.
     pub last_limit_for_all: bool,
+    /// The injected script bug `across-first-limit`.
+    pub across_first_limit: bool,
 }
 
 /// The primary's data after each batch of commands, by virtual millisecond.
@@ -73,6 +75,7 @@ impl ServerState {
             wakes: tokio::sync::broadcast::Sender::new(4096),
             ignore_queue: false,
             last_limit_for_all: false,
+            across_first_limit: false,
         }
     }
 
@@ -206,6 +209,7 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
             model.now_ms = EPOCH_MS + (state.elapsed_ms)();
             model.ignore_queue = state.ignore_queue;
             model.last_limit_for_all = state.last_limit_for_all;
+            model.across_first_limit = state.across_first_limit;
             let replies = match &state.cluster {
                 Some(cluster) => {
                     let cluster = cluster.lock().unwrap();

@@ -56,6 +56,7 @@ pub fn run_seed(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Rep
     let mut server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
     server.ignore_queue = bug == Some(Bug::AcquireIgnoresQueue);
     server.last_limit_for_all = bug == Some(Bug::LastLimitForAll);
+    server.across_first_limit = bug == Some(Bug::AcrossFirstLimit);
     if scenario.cluster {
         server = server.with_cluster(cluster::addresses(), cluster::PRIMARIES);
     }

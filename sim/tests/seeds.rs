@@ -148,3 +148,14 @@ fn judging_waiters_under_the_last_recorded_limit_is_caught_within_50_seeds() {
     let caught = seeds_to_catch(Bug::LastLimitForAll, 50);
     assert!(caught.is_some(), "the simulator cannot see per-call limits over-run");
 }
+
+#[test]
+fn a_batch_across_subjects_judged_under_its_first_limit_is_caught_within_50_seeds() {
+    // Lone acquires of different subjects share one ACQUIRE_ACROSS call; a script
+    // that applies the first subject's limit to all of them over-admits the rest.
+    let caught = seeds_to_catch(Bug::AcrossFirstLimit, 50);
+    assert!(
+        caught.is_some(),
+        "the simulator cannot see a batch across subjects over-run"
+    );
+}

@@ -149,6 +149,18 @@ impl Subject {
         out.freeze()
     }
 
+    /// `ACQUIRE_ACROSS` of `(id, limit)` pairs of this subject, with one
+    /// expiry and valid-until.
+    pub fn encode_acquire_across(&self, acquires: &[(&str, u32)], expiry_ms: u64, valid_until_ms: u64) -> Bytes {
+        let mut out = BytesMut::new();
+        let calls: Vec<(LeaseCall, u32)> = acquires
+            .iter()
+            .map(|(id, limit)| (self.call(id, expiry_ms, valid_until_ms), *limit))
+            .collect();
+        self.scripts.encode_acquire_across(&mut out, &calls, &self.hold);
+        out.freeze()
+    }
+
     pub fn encode_release(&self, ids: &[&str], held_ms: u64) -> Bytes {
         let mut out = BytesMut::new();
         let ids = ids.iter().map(|id| id.as_bytes());

@@ -62,9 +62,35 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
         // Limits differ per call, as during a rolling change of a limit:
         // waiters of several limits share a queue.
         let limit = 1 + rng.below(4) as u32;
+        // The subject of each acquire's token, in the reply's order.
+        let mut token_keys = vec![keys.leases().to_vec()];
         match rng.below(16) {
             // Acquire (sometimes by text), with a small limit so denials happen.
-            0..=4 => scripts.encode_acquire(&mut command, text_sometimes(&mut rng), call, limit, hold, None),
+            0..=3 => scripts.encode_acquire(&mut command, text_sometimes(&mut rng), call, limit, hold, None),
+            4 => {
+                // Acquires of several subjects (a subject may come twice,
+                // under another limit) in one call.
+                let picked: Vec<(usize, String, u32)> = (0..2 + rng.below(3))
+                    .map(|_| {
+                        let subject = rng.below(subjects.len() as u64) as usize;
+                        (subject, test_lease(rng.below(40)).to_string(), 1 + rng.below(4) as u32)
+                    })
+                    .collect();
+                let calls: Vec<(LeaseCall, u32)> = picked
+                    .iter()
+                    .map(|(subject, id, limit)| {
+                        let call = LeaseCall {
+                            keys: &subjects[*subject],
+                            id: id.as_bytes(),
+                            expiry_ms: expiry,
+                            valid_until_ms,
+                        };
+                        (call, *limit)
+                    })
+                    .collect();
+                token_keys = picked.iter().map(|(s, ..)| subjects[*s].leases().to_vec()).collect();
+                scripts.encode_acquire_across(&mut command, &calls, hold);
+            }
             5..=6 => {
                 // The plain release (during a slot migration): every unit.
                 let units: Vec<Vec<u8>> = inflight_core::lease_id::units(id.as_bytes()).collect();
@@ -140,16 +166,17 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
         let modelled = reader.next_frame().unwrap().expect("one whole reply");
         let acquire = matches!(
             rng_kind(&command, &scripts),
-            Some(ScriptKind::Acquire | ScriptKind::AcquireMany | ScriptKind::AcquireWaiting)
+            Some(
+                ScriptKind::Acquire | ScriptKind::AcquireMany | ScriptKind::AcquireAcross | ScriptKind::AcquireWaiting
+            )
         );
         let inspect = String::from_utf8_lossy(&command).contains(scripts.inspect.text);
         let (real, modelled) = if inspect {
             (without_clock(real), without_clock(modelled))
         } else if acquire {
-            let key = keys.leases().to_vec();
             (
-                tokens_checked(real, &mut last_token, (true, key.clone())),
-                tokens_checked(modelled, &mut last_token, (false, key)),
+                tokens_checked(real, &mut last_token, true, &token_keys),
+                tokens_checked(modelled, &mut last_token, false, &token_keys),
             )
         } else {
             (real, modelled)
@@ -234,18 +261,25 @@ fn without_clock(reply: Frame) -> Frame {
 /// Which of our scripts `command` runs, if any.
 fn rng_kind(command: &[u8], scripts: &Scripts) -> Option<ScriptKind> {
     let text = String::from_utf8_lossy(command);
-    [ScriptKind::Acquire, ScriptKind::AcquireMany, ScriptKind::AcquireWaiting]
-        .into_iter()
-        .find(|kind| text.contains(&scripts.get(*kind).sha) || text.contains(scripts.get(*kind).text))
+    [
+        ScriptKind::Acquire,
+        ScriptKind::AcquireMany,
+        ScriptKind::AcquireAcross,
+        ScriptKind::AcquireWaiting,
+    ]
+    .into_iter()
+    .find(|kind| text.contains(&scripts.get(*kind).sha) || text.contains(scripts.get(*kind).text))
 }
 
 /// An acquire reply with each `{status, id, token}`'s token checked (positive
 /// exactly on a grant, above the subject's last one on this side) and then
-/// replaced by 1 or 0, so the two sides' replies compare equal.
+/// replaced by 1 or 0, so the two sides' replies compare equal. `keys` names
+/// each group's subject (one for all of them when only one is given).
 fn tokens_checked(
     reply: Frame,
     last: &mut std::collections::HashMap<(bool, Vec<u8>), i64>,
-    side_and_key: (bool, Vec<u8>),
+    side: bool,
+    keys: &[Vec<u8>],
 ) -> Frame {
     let Frame::Array(mut items) = reply else {
         return reply;
@@ -257,7 +291,8 @@ fn tokens_checked(
         4 => 4,
         _ => 3,
     };
-    for triple in items.chunks_exact_mut(width) {
+    for (i, triple) in items.chunks_exact_mut(width).enumerate() {
+        let side_and_key = (side, keys[i.min(keys.len() - 1)].clone());
         let triple = &mut triple[..3];
         if let [Frame::Integer(status), _, Frame::Integer(token)] = triple {
             assert_eq!(

@@ -135,7 +135,7 @@ impl Connection {
     pub(super) fn answered(&mut self, request: &Request) {
         match request {
             Request::Acquire(_) | Request::Renew(_) | Request::Inspect(_) => self.in_flight -= 1,
-            Request::AcquireMany(ops) => self.in_flight -= ops.len(),
+            Request::AcquireMany(ops) | Request::AcquireAcross(ops) => self.in_flight -= ops.len(),
             _ => {}
         }
     }

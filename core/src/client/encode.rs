@@ -52,6 +52,10 @@ impl Request {
             Request::Reload(kind) => scripts.encode_load(out, *kind),
             Request::Acquire(op) => encode_acquire(op, wire, out),
             Request::AcquireMany(ops) => encode_acquire_many(ops, wire, out),
+            Request::AcquireAcross(ops) => {
+                let calls: Vec<_> = ops.iter().map(|op| (lease_call(&op.call), op.limit.get())).collect();
+                scripts.encode_acquire_across(out, &calls, wire.hold)
+            }
             Request::Reassert(job) => {
                 let call = LeaseCall {
                     keys: &job.keys,

@@ -175,7 +175,7 @@ impl Network {
         for request in conn.pipeline.drain() {
             match request {
                 Request::Acquire(op) => ambiguous(fx, Op::Acquire(op), &error),
-                Request::AcquireMany(ops) => {
+                Request::AcquireMany(ops) | Request::AcquireAcross(ops) => {
                     for op in ops {
                         ambiguous(fx, Op::Acquire(op), &error);
                     }

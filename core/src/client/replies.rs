@@ -48,7 +48,8 @@ impl Reader<'_> {
             Request::Acquire(op) => self.call(Op::Acquire(op), frame),
             Request::Renew(op) => self.call(Op::Renew(op), frame),
             Request::Inspect(op) => self.call(Op::Inspect(op), frame),
-            Request::AcquireMany(ops) => self.batch(ops, frame),
+            Request::AcquireMany(ops) => self.batch(ops, frame, ScriptKind::AcquireMany),
+            Request::AcquireAcross(ops) => self.batch(ops, frame, ScriptKind::AcquireAcross),
             Request::Release(job) | Request::Compensate(job, _) => self.released([job], frame),
             Request::ReleaseMany(jobs) => self.released(jobs, frame),
             Request::QueueCheck(hand_over) => {
@@ -247,7 +248,7 @@ impl Reader<'_> {
 
     /// One reply for several acquires: each answer read as its acquire's;
     /// an error reply is each acquire's error.
-    fn batch(&mut self, ops: Vec<AcquireOp>, frame: Frame) -> Result<(), ConnectionError> {
+    fn batch(&mut self, ops: Vec<AcquireOp>, frame: Frame, script: ScriptKind) -> Result<(), ConnectionError> {
         let mut result = Ok(());
         match answers::batch(&ops, frame, !self.bugs.skip_echo_check) {
             Ok((answers, reclaimed)) => {
@@ -264,7 +265,7 @@ impl Reader<'_> {
             }
             Err(Misread::Refused(message)) => {
                 if matches!(classify(&message), ErrorClass::NoScript) {
-                    self.fx.push(Effect::Reload(self.node, ScriptKind::AcquireMany));
+                    self.fx.push(Effect::Reload(self.node, script));
                 }
                 for op in ops {
                     let outcome = self.refused(Op::Acquire(op), message.clone());

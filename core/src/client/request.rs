@@ -26,6 +26,9 @@ pub(super) enum Request {
     Inspect(InspectOp),
     /// Two or more acquires of one subject and limit, in one script call.
     AcquireMany(Vec<AcquireOp>),
+    /// Two or more fail-fast acquires of different subjects (or limits),
+    /// each as `ACQUIRE` takes it, in one script call.
+    AcquireAcross(Vec<AcquireOp>),
     Renew(RenewOp),
     /// An ordinary release: a plain `ZREM` of the lease's units.
     Release(ReleaseJob),

@@ -279,8 +279,9 @@ impl Client {
     pub(super) fn write_staged(&mut self) {
         let wire = Wire::new(&self.config, &self.recovery.keys, &self.names);
         let waiting = self.net.write_releases(self.releases.take_staged(), &wire);
+        let cluster = self.net.topology.is_cluster();
         for conn in self.net.nodes.iter_mut().filter_map(|node| node.connection.as_mut()) {
-            conn.write_staged_acquires(&wire);
+            conn.write_staged_acquires(&wire, cluster);
         }
         for job in waiting {
             self.releases.wait(job, &mut self.out);

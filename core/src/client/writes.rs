@@ -1,6 +1,7 @@
 //! What goes on the wire, and what goes together: a call dated and staged on
 //! its connection; at the next write, a connection's staged acquires of one
-//! subject and limit as one `ACQUIRE_MANY`, the staged releases of one
+//! subject and limit as one `ACQUIRE_MANY`, those left alone as one
+//! `ACQUIRE_ACROSS` (of one slot, in a cluster), the staged releases of one
 //! subject as one `ZREM` and one check of its queue; and a call forgotten
 //! before it is written.
 
@@ -60,9 +61,12 @@ impl Connection {
     }
 
     /// Writes the staged acquires: those of one subject and limit together,
-    /// as one `ACQUIRE_MANY` of up to `MAX_BATCH`; renewals, `EVAL`
-    /// fallbacks and `ASK` targets one by one. Order within a subject is kept.
-    pub(super) fn write_staged_acquires(&mut self, wire: &Wire) {
+    /// as one `ACQUIRE_MANY` of up to `MAX_BATCH`; those left alone together
+    /// as one `ACQUIRE_ACROSS` of up to `MAX_BATCH` (in a `cluster`, of one
+    /// slot: a script's keys must be); renewals, waiting acquires, `EVAL`
+    /// fallbacks and `ASK` targets one by one. Order within a subject and
+    /// limit is kept.
+    pub(super) fn write_staged_acquires(&mut self, wire: &Wire, cluster: bool) {
         // Three reply items per acquire, and the units reclaimed.
         let most = MAX_BATCH
             .min(wire.config.reply_limits.max_array_len.saturating_sub(1) / 3)
@@ -73,10 +77,13 @@ impl Connection {
         }
         let mut latest = None;
         let mut acquires = false;
-        for (group, oldest) in acquire_groups(staged, most) {
+        for (group, oldest) in across(acquire_groups(staged, most), most, cluster) {
             let deadline = oldest + wire.config.request_liveness;
             let mut request = group.into_request();
-            acquires |= matches!(request, Request::Acquire(_) | Request::AcquireMany(_));
+            acquires |= matches!(
+                request,
+                Request::Acquire(_) | Request::AcquireMany(_) | Request::AcquireAcross(_)
+            );
             let asked = request.take_ask();
             self.send_asking_if(asked, request, deadline, wire);
             latest = latest.max(Some(deadline));
@@ -186,11 +193,44 @@ fn acquire_groups(staged: Vec<(Op, Instant)>, most: usize) -> Vec<(Group, Instan
     groups
 }
 
+/// The groups of one plain acquire (alone under its subject and limit)
+/// gathered into groups of at most `most` that go out as one
+/// `ACQUIRE_ACROSS`: any of them on a standalone server, those of one slot
+/// in a `cluster`. The other groups are kept as they are, in their order.
+fn across(groups: Vec<(Group, Instant)>, most: usize, cluster: bool) -> Vec<(Group, Instant)> {
+    let mut gathered: Vec<(Group, Instant)> = Vec::with_capacity(groups.len());
+    for (group, at) in groups {
+        let op = match group {
+            Group::Acquires(mut ops) if ops.len() == 1 => ops.pop().expect("one"),
+            other => {
+                gathered.push((other, at));
+                continue;
+            }
+        };
+        let slot = op.call.keys.slot();
+        let joins = |ops: &Vec<AcquireOp>| ops.len() < most && (!cluster || ops[0].call.keys.slot() == slot);
+        match gathered.iter_mut().find_map(|(group, oldest)| match group {
+            Group::Across(ops) if joins(ops) => Some((ops, oldest)),
+            _ => None,
+        }) {
+            Some((ops, oldest)) => {
+                ops.push(op);
+                *oldest = (*oldest).min(at);
+            }
+            None => gathered.push((Group::Across(vec![op]), at)),
+        }
+    }
+    gathered
+}
+
 /// Acquires and renewals that go out in one request.
 enum Group {
     /// Plain acquires of one subject and limit: one `ACQUIRE_MANY` when
     /// there are two or more.
     Acquires(Vec<AcquireOp>),
+    /// Plain acquires each alone under its subject and limit: one
+    /// `ACQUIRE_ACROSS` when there are two or more.
+    Across(Vec<AcquireOp>),
     /// A renewal, an acquire sent as `EVAL` text, one sent to an `ASK`
     /// target, or a waiting one. (Boxed: an `Op` is far larger than a `Vec`.)
     Alone(Box<Op>),
@@ -201,6 +241,8 @@ impl Group {
         match self {
             Group::Acquires(mut ops) if ops.len() == 1 => Request::Acquire(ops.pop().expect("one")),
             Group::Acquires(ops) => Request::AcquireMany(ops),
+            Group::Across(mut ops) if ops.len() == 1 => Request::Acquire(ops.pop().expect("one")),
+            Group::Across(ops) => Request::AcquireAcross(ops),
             Group::Alone(op) => (*op).into_request(),
         }
     }

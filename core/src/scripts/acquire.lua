@@ -21,64 +21,15 @@
 -- the subject (see `lib/queue.lua`). A subject with no queue, no tombstone
 -- and no recovery hold pays one `EXISTS` for all three: a grant is then
 -- `TIME`, `EXISTS`, `ZREMRANGEBYSCORE`, `ZCARD`, `ZADD`, `PEXPIRE`, `SET`.
-local leases, tombstone, fence, queue, waiters, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- The work is `lib/acquire_one.lua`'s, shared with `ACQUIRE_ACROSS`.
+-- Every argument is checked before anything is written.
 local expiry = integer(ARGV[1], 'expiry', 1)
 local limit = integer(ARGV[2], 'limit', 1)
-local id = ARGV[3]
 local valid_until = integer(ARGV[4], 'valid-until', 0)
-local hold = ARGV[5]
-local w = weight(id)
+local id = ARGV[3]
+weight(id)
 local now, time = server_time()
-if now > valid_until or expiry <= now then
-  return {-2, id, 0, 0}
-end
--- The common case costs one `EXISTS`: no tombstone, no recovery hold, no
--- queue. Then the limit is checked first, and `ZSCORE` runs only when the
--- subject is full (an id granted again holds its lease already).
-local plain
-if hold ~= '' then
-  plain = redis.call('EXISTS', tombstone, queue, hold) == 0
-else
-  plain = redis.call('EXISTS', tombstone, queue) == 0
-end
-if plain then
-  local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-  local live = redis.call('ZCARD', leases)
-  if live + w > limit and not redis.call('ZSCORE', leases, id) then
-    return {0, id, 0, reclaimed}
-  end
-  -- `NX`: an id that holds its lease already keeps its expiry.
-  if add_units(leases, expiry, id, 'NX') > 0 then
-    if live == 0 then
-      -- The set was empty, so it is new: no expiry to compare with.
-      redis.call('PEXPIRE', leases, expiry - now + 1)
-    else
-      -- Every lease set our scripts write has an expiry: `GT` extends
-      -- it, never shortens it, in one command.
-      redis.call('PEXPIRE', leases, expiry - now + 1, 'GT')
-    end
-  end
-  return {1, id, next_tokens(fence, time, expiry - now, 1), reclaimed}
-end
-if redis.call('EXISTS', tombstone) == 1 then
-  return {-1, id, 0, 0}
-end
-local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-if not redis.call('ZSCORE', leases, id) then
-  if hold ~= '' and redis.call('EXISTS', hold) == 1 then
-    return {-3, id, 0, reclaimed}
-  end
-  local live = redis.call('ZCARD', leases)
-  if live + w > limit then
-    return {0, id, 0, reclaimed}
-  end
-  if redis.call('EXISTS', queue) == 1 then
-    local queued = prune_waiters(queue, waiters, holds, now)
-    if not claim(queue, holds, live, queued, w, limit) then
-      return {0, id, 0, reclaimed}
-    end
-  end
-  add_units(leases, expiry, id)
-  cover(leases, expiry - now)
-end
-return {1, id, next_tokens(fence, time, expiry - now, 1), reclaimed}
+local status, token, reclaimed = acquire_one(
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
+  expiry, limit, id, valid_until, ARGV[5], now, time)
+return {status, id, token, reclaimed}

@@ -113,6 +113,62 @@ impl Scripts {
         encode_command(out, &command);
     }
 
+    /// `ACQUIRE_ACROSS` of fail-fast acquires of different subjects, each
+    /// with `ACQUIRE`'s six keys and five arguments, under its own limit
+    /// (`EVALSHA`); `hold` is the recovery hold key (empty for none).
+    pub fn encode_acquire_across(&self, out: &mut BytesMut, calls: &[(LeaseCall, u32)], hold: &[u8]) {
+        struct Owned {
+            tombstone: bytes::Bytes,
+            fence: bytes::Bytes,
+            queue: bytes::Bytes,
+            waiters: bytes::Bytes,
+            holds: bytes::Bytes,
+            expiry: String,
+            limit: String,
+            valid_until: String,
+        }
+        let owned: Vec<Owned> = calls
+            .iter()
+            .map(|(call, limit)| Owned {
+                tombstone: call.keys.tombstone_of(call.id),
+                fence: call.keys.fence(),
+                queue: call.keys.queue(),
+                waiters: call.keys.waiters(),
+                holds: call.keys.holds(),
+                expiry: call.expiry_ms.to_string(),
+                limit: limit.to_string(),
+                valid_until: call.valid_until_ms.to_string(),
+            })
+            .collect();
+        let numkeys = (6 * calls.len()).to_string();
+        let mut command: Vec<&[u8]> = Vec::with_capacity(3 + 11 * calls.len());
+        command.extend([
+            b"EVALSHA".as_slice(),
+            self.acquire_across.sha.as_bytes(),
+            numkeys.as_bytes(),
+        ]);
+        for ((call, _), o) in calls.iter().zip(&owned) {
+            command.extend([
+                call.keys.leases(),
+                &o.tombstone[..],
+                &o.fence,
+                &o.queue,
+                &o.waiters,
+                &o.holds,
+            ]);
+        }
+        for ((call, _), o) in calls.iter().zip(&owned) {
+            command.extend([
+                o.expiry.as_bytes(),
+                o.limit.as_bytes(),
+                call.id,
+                o.valid_until.as_bytes(),
+                hold,
+            ]);
+        }
+        encode_command(out, &command);
+    }
+
     /// `RENEW` of a lease to a new expiry.
     pub fn encode_renew(&self, out: &mut BytesMut, eval: Eval, call: LeaseCall) {
         let (expiry, valid_until) = (call.expiry_ms.to_string(), call.valid_until_ms.to_string());

@@ -34,8 +34,33 @@ macro_rules! lua {
 
 /// Take a lease, failing fast (`scripts/acquire.lua`).
 pub const ACQUIRE: &str = lua!(
-    ["args", "clock", "weight", "add_units", "cover", "queue", "fence"],
+    [
+        "args",
+        "clock",
+        "weight",
+        "add_units",
+        "cover",
+        "queue",
+        "fence",
+        "acquire_one"
+    ],
     "acquire"
+);
+
+/// Fail-fast acquires of different subjects in one call, each as `ACQUIRE`
+/// takes it (`scripts/acquire_across.lua`).
+pub const ACQUIRE_ACROSS: &str = lua!(
+    [
+        "args",
+        "clock",
+        "weight",
+        "add_units",
+        "cover",
+        "queue",
+        "fence",
+        "acquire_one"
+    ],
+    "acquire_across"
 );
 
 /// Take a lease or wait for one in the subject's queue
@@ -90,8 +115,8 @@ pub const HOLD: &str = lua!(["args"], "hold");
 /// What a subject holds, for operators (`scripts/inspect.lua`).
 pub const INSPECT: &str = lua!(["args", "clock"], "inspect");
 
-/// The most leases one `ACQUIRE_MANY` asks for: its reply (three items per
-/// lease) stays within the default reply limits.
+/// The most leases one `ACQUIRE_MANY` or `ACQUIRE_ACROSS` asks for: its
+/// reply (three items per lease) stays within the default reply limits.
 pub const MAX_BATCH: usize = 16;
 
 /// The most leases one release (`ZREM`, and `RELEASE` behind it) gives back.
@@ -163,6 +188,8 @@ pub enum ScriptKind {
     Renew,
     /// Several acquires of one subject and limit in one call.
     AcquireMany,
+    /// Fail-fast acquires of different subjects (or limits) in one call.
+    AcquireAcross,
     /// Takes a lease or waits for one in the subject's queue.
     AcquireWaiting,
     /// Gives leases back and wakes the subject's waiters.
@@ -182,11 +209,12 @@ pub enum ScriptKind {
 impl ScriptKind {
     /// The scripts the handshake loads, in its order (the others run rarely,
     /// by text).
-    pub const LOADED: [ScriptKind; 7] = [
+    pub const LOADED: [ScriptKind; 8] = [
         ScriptKind::Acquire,
         ScriptKind::Compensate,
         ScriptKind::Renew,
         ScriptKind::AcquireMany,
+        ScriptKind::AcquireAcross,
         ScriptKind::AcquireWaiting,
         ScriptKind::Release,
         ScriptKind::Leave,
@@ -204,6 +232,8 @@ pub struct Scripts {
     pub renew: Script,
     /// [`ScriptKind::AcquireMany`].
     pub acquire_many: Script,
+    /// [`ScriptKind::AcquireAcross`].
+    pub acquire_across: Script,
     /// [`ScriptKind::Reassert`].
     pub reassert: Script,
     /// [`ScriptKind::Mark`].
@@ -236,6 +266,7 @@ impl Default for Scripts {
             compensate: Script::new(COMPENSATE),
             renew: Script::new(RENEW),
             acquire_many: Script::new(ACQUIRE_MANY),
+            acquire_across: Script::new(ACQUIRE_ACROSS),
             reassert: Script::new(REASSERT),
             mark: Script::new(MARK),
             hold: Script::new(HOLD),
@@ -249,11 +280,12 @@ impl Default for Scripts {
 
 impl ScriptKind {
     /// Every script.
-    pub const EVERY: [ScriptKind; 11] = [
+    pub const EVERY: [ScriptKind; 12] = [
         ScriptKind::Acquire,
         ScriptKind::Compensate,
         ScriptKind::Renew,
         ScriptKind::AcquireMany,
+        ScriptKind::AcquireAcross,
         ScriptKind::AcquireWaiting,
         ScriptKind::Release,
         ScriptKind::Leave,
@@ -274,6 +306,7 @@ impl Scripts {
             ScriptKind::Compensate => &mut self.compensate,
             ScriptKind::Renew => &mut self.renew,
             ScriptKind::AcquireMany => &mut self.acquire_many,
+            ScriptKind::AcquireAcross => &mut self.acquire_across,
             ScriptKind::Reassert => &mut self.reassert,
             ScriptKind::Mark => &mut self.mark,
             ScriptKind::Hold => &mut self.hold,
@@ -304,6 +337,7 @@ impl Scripts {
             ScriptKind::Compensate => &self.compensate,
             ScriptKind::Renew => &self.renew,
             ScriptKind::AcquireMany => &self.acquire_many,
+            ScriptKind::AcquireAcross => &self.acquire_across,
             ScriptKind::Reassert => &self.reassert,
             ScriptKind::Mark => &self.mark,
             ScriptKind::Hold => &self.hold,

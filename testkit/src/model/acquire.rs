@@ -173,6 +173,44 @@ impl RedisModel {
         reply(2, 0, ahead, expected, reclaimed)
     }
 
+    /// `ACQUIRE_ACROSS`: each acquire as `ACQUIRE` takes it, in order, every
+    /// argument checked before anything is written.
+    pub(super) fn acquire_across(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {
+        let n = argv.len() / 5;
+        if n == 0 || argv.len() != 5 * n || keys.len() != 6 * n {
+            return Err(Frame::Error(
+                "ERR inflight: ACQUIRE_ACROSS takes six keys and five arguments per acquire".into(),
+            ));
+        }
+        for args in argv.chunks_exact(5) {
+            integer(&args[0], "expiry", 1)?;
+            integer(&args[1], "limit", 1)?;
+            integer(&args[3], "valid-until", 0)?;
+            weight(&args[2])?;
+        }
+        self.batches += 1;
+        let (mut reply, mut reclaimed) = (Vec::with_capacity(3 * n + 1), 0);
+        for (keys, args) in keys.chunks_exact(6).zip(argv.chunks_exact(5)) {
+            let mut args = args.to_vec();
+            if self.across_first_limit {
+                args[1] = argv[1].clone();
+            }
+            match self.acquire(keys, &args)? {
+                Frame::Array(items) => match <[Frame; 4]>::try_from(items) {
+                    Ok([status, id, token, Frame::Integer(freed)]) => {
+                        reply.extend([status, id, token]);
+                        reclaimed += freed;
+                    }
+                    Ok(other) => unreachable!("ACQUIRE answers four items: {other:?}"),
+                    Err(items) => unreachable!("ACQUIRE answers four items: {items:?}"),
+                },
+                other => unreachable!("ACQUIRE answers an array: {other:?}"),
+            }
+        }
+        reply.push(int(reclaimed));
+        Ok(Frame::Array(reply))
+    }
+
     pub(super) fn acquire_many(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {
         let (leases, fence, queue, waiters, holds) = (&keys[0], &keys[1], &keys[2], &keys[3], &keys[4]);
         let expiry = integer(&argv[0], "expiry", 1)?;

@@ -78,7 +78,10 @@ pub struct RedisModel {
     /// Another: every waiter is judged under the limit the last one recorded
     /// (`limit`), not its own.
     pub last_limit_for_all: bool,
-    /// `ACQUIRE_MANY` calls executed.
+    /// Another: `ACQUIRE_ACROSS` takes every acquire under the first one's
+    /// limit (an indexing slip: `ARGV[2]` for `ARGV[5i-3]`).
+    pub across_first_limit: bool,
+    /// `ACQUIRE_MANY` and `ACQUIRE_ACROSS` calls executed.
     pub batches: usize,
     /// Release commands executed (`RELEASE` scripts and `ZREM`s).
     pub zrems: usize,

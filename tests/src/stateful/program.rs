@@ -46,6 +46,9 @@ pub enum Step {
         limit: u32,
         repeat: bool,
     },
+    /// Fail-fast acquires of `(weight, limit)` in one call
+    /// (`ACQUIRE_ACROSS`): each as `ACQUIRE` takes it, one after another.
+    Across { client: usize, acquires: Vec<(u32, u32)> },
     /// A new waiting acquire.
     Wait { client: usize, weight: u32, limit: u32 },
     /// A waiter checks again.
@@ -112,6 +115,8 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(client, weight, limit, held_back)| Step::Acquire { client, weight, limit, held_back }),
         2 => (client(), 2usize..=3, limit(), prop::bool::weighted(0.3))
             .prop_map(|(client, count, limit, repeat)| Step::Batch { client, count, limit, repeat }),
+        2 => (client(), prop::collection::vec((weight(), limit()), 2..=4))
+            .prop_map(|(client, acquires)| Step::Across { client, acquires }),
         10 => (client(), weight(), limit()).prop_map(|(client, weight, limit)| Step::Wait { client, weight, limit }),
         6 => (client(), 0usize..4).prop_map(|(client, pick)| Step::Check { client, pick }),
         12 => (client(), 0usize..4, 0usize..2, prop_oneof![1 => Just(0u8), 3 => Just(1u8), 2 => Just(2u8)])

@@ -307,6 +307,7 @@ impl World {
                 limit,
                 repeat,
             } => self.batch(client % n, count, limit, repeat),
+            Step::Across { client, ref acquires } => self.across(client % n, acquires),
             Step::Wait { client, weight, limit } => {
                 let c = client % n;
                 self.recover_if_needed(c)?;
@@ -512,6 +513,48 @@ impl World {
                 _ => {
                     self.dead.insert(id.clone(), self.epoch);
                 }
+            }
+        }
+        Ok(())
+    }
+
+    fn across(&mut self, c: usize, acquires: &[(u32, u32)]) -> Result<(), String> {
+        self.recover_if_needed(c)?;
+        let ids: Vec<String> = acquires
+            .iter()
+            .map(|(weight, _)| self.clients[c].new_id(*weight))
+            .collect();
+        let setup = self.clients[c].setup.clone();
+        let sent = self.now();
+        let (expiry, valid_until) = (sent + setup.ttl + 1, sent + setup.liveness);
+        for id in &ids {
+            self.bound(id, expiry);
+        }
+        let pairs: Vec<(&str, u32)> = ids
+            .iter()
+            .zip(acquires)
+            .map(|(id, (_, limit))| (id.as_str(), *limit))
+            .collect();
+        let bytes = self.subject.encode_acquire_across(&pairs, expiry, valid_until);
+        let Frame::Array(items) = self.call(&bytes)? else {
+            return Err("ACQUIRE_ACROSS: not an array".into());
+        };
+        if items.len() != 3 * ids.len() + 1 {
+            return Err(format!(
+                "ACQUIRE_ACROSS: {} items for {} acquires",
+                items.len(),
+                ids.len()
+            ));
+        }
+        for ((id, (weight, limit)), triple) in ids.iter().zip(acquires).zip(items.chunks(3)) {
+            match (&triple[0], &triple[1], &triple[2]) {
+                (Frame::Integer(1), Frame::BulkString(echo), Frame::Integer(token)) if echo == id.as_bytes() => {
+                    self.granted(c, id, u64::from(*weight), *limit, sent + setup.ttl - 1, *token)?;
+                }
+                (Frame::Integer(_), Frame::BulkString(echo), _) if echo == id.as_bytes() => {
+                    self.dead.insert(id.clone(), self.epoch);
+                }
+                other => return Err(format!("ACQUIRE_ACROSS answered {other:?} for {id}")),
             }
         }
         Ok(())
