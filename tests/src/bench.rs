@@ -381,6 +381,18 @@ async fn read_replies(stream: &mut tokio::net::TcpStream, reader: &mut ReplyRead
     }
 }
 
+/// The minimal acquire, the least a correct TTL lease needs: prune the
+/// expired, count, add. `KEYS[1]` the lease set; `ARGV` now (the client's
+/// clock, ms), the expiry, the limit, the id. Released by a plain `ZREM`.
+pub const MINIMAL_ACQUIRE: &str = r#"
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
+return 1
+"#;
+
 /// The reference (seed) design's acquire: scan the whole hash on every call.
 pub const BASELINE_ACQUIRE: &str = r#"
 local now = tonumber(ARGV[1])

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::scripts::Scripts;
+use inflight_tests::bench::MINIMAL_ACQUIRE;
 use inflight_tests::{bench, cpu, RedisServer};
 use inflight_tokio::Limiter;
 
@@ -49,17 +50,6 @@ enum Row {
     Minimal,
     Seed,
 }
-
-/// The minimal acquire: prune the expired, count, add. `KEYS[1]` the lease
-/// set; `ARGV` now (the client's clock, ms), the expiry, the limit, the id.
-const MINIMAL_ACQUIRE: &str = r#"
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
-  return 0
-end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
-return 1
-"#;
 
 impl Row {
     const ALL: [Row; 5] = [Row::Inflight, Row::InflightNagle, Row::Raw, Row::Minimal, Row::Seed];
