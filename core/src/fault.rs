@@ -33,4 +33,7 @@ pub struct InjectedBugs {
     /// Kept-alive leases are renewed only once their expiry has come (no
     /// margin for a failed attempt), so they are lost although Redis is up.
     pub keep_alive_without_margin: bool,
+    /// A fail-fast grant of a limiter that asked for fencing tokens reaches
+    /// its caller without its token.
+    pub drop_fencing_token: bool,
 }

@@ -104,9 +104,11 @@ impl Permit {
     /// before it for the same key, across the fleet. Pass it to the resource
     /// the permit guards; a resource that refuses tokens lower than the
     /// highest it has seen cannot be written by a holder that was paused
-    /// past its lease. `None` for a fail-open permit or a lost lease.
+    /// past its lease. `None` unless the limiter was built with
+    /// [`Builder::fencing_tokens`](crate::Builder::fencing_tokens), and for
+    /// a fail-open permit or a lost lease.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.lease().map(Lease::fencing_token)
+        self.lease().and_then(Lease::fencing_token)
     }
 
     /// Whether the lease was confirmed after Redis lost lease data while it

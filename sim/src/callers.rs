@@ -89,6 +89,8 @@ pub struct ClientPlan {
     pub url: String,
     /// Client 0 of a run fails open, the others deny, so both policies run.
     pub fail_open: bool,
+    /// Its limiters give fencing tokens (`Builder::fencing_tokens`).
+    pub fencing: bool,
     pub scenario: &'static Scenario,
     pub rng: Rng,
     pub bugs: InjectedBugs,
@@ -129,6 +131,7 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
             window: Some(RECOVERY_WINDOW),
         })
         .on_unavailable(policy)
+        .fencing_tokens(plan.fencing)
         .simulation_entropy(plan.rng.entropy())
         .inject_bugs(plan.bugs);
     let name = plan.name.clone();
@@ -164,6 +167,7 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         let task = Caller {
             calm: plan.scenario.faults.is_calm(),
             call_limits: plan.scenario.call_limits,
+            fencing: plan.fencing,
             who: format!("{name}/c{caller}"),
             limiter: limiter.clone(),
             renewing: renewing.clone(),
@@ -244,6 +248,8 @@ struct Caller {
     calm: bool,
     /// Some acquires bring a limit below their key's.
     call_limits: bool,
+    /// Its limiters give fencing tokens: every permit must carry one.
+    fencing: bool,
     who: String,
     limiter: Limiter,
     renewing: Limiter,
@@ -331,6 +337,12 @@ impl Caller {
                 let weight = permit.weight();
                 {
                     let mut ledger = self.ledger.lock().unwrap();
+                    // S7: a limiter that asked for tokens gets one with
+                    // every lease it still holds.
+                    if self.fencing && lease.is_some() && permit.fencing_token().is_none() {
+                        let detail = format!("{who} holds a lease on {key} with no fencing token");
+                        ledger.violate(at(), "S7 fencing", detail);
+                    }
                     ledger.counters.granted += 1;
                     if waited {
                         ledger.counters.waits_granted += 1;

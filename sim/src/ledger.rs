@@ -185,6 +185,10 @@ impl Ledger {
     /// in execution order: above every token granted on `key` before it,
     /// whatever restarted or failed over in between.
     pub fn server_granted(&mut self, at: Duration, key: &'static str, token: u64) {
+        if token == 0 {
+            // A fail-fast grant that asked for no token: nothing to order.
+            return;
+        }
         let last = self.tokens.entry(key).or_insert(0);
         if token <= *last {
             let detail = format!("a grant on {key} with fencing token {token}, after {last}");

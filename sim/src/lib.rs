@@ -66,10 +66,13 @@ pub enum Bug {
     /// `ACQUIRE_ACROSS` takes every acquire under its first one's limit
     /// (injected into the simulated Redis).
     AcrossFirstLimit,
+    /// A fail-fast grant of a limiter that asked for fencing tokens reaches
+    /// its caller without one.
+    DroppedFencingToken,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 11] = [
+    pub const ALL: [Bug; 12] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
@@ -81,6 +84,7 @@ impl Bug {
         Bug::KeepAliveWithoutMargin,
         Bug::LastLimitForAll,
         Bug::AcrossFirstLimit,
+        Bug::DroppedFencingToken,
     ];
 
     pub fn name(self) -> &'static str {
@@ -96,6 +100,7 @@ impl Bug {
             Bug::KeepAliveWithoutMargin => "keep-alive-without-margin",
             Bug::LastLimitForAll => "last-limit-for-all",
             Bug::AcrossFirstLimit => "across-first-limit",
+            Bug::DroppedFencingToken => "dropped-fencing-token",
         }
     }
 
@@ -114,6 +119,7 @@ impl Bug {
             skip_wake_up: bug == Some(Bug::NoWakeUp),
             acquire_ignores_queue: bug == Some(Bug::AcquireIgnoresQueue),
             keep_alive_without_margin: bug == Some(Bug::KeepAliveWithoutMargin),
+            drop_fencing_token: bug == Some(Bug::DroppedFencingToken),
         }
     }
 }

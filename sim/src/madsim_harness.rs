@@ -127,6 +127,8 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
             name: format!("client{index}"),
             url: format!("redis://{REDIS}:{PORT}"),
             fail_open: index == 0,
+            // Client 1 asks for no fencing tokens: both kinds share keys.
+            fencing: index != 1,
             scenario,
             rng: root.fork(1000 + index as u64),
             bugs: Bug::injected(bug),

@@ -118,6 +118,8 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
             name: name.clone(),
             url: url.clone(),
             fail_open: index == 0,
+            // Client 1 asks for no fencing tokens: both kinds share keys.
+            fencing: index != 1,
             scenario,
             rng: root.fork(1000 + index as u64),
             bugs: Bug::injected(bug),

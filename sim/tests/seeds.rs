@@ -159,3 +159,10 @@ fn a_batch_across_subjects_judged_under_its_first_limit_is_caught_within_50_seed
         "the simulator cannot see a batch across subjects over-run"
     );
 }
+
+#[test]
+fn a_fencing_limiter_given_a_permit_without_a_token_is_caught_within_20_seeds() {
+    // Every client but one asks for tokens; S7 checks each of their permits.
+    let caught = seeds_to_catch(Bug::DroppedFencingToken, 20);
+    assert!(caught.is_some(), "the simulator cannot see a fencing token dropped");
+}

@@ -306,6 +306,8 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
             id: id.as_bytes(),
             expiry_ms,
             valid_until_ms: 99_999_999_999_999,
+            // As the limiter sends it by default.
+            fenced: false,
         };
         scripts.encode_acquire(out, Eval::Sha, call, HIGH_LIMIT, b"bench:recovery", None);
         scripts.encode_release(out, &keys, Eval::Sha, 1, b"bench:recovery", [id.as_bytes()]);

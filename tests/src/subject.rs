@@ -72,6 +72,8 @@ pub struct Subject {
     pub hold: Vec<u8>,
     /// The prefix every key of this subject (and its hold) starts with.
     pub prefix: String,
+    /// Fail-fast acquires draw a fencing token (on unless set off).
+    pub fenced: bool,
 }
 
 impl Subject {
@@ -88,6 +90,7 @@ impl Subject {
             scripts,
             hold: format!("{prefix}:recovery").into_bytes(),
             prefix: prefix.to_string(),
+            fenced: true,
         }
     }
 
@@ -122,6 +125,7 @@ impl Subject {
             id: id.as_bytes(),
             expiry_ms,
             valid_until_ms,
+            fenced: self.fenced,
         }
     }
 

@@ -22,6 +22,8 @@ fn builder(url: &str) -> Builder {
         .reconnect_backoff(Duration::from_millis(10), Duration::from_millis(200))
         .request_liveness(Duration::from_millis(800))
         .idle_probe(Duration::from_millis(100))
+        // Tokens show that grants after a loss rise above those before it.
+        .fencing_tokens(true)
 }
 
 /// The recovery window of `builder`'s settings: idle probe + request

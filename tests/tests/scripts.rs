@@ -71,6 +71,7 @@ impl Leases {
             id: id.as_bytes(),
             expiry_ms,
             valid_until_ms: valid_until,
+            fenced: true,
         };
         let mut out = BytesMut::new();
         self.scripts
@@ -151,6 +152,7 @@ impl Leases {
             id: id_text.as_bytes(),
             expiry_ms,
             valid_until_ms: valid_until,
+            fenced: true,
         };
         let mut out = BytesMut::new();
         self.scripts.encode_renew(&mut out, Eval::Sha, call);
@@ -207,6 +209,7 @@ impl Leases {
             id: id_text.as_bytes(),
             expiry_ms: now + LONG,
             valid_until_ms: now + 3_600_000,
+            fenced: true,
         };
         let wait = WaitArgs {
             lifetime_ms,
@@ -397,6 +400,7 @@ fn injective_keys_keep_subjects_apart_and_share_one_hash_tag() {
             id: id.as_bytes(),
             expiry_ms: client.server_ms() + LONG,
             valid_until_ms: 99_999_999_999_999,
+            fenced: true,
         };
         scripts.encode_acquire(&mut out, Eval::Text, call, 1, b"", None);
         let reply = client.call_raw(&out).unwrap();
@@ -419,6 +423,7 @@ fn evalsha_of_an_unloaded_script_answers_noscript() {
         id: b"x",
         expiry_ms: 1,
         valid_until_ms: 1,
+        fenced: true,
     };
     Scripts::default().encode_acquire(&mut out, Eval::Sha, call, 1, b"", None);
     match client.call_raw(&out).unwrap() {
@@ -505,6 +510,7 @@ impl Leases {
             id: id_text.as_bytes(),
             expiry_ms,
             valid_until_ms,
+            fenced: true,
         };
         let mut out = BytesMut::new();
         self.scripts.encode_reassert(&mut out, call, limit);

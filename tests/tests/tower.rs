@@ -321,7 +321,7 @@ async fn requests_without_the_header_follow_the_extractors_choice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handler_sees_its_fencing_token() {
     let server = RedisServer::start();
-    let limiter = builder(&server).connect().await.unwrap();
+    let limiter = builder(&server).fencing_tokens(true).connect().await.unwrap();
     let (addr, _) = tenant_app(limiter, by_tenant()).await;
     let mut last = 0;
     for _ in 0..3 {

@@ -86,8 +86,10 @@ pub(super) fn acquire(op: &AcquireOp, frame: Frame, check_echo: bool) -> Result<
 /// `ACQUIRE`'s statuses, once shape and echo are checked.
 pub(super) fn acquire_status(op: &AcquireOp, status: i64, token: i64) -> Result<AcquireAnswer, ConnectionError> {
     Ok(match status {
-        // A grant always carries a positive token; zero or less is a lie.
+        // A grant carries a positive token, or none (0) when the acquire
+        // asked for none; anything else is a lie.
         1 if token > 0 => AcquireAnswer::Granted(token as u64),
+        1 if token == 0 && !op.fenced => AcquireAnswer::Granted(0),
         0 => AcquireAnswer::Exceeded,
         // We never reuse a compensated id, so a trusted connection should
         // not say this.

@@ -53,7 +53,10 @@ impl Request {
             Request::Acquire(op) => encode_acquire(op, wire, out),
             Request::AcquireMany(ops) => encode_acquire_many(ops, wire, out),
             Request::AcquireAcross(ops) => {
-                let calls: Vec<_> = ops.iter().map(|op| (lease_call(&op.call), op.limit.get())).collect();
+                let calls: Vec<_> = ops
+                    .iter()
+                    .map(|op| (lease_call(&op.call, op.fenced), op.limit.get()))
+                    .collect();
                 scripts.encode_acquire_across(out, &calls, wire.hold)
             }
             Request::Reassert(job) => {
@@ -62,6 +65,7 @@ impl Request {
                     id: &job.lease_bytes,
                     expiry_ms: job.expiry_ms,
                     valid_until_ms: job.valid_until_ms,
+                    fenced: false,
                 };
                 scripts.encode_reassert(out, call, job.limit.get())
             }
@@ -71,7 +75,7 @@ impl Request {
                 let ids: Vec<Vec<u8>> = leases.iter().map(|lease| lease.to_bytes()).collect();
                 scripts.encode_release(out, keys, Eval::Text, 0, wire.hold, ids.iter().map(|id| &id[..]));
             }
-            Request::Renew(op) => scripts.encode_renew(out, op.call.eval, lease_call(&op.call)),
+            Request::Renew(op) => scripts.encode_renew(out, op.call.eval, lease_call(&op.call, false)),
             Request::Inspect(op) => match &op.reading {
                 Reading::Subject { holders } => scripts.encode_inspect(out, &op.call.keys, *holders),
                 Reading::Keys { cursor, count, pattern } => {
@@ -116,12 +120,15 @@ impl Request {
     }
 }
 
-fn lease_call(call: &Call) -> LeaseCall<'_> {
+/// The script arguments of `call`; `fenced`: an acquire that draws a
+/// fencing token (renewals and write-backs keep theirs).
+fn lease_call(call: &Call, fenced: bool) -> LeaseCall<'_> {
     LeaseCall {
         keys: &call.keys,
         id: &call.lease_bytes,
         expiry_ms: call.expiry_ms,
         valid_until_ms: call.valid_until_ms,
+        fenced,
     }
 }
 
@@ -166,8 +173,14 @@ fn encode_acquire(op: &AcquireOp, wire: &Wire, out: &mut BytesMut) {
         patience_ms: wait.patience_ms,
     });
     let call = &op.call;
-    wire.scripts
-        .encode_acquire(out, call.eval, lease_call(call), op.limit.get(), wire.hold, wait)
+    wire.scripts.encode_acquire(
+        out,
+        call.eval,
+        lease_call(call, op.fenced),
+        op.limit.get(),
+        wire.hold,
+        wait,
+    )
 }
 
 fn encode_acquire_many(ops: &[AcquireOp], wire: &Wire, out: &mut BytesMut) {

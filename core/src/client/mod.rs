@@ -222,6 +222,7 @@ impl Client {
             call,
             limit,
             wait: until.map(|until| Wait { until, patience_ms: 0 }),
+            fenced: self.config.fencing_tokens,
         };
         if op.wait.is_some() {
             self.waiters.start(&op);

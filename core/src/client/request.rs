@@ -180,6 +180,8 @@ pub(super) struct AcquireOp {
     /// A waiting acquire: it queues for a slot until then, instead of
     /// being denied at once.
     pub(super) wait: Option<Wait>,
+    /// Its grant carries a fencing token (`Config::fencing_tokens`).
+    pub(super) fenced: bool,
 }
 
 /// What a waiting acquire sends besides an acquire's arguments.
@@ -216,6 +218,20 @@ impl RenewOp {
 }
 
 impl AcquireOp {
+    /// The lease this acquire made, with the `token` Redis drew (a waiting
+    /// grant, a batch or a hand-over draws one always), kept only if it
+    /// asked for one.
+    pub(super) fn into_lease(
+        self,
+        token: u64,
+        granted_at: Instant,
+        expires_at: Instant,
+        release_until: Instant,
+    ) -> Lease {
+        let token = if self.fenced { token } else { 0 };
+        self.call.into_lease(token, granted_at, expires_at, release_until)
+    }
+
     /// Readied to be sent again as a fresh write (a waiter's next check):
     /// its lease, if granted, lives a TTL from then, and it starts with no
     /// redirect behind it.

@@ -58,7 +58,12 @@ impl Client {
                     self.keep_alive.remove(&lease);
                 }
             }
-            Effect::Grant(op, token) => self.delivering(now, |d| d.grant(op, token)),
+            Effect::Grant(mut op, token) => {
+                // The injected bug: a fenced grant's token is dropped on
+                // its way to the caller.
+                op.fenced &= !self.bugs.drop_fencing_token;
+                self.delivering(now, |d| d.grant(op, token))
+            }
             Effect::AwaitReplicas(op, token) => self.await_replicas(now, op, token),
             Effect::Queued(op) => {
                 if let Some(effect) = self.waiters.queued(now, op) {

@@ -48,13 +48,14 @@ impl Lease {
         self.expires_at
     }
 
-    /// The grant's fencing token: strictly greater than every token granted
+    /// The grant's fencing token, if the client asked for tokens
+    /// (`Config::fencing_tokens`): strictly greater than every token granted
     /// before it for the same subject (see `docs/operations.md`, "Restarts
     /// and failovers", for what holds across a failover). A resource that
     /// remembers the highest token it has seen can refuse a holder that was
     /// paused past its lease and still believes it holds it.
-    pub fn fencing_token(&self) -> u64 {
-        self.fencing_token
+    pub fn fencing_token(&self) -> Option<u64> {
+        (self.fencing_token > 0).then_some(self.fencing_token)
     }
 }
 

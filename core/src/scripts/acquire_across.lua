@@ -8,34 +8,35 @@
 -- KEYS: six per acquire, ACQUIRE's (lease set, tombstone, fencing counter,
 --       wait queue, waiters' expiries, held hash): KEYS[6i-5] ... KEYS[6i]
 --       for the i-th acquire. In a cluster all of them share one slot.
--- ARGV: five per acquire, ACQUIRE's (expiry, limit, lease id, valid-until,
---       recovery hold key or ''): ARGV[5i-4] ... ARGV[5i].
+-- ARGV: six per acquire, ACQUIRE's (expiry, limit, lease id, valid-until,
+--       recovery hold key or '', fencing '1' or '0'): ARGV[6i-5] ... ARGV[6i].
 --
 -- Returns {status, id, token, ...}, one triple per acquire in the order
 -- given, with ACQUIRE's statuses, then the units the prunes reclaimed in
 -- all (ACQUIRE_MANY's shape). Every argument of every acquire is checked
 -- before anything is written: a call refused halfway would leave grants
 -- no reply names.
-local n = #ARGV / 5
+local n = #ARGV / 6
 if n < 1 or n ~= math.floor(n) or #KEYS ~= 6 * n then
-  error({err = 'ERR inflight: ACQUIRE_ACROSS takes six keys and five arguments per acquire'})
+  error({err = 'ERR inflight: ACQUIRE_ACROSS takes six keys and six arguments per acquire'})
 end
-local expiries, limits, valid = {}, {}, {}
+local expiries, limits, valid, fenced = {}, {}, {}, {}
 for i = 1, n do
-  local a = 5 * (i - 1)
+  local a = 6 * (i - 1)
   expiries[i] = integer(ARGV[a + 1], 'expiry', 1)
   limits[i] = integer(ARGV[a + 2], 'limit', 1)
   valid[i] = integer(ARGV[a + 4], 'valid-until', 0)
+  fenced[i] = flag(ARGV[a + 6], 'fencing')
   weight(ARGV[a + 3])
 end
 local now, time = server_time()
 local reply, reclaimed = {}, 0
 for i = 1, n do
-  local k, a = 6 * (i - 1), 5 * (i - 1)
+  local k, a = 6 * (i - 1), 6 * (i - 1)
   local id = ARGV[a + 3]
   local status, token, freed = acquire_one(
     KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6],
-    expiries[i], limits[i], id, valid[i], ARGV[a + 5], now, time)
+    expiries[i], limits[i], id, valid[i], ARGV[a + 5], fenced[i], now, time)
   reply[#reply + 1] = status
   reply[#reply + 1] = id
   reply[#reply + 1] = token

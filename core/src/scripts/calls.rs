@@ -21,6 +21,19 @@ pub struct LeaseCall<'a> {
     pub expiry_ms: u64,
     /// After it, the script does nothing.
     pub valid_until_ms: u64,
+    /// Draw a fencing token on a grant. `ACQUIRE` and `ACQUIRE_ACROSS` skip
+    /// the counter without it; the other scripts draw one always (a batch
+    /// or a hand-over pays one counter write for all its grants).
+    pub fenced: bool,
+}
+
+/// `ACQUIRE`'s and `ACQUIRE_ACROSS`'s fencing argument.
+fn fencing(fenced: bool) -> &'static [u8] {
+    if fenced {
+        b"1"
+    } else {
+        b"0"
+    }
 }
 
 /// What a waiting acquire adds to a fail-fast one.
@@ -67,7 +80,11 @@ impl Scripts {
             hold,
         ];
         match wait {
-            None => self.encode_call(out, ScriptKind::Acquire, eval, &all_keys, &fixed),
+            None => {
+                let mut args = fixed.to_vec();
+                args.push(fencing(call.fenced));
+                self.encode_call(out, ScriptKind::Acquire, eval, &all_keys, &args)
+            }
             Some(wait) => {
                 let (lifetime, patience) = (wait.lifetime_ms.to_string(), wait.patience_ms.to_string());
                 let mut args = fixed.to_vec();
@@ -114,7 +131,7 @@ impl Scripts {
     }
 
     /// `ACQUIRE_ACROSS` of fail-fast acquires of different subjects, each
-    /// with `ACQUIRE`'s six keys and five arguments, under its own limit
+    /// with `ACQUIRE`'s six keys and six arguments, under its own limit
     /// (`EVALSHA`); `hold` is the recovery hold key (empty for none).
     pub fn encode_acquire_across(&self, out: &mut BytesMut, calls: &[(LeaseCall, u32)], hold: &[u8]) {
         struct Owned {
@@ -141,7 +158,7 @@ impl Scripts {
             })
             .collect();
         let numkeys = (6 * calls.len()).to_string();
-        let mut command: Vec<&[u8]> = Vec::with_capacity(3 + 11 * calls.len());
+        let mut command: Vec<&[u8]> = Vec::with_capacity(3 + 12 * calls.len());
         command.extend([
             b"EVALSHA".as_slice(),
             self.acquire_across.sha.as_bytes(),
@@ -164,6 +181,7 @@ impl Scripts {
                 call.id,
                 o.valid_until.as_bytes(),
                 hold,
+                fencing(call.fenced),
             ]);
         }
         encode_command(out, &command);

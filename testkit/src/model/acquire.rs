@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::scripts::{bulk, int, integer, lua_number, text, weight, Stop};
+use super::scripts::{bulk, flag, int, integer, lua_number, text, weight, Stop};
 use super::store::ZaddFlags;
 use super::RedisModel;
 use inflight_core::resp::Frame;
@@ -17,6 +17,7 @@ impl RedisModel {
         let id = &argv[2];
         let valid_until = integer(&argv[3], "valid-until", 0)?;
         let hold = &argv[4];
+        let fenced = flag(&argv[5], "fencing")?;
         let w = weight(id)?;
         let now = self.time();
         let reply = |status: i64, token: u64, reclaimed: usize| {
@@ -65,7 +66,11 @@ impl RedisModel {
             self.add_units(leases, expiry, id, ZaddFlags::default());
             self.cover(leases, (expiry - now) as i64);
         }
-        let token = self.next_tokens(fence, expiry - now, 1);
+        let token = if fenced {
+            self.next_tokens(fence, expiry - now, 1)
+        } else {
+            0
+        };
         self.record(leases, id, 1, token, (ahead, free));
         reply(1, token, reclaimed)
     }
@@ -176,21 +181,22 @@ impl RedisModel {
     /// `ACQUIRE_ACROSS`: each acquire as `ACQUIRE` takes it, in order, every
     /// argument checked before anything is written.
     pub(super) fn acquire_across(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {
-        let n = argv.len() / 5;
-        if n == 0 || argv.len() != 5 * n || keys.len() != 6 * n {
+        let n = argv.len() / 6;
+        if n == 0 || argv.len() != 6 * n || keys.len() != 6 * n {
             return Err(Frame::Error(
-                "ERR inflight: ACQUIRE_ACROSS takes six keys and five arguments per acquire".into(),
+                "ERR inflight: ACQUIRE_ACROSS takes six keys and six arguments per acquire".into(),
             ));
         }
-        for args in argv.chunks_exact(5) {
+        for args in argv.chunks_exact(6) {
             integer(&args[0], "expiry", 1)?;
             integer(&args[1], "limit", 1)?;
             integer(&args[3], "valid-until", 0)?;
+            flag(&args[5], "fencing")?;
             weight(&args[2])?;
         }
         self.batches += 1;
         let (mut reply, mut reclaimed) = (Vec::with_capacity(3 * n + 1), 0);
-        for (keys, args) in keys.chunks_exact(6).zip(argv.chunks_exact(5)) {
+        for (keys, args) in keys.chunks_exact(6).zip(argv.chunks_exact(6)) {
             let mut args = args.to_vec();
             if self.across_first_limit {
                 args[1] = argv[1].clone();

@@ -43,6 +43,21 @@ pub(super) fn integer(value: &[u8], name: &str, least: u64) -> Result<u64, Stop>
     }
 }
 
+/// The scripts' yes-or-no argument: `1` or `0`.
+pub(super) fn flag(value: &[u8], name: &str) -> Result<bool, Stop> {
+    match value {
+        b"1" => Ok(true),
+        b"0" => Ok(false),
+        _ => Err(Frame::Error(
+            format!(
+                "ERR inflight: {name} must be 1 or 0, not {}",
+                String::from_utf8_lossy(value)
+            )
+            .into(),
+        )),
+    }
+}
+
 /// Lua's `tonumber` of a string (decimal or hex, spaces around allowed).
 pub(super) fn lua_number(value: &[u8]) -> Option<f64> {
     let text = std::str::from_utf8(value).ok()?.trim();
@@ -89,7 +104,7 @@ impl RedisModel {
     /// Runs script `kind` with `keys` and `argv`.
     pub(super) fn run(&mut self, kind: ScriptKind, keys: &[Bytes], argv: &[Bytes]) -> Frame {
         let arity = match kind {
-            ScriptKind::Acquire => (6, 5),
+            ScriptKind::Acquire => (6, 6),
             ScriptKind::AcquireWaiting => (6, 7),
             ScriptKind::Release => (6, 2),
             ScriptKind::Compensate => (6, 2),
@@ -100,7 +115,7 @@ impl RedisModel {
             ScriptKind::Hold => (1, 1),
             ScriptKind::Inspect => (3, 1),
             ScriptKind::AcquireMany => (5, 4),
-            ScriptKind::AcquireAcross => (6, 5),
+            ScriptKind::AcquireAcross => (6, 6),
         };
         let at_least = matches!(
             kind,

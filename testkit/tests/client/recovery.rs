@@ -26,11 +26,12 @@ fn reassertions(pair: &Pair) -> Vec<Reassertion> {
         .collect()
 }
 
+/// A grant's fencing token (0 without one), or `None` if not granted.
 fn granted(pair: &mut Pair, limit: u32) -> Option<u64> {
     let request = pair.acquire("t", "s", limit);
     pair.exchange();
     match pair.outcome(request) {
-        Some(Outcome::Granted(lease)) => Some(lease.fencing_token()),
+        Some(Outcome::Granted(lease)) => Some(lease.fencing_token().unwrap_or(0)),
         _ => None,
     }
 }
@@ -179,14 +180,22 @@ fn a_replica_is_refused_at_the_handshake() {
 
 #[test]
 fn fencing_tokens_rise_across_grants_renewals_and_an_empty_restart() {
+    // Without asking for tokens, a grant has none.
     let mut pair = Pair::connected(config(), start());
+    assert_eq!(granted(&mut pair, 5), Some(0));
+    let fenced = Config {
+        fencing_tokens: true,
+        ..config()
+    };
+    let mut pair = Pair::connected(fenced, start());
     let first = granted(&mut pair, 5).unwrap();
+    assert!(first > 0);
     let second = granted(&mut pair, 5).unwrap();
     assert!(second > first);
     let renewal = pair.renew(0);
     pair.exchange();
     match pair.events.iter().rev().find_map(|e| match e {
-        Event::Renewed(r, Renewal::Extended(lease)) if *r == renewal => Some(lease.fencing_token()),
+        Event::Renewed(r, Renewal::Extended(lease)) if *r == renewal => lease.fencing_token(),
         _ => None,
     }) {
         Some(token) => assert_eq!(token, first, "a renewal keeps the grant's token"),

@@ -457,6 +457,8 @@ async fn spawn_raw(
                         .arg(&id)
                         .arg(99_999_999_999_999u64)
                         .arg("perf:recovery")
+                        // No fencing token, as a limiter by default.
+                        .arg("0")
                         .query_async(&mut connection)
                         .await
                         .expect("acquire");

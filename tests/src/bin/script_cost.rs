@@ -44,6 +44,8 @@ struct Variant {
     name: &'static str,
     text: String,
     call: Call,
+    /// Its acquires' fencing argument.
+    fencing: &'static [u8],
 }
 
 /// `ACQUIRE` with `from` replaced by `to` everywhere (the piece taken out).
@@ -56,23 +58,24 @@ fn without(from: &str, to: &str) -> String {
 }
 
 fn variants() -> Vec<Variant> {
-    let one = |name, text: String| Variant {
+    let variant = |name, text: &str, call, fencing| Variant {
         name,
-        text,
-        call: Call::One,
+        text: text.to_string(),
+        call,
+        fencing,
     };
+    // The pieces are taken out of the acquire with a token, as it was
+    // before tokens were asked for.
+    let one = |name, text: String| variant(name, &text, Call::One, b"1");
     vec![
-        one("ACQUIRE as shipped", ACQUIRE.to_string()),
+        one("ACQUIRE with a fencing token", ACQUIRE.to_string()),
+        variant("ACQUIRE without a token (the default)", ACQUIRE, Call::One, b"0"),
         one(
             "without the fast path (tombstone, hold, queue one by one)",
             without(
                 "plain = redis.call('EXISTS', tombstone, queue, hold) == 0",
                 "plain = false",
             ),
-        ),
-        one(
-            "without the fencing token (`SET ... GET`)",
-            without("next_tokens(fence, time, expiry - now, 1)", "0"),
         ),
         one(
             "without the lease set's expiry (`PEXPIRE`)",
@@ -86,21 +89,30 @@ fn variants() -> Vec<Variant> {
                 "plain = true",
             ),
         ),
-        Variant {
-            name: "ACQUIRE_ACROSS of 4",
-            text: ACQUIRE_ACROSS.to_string(),
-            call: Call::Across(4),
-        },
-        Variant {
-            name: "ACQUIRE_ACROSS of 16",
-            text: ACQUIRE_ACROSS.to_string(),
-            call: Call::Across(16),
-        },
-        Variant {
-            name: "minimal (prune, count, add; `ZREM`)",
-            text: MINIMAL_ACQUIRE.to_string(),
-            call: Call::Minimal,
-        },
+        variant(
+            "ACQUIRE_ACROSS of 4, with tokens",
+            ACQUIRE_ACROSS,
+            Call::Across(4),
+            b"1",
+        ),
+        variant(
+            "ACQUIRE_ACROSS of 16, with tokens",
+            ACQUIRE_ACROSS,
+            Call::Across(16),
+            b"1",
+        ),
+        variant(
+            "ACQUIRE_ACROSS of 16, without tokens",
+            ACQUIRE_ACROSS,
+            Call::Across(16),
+            b"0",
+        ),
+        variant(
+            "minimal (prune, count, add; `ZREM`)",
+            MINIMAL_ACQUIRE,
+            Call::Minimal,
+            b"",
+        ),
     ]
 }
 
@@ -126,7 +138,8 @@ struct Cycles {
 impl Cycles {
     /// Encodes `WINDOW` cycles of `variant` (script `sha`) and returns how
     /// many replies they ask for.
-    fn encode_window(&mut self, out: &mut BytesMut, call: Call, sha: &str) -> u64 {
+    fn encode_window(&mut self, out: &mut BytesMut, variant: &Variant, sha: &str) -> u64 {
+        let call = variant.call;
         let mut leases = Vec::with_capacity(WINDOW);
         for _ in 0..WINDOW {
             self.next += 1;
@@ -169,6 +182,7 @@ impl Cycles {
                             id,
                             b"99999999999999",
                             self.hold.as_bytes(),
+                            variant.fencing,
                         ]);
                     }
                 }
@@ -283,7 +297,7 @@ fn main() {
             let mut sent = 0;
             while sent < CYCLES {
                 let mut out = BytesMut::new();
-                let replies = cycles.encode_window(&mut out, variants[v].call, &shas[v]);
+                let replies = cycles.encode_window(&mut out, &variants[v], &shas[v]);
                 stream.write_all(&out).unwrap();
                 read_replies(&mut stream, &mut reader, &mut buf, replies, check);
                 sent += WINDOW as u64;

@@ -135,6 +135,8 @@ fn cycles(server: &RedisServer, scripts: &Scripts, keys: &SubjectKeys, weight: u
                 id: id.as_bytes(),
                 expiry_ms,
                 valid_until_ms: 99_999_999_999_999,
+                // As the limiter sends it by default.
+                fenced: false,
             };
             scripts.encode_acquire(&mut out, Eval::Sha, call, 1_000_000_000, b"weights:recovery", None);
             scripts.encode_release(&mut out, keys, Eval::Sha, 1, b"weights:recovery", [id.as_bytes()]);

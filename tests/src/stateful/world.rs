@@ -434,6 +434,7 @@ impl World {
         let sent = self.now();
         let (expiry, valid_until) = (sent + setup.ttl + 1, sent + setup.liveness);
         self.bound(&id, expiry);
+        self.subject.fenced = fenced(c);
         let bytes = self.subject.encode_acquire(&id, limit, expiry, valid_until, None);
         if held_back {
             self.hold_back(c, &id, Kind::Acquire, bytes, valid_until);
@@ -441,6 +442,7 @@ impl World {
         }
         let reply = answer(self.call(&bytes)?);
         if reply.status == 1 {
+            tokens_as_asked(c, reply.token)?;
             self.granted(c, &id, u64::from(weight), limit, sent + setup.ttl - 1, reply.token)?;
         } else {
             self.dead.insert(id, self.epoch);
@@ -535,6 +537,7 @@ impl World {
             .zip(acquires)
             .map(|(id, (_, limit))| (id.as_str(), *limit))
             .collect();
+        self.subject.fenced = fenced(c);
         let bytes = self.subject.encode_acquire_across(&pairs, expiry, valid_until);
         let Frame::Array(items) = self.call(&bytes)? else {
             return Err("ACQUIRE_ACROSS: not an array".into());
@@ -549,6 +552,7 @@ impl World {
         for ((id, (weight, limit)), triple) in ids.iter().zip(acquires).zip(items.chunks(3)) {
             match (&triple[0], &triple[1], &triple[2]) {
                 (Frame::Integer(1), Frame::BulkString(echo), Frame::Integer(token)) if echo == id.as_bytes() => {
+                    tokens_as_asked(c, *token)?;
                     self.granted(c, id, u64::from(*weight), *limit, sent + setup.ttl - 1, *token)?;
                 }
                 (Frame::Integer(_), Frame::BulkString(echo), _) if echo == id.as_bytes() => {
@@ -852,8 +856,11 @@ impl World {
         if let Kind::Acquire = self.held_back[at].kind {
             // Its reply goes nowhere; a grant took a token all the same.
             if let Frame::Array(items) = &reply {
+                // (None if its client asks for no tokens.)
                 if let [Frame::Integer(1), _, Frame::Integer(token), ..] = &items[..] {
-                    self.token(*token)?;
+                    if *token != 0 {
+                        self.token(*token)?;
+                    }
                 }
             }
         }
@@ -1265,4 +1272,19 @@ fn normalize(mut data: Vec<(Bytes, String, Option<u64>)>) -> Vec<(Bytes, String,
         }
     }
     data
+}
+
+/// Client `c`'s fail-fast acquires draw fencing tokens: the odd clients'
+/// do not (as a limiter built without `fencing_tokens`).
+fn fenced(c: usize) -> bool {
+    c.is_multiple_of(2)
+}
+
+/// A fail-fast grant to client `c` carries a token exactly if it asked.
+fn tokens_as_asked(c: usize, token: i64) -> Result<(), String> {
+    match (fenced(c), token) {
+        (true, t) if t > 0 => Ok(()),
+        (false, 0) => Ok(()),
+        (asked, t) => Err(format!("client {c} (fencing {asked}) was granted with token {t}")),
+    }
 }

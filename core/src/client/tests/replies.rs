@@ -36,6 +36,7 @@ fn acquire(waits: bool) -> AcquireOp {
         call,
         limit: NonZeroU32::new(5).unwrap(),
         wait,
+        fenced: true,
     }
 }
 

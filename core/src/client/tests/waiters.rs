@@ -20,6 +20,7 @@ fn waiting(n: u64, until: Instant) -> AcquireOp {
         call: Call::new(RequestId(n), LeaseId::from_parts(9, n), keys()),
         limit: NonZeroU32::new(1).unwrap(),
         wait: Some(Wait { until, patience_ms: 0 }),
+        fenced: true,
     }
 }
 

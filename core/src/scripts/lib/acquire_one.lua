@@ -1,10 +1,10 @@
 -- One fail-fast acquire as `ACQUIRE` takes it (the contract and the
 -- fairness rule are in `acquire.lua`), at the server instant `now` (`time`
 -- is the raw `TIME` reply the token is drawn from), its arguments checked
--- already. Returns the status, the token (0 unless granted) and the units
--- the prune reclaimed. Needs `weight`, `add_units`, `cover`, `queue` and
--- `fence`.
-local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expiry, limit, id, valid_until, hold, now, time)
+-- already. Returns the status, the token (0 unless granted and `fenced`)
+-- and the units the prune reclaimed. Needs `weight`, `add_units`, `cover`,
+-- `queue` and `fence`.
+local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expiry, limit, id, valid_until, hold, fenced, now, time)
   local w = weight(id)
   if now > valid_until or expiry <= now then
     return -2, 0, 0
@@ -35,7 +35,7 @@ local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expi
         redis.call('PEXPIRE', leases, expiry - now + 1, 'GT')
       end
     end
-    return 1, next_tokens(fence, time, expiry - now, 1), reclaimed
+    return 1, fenced and next_tokens(fence, time, expiry - now, 1) or 0, reclaimed
   end
   if redis.call('EXISTS', tombstone) == 1 then
     return -1, 0, 0
@@ -58,5 +58,5 @@ local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expi
     add_units(leases, expiry, id)
     cover(leases, expiry - now)
   end
-  return 1, next_tokens(fence, time, expiry - now, 1), reclaimed
+  return 1, fenced and next_tokens(fence, time, expiry - now, 1) or 0, reclaimed
 end

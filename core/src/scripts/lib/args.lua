@@ -8,3 +8,12 @@ local function integer(value, name, least)
   end
   return n
 end
+-- A yes-or-no argument: '1' or '0', nothing else.
+local function flag(value, name)
+  if value == '1' then
+    return true
+  elseif value == '0' then
+    return false
+  end
+  error({err = 'ERR inflight: ' .. name .. ' must be 1 or 0, not ' .. tostring(value)})
+end
