@@ -160,6 +160,15 @@ impl Client {
         self.releases.len() + self.net.releases_in_flight() + self.waiters.leaves_owed()
     }
 
+    /// Whether the client owes nothing: no release, compensation or `LEAVE`
+    /// outstanding, no call in flight, and no release's hand-over to the
+    /// subject's waiters still on its way (without it, a process that stops
+    /// right after a release would leave another replica's waiter to find
+    /// the free slot on its own periodic check).
+    pub fn owes_nothing(&self) -> bool {
+        self.outstanding_releases() == 0 && self.in_flight_calls() == 0 && self.net.follow_ups_in_flight() == 0
+    }
+
     /// Leases granted to callers and not given back yet (nor expired, as of
     /// the last sweep): those written back if a server loses its data.
     pub fn held_leases(&self) -> usize {

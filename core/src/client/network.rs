@@ -81,6 +81,22 @@ impl Network {
             .sum()
     }
 
+    /// What a release still does for others once its lease is back: queue
+    /// checks and hand-overs (the waiters of other replicas wait on them),
+    /// and `LEAVE`s, written or not yet answered.
+    pub(super) fn follow_ups_in_flight(&self) -> usize {
+        let pending = self.nodes.iter().filter_map(|node| node.connection.as_ref());
+        pending
+            .flat_map(|conn| conn.pipeline.pending())
+            .filter(|request| {
+                matches!(
+                    request,
+                    Request::QueueCheck(_) | Request::HandOver(_) | Request::Leave(..)
+                )
+            })
+            .count()
+    }
+
     /// The next bytes to write: a node's requests (not before its socket is
     /// open), else a wake-up connection's.
     pub(super) fn next_transmit(&mut self) -> Option<Transmit> {

@@ -221,7 +221,7 @@ impl<C: Connector> Driver<C> {
     }
 
     fn idle(&self) -> bool {
-        self.client.outstanding_releases() == 0 && self.client.in_flight_calls() == 0
+        self.client.owes_nothing()
     }
 
     fn on_command(&mut self, command: Command) {

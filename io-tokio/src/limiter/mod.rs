@@ -282,8 +282,9 @@ impl Limiter {
     }
 
     /// For shutdown: gives up this handle and waits until the driver owes
-    /// nothing (every release and compensation done or given up, no acquire
-    /// in flight), so a process can exit without stranding leases until their
+    /// nothing (every release and compensation done or given up, every
+    /// hand-over of a released slot to another replica's waiter written and
+    /// answered, no acquire in flight), so a process can exit without stranding leases until their
     /// TTL; but no longer than the drain timeout (`Builder::drain_timeout`,
     /// 5 s by default), so a shutdown with Redis down is not held up by
     /// releases that cannot get through. [`Drained`] says which: complete,

@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use inflight_core::lease_id::is_extra_unit;
 
+use super::store::ZaddFlags;
 use super::RedisModel;
 
 impl RedisModel {
@@ -60,6 +61,32 @@ impl RedisModel {
         for key in keys {
             self.store.del(key);
         }
+    }
+
+    /// Puts a waiter of another client at the end of a subject's queue
+    /// (`queue` is its `…:queue` key), alive for `lifetime_ms`, as a waiting
+    /// acquire denied under `limit` would.
+    pub fn queue_waiter(&mut self, queue: &Bytes, id: &[u8], limit: u32, lifetime_ms: u64) {
+        self.store.now = self.now_ms;
+        let Some(base) = queue.strip_suffix(b":queue") else {
+            return;
+        };
+        let id = Bytes::copy_from_slice(id);
+        let ticket = self
+            .store
+            .zlast(queue)
+            .map_or(self.now_ms, |(last, _)| last.max(self.now_ms) + 1);
+        self.store.zadd(queue, ZaddFlags::default(), &[(ticket, id.clone())]);
+        let waiters = Bytes::from([base, b":waiters"].concat());
+        self.store.zadd(
+            &waiters,
+            ZaddFlags::default(),
+            &[(self.now_ms + lifetime_ms, id.clone())],
+        );
+        let holds = Bytes::from([base, b":held"].concat());
+        let limit = Bytes::from(limit.to_string());
+        self.store
+            .hset(&holds, &[(Bytes::from_static(b"limit"), limit.clone()), (id, limit)]);
     }
 
     /// Empties the data set (`FLUSHALL`).

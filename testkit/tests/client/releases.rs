@@ -153,3 +153,31 @@ fn a_release_answered_read_only_by_a_standalone_server_retires_the_connection() 
     );
     assert_eq!(pair.client.stats().release_retries, 1);
 }
+
+#[test]
+fn a_client_owes_the_hand_over_of_a_released_slot_until_it_is_written_and_answered() {
+    use inflight_core::key::{Key, SubjectKeys};
+
+    let config = config();
+    let keys = SubjectKeys::new(&config.key_prefix, &Key::new("t", "s").unwrap());
+    let mut pair = Pair::connected(config, start());
+    let a = pair.acquire("t", "s", 1);
+    pair.exchange();
+    assert!(matches!(pair.outcome(a), Some(Outcome::Granted(_))));
+    // Another replica's waiter stands in the subject's queue.
+    pair.server.queue_waiter(&keys.queue(), b"someone-else", 1, 60_000);
+    pair.release(0);
+    pair.to_server(usize::MAX); // the ZREM and the queue's EXISTS
+    pair.to_client(usize::MAX); // their replies: the lease is back, a queue exists
+    assert_eq!(pair.client.outstanding_releases(), 0);
+    // A limiter draining now would stop before the RELEASE that hands the
+    // freed slot to that waiter: it is still owed.
+    assert!(!pair.client.owes_nothing(), "the hand-over is not written yet");
+    pair.to_server(usize::MAX);
+    assert!(!pair.client.owes_nothing(), "the hand-over is not answered yet");
+    pair.exchange();
+    assert!(pair.client.owes_nothing());
+    // The slot went to the waiter, not back to the pool.
+    let holders = pair.server.live_leases(keys.leases());
+    assert_eq!(holders, [&b"someone-else"[..]], "{holders:?}");
+}
