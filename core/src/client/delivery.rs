@@ -76,9 +76,9 @@ impl Delivery<'_> {
             return self.fx.push(Effect::Compensate(op, Ran::Answered));
         }
         let expires_at = lease_expiry(op.call.sent_at.unwrap_or(now), self.config.lease_ttl);
-        let limit = op.limit;
-        let lease = op.into_lease(token, now, expires_at, expires_at);
-        self.granted(request, lease, limit);
+        let token = op.kept_token(token);
+        let lease = op.call.into_lease(token, now, expires_at, expires_at);
+        self.granted(request, lease, op.limit);
     }
 
     /// `request`'s grant: it took the waiter (if any) out of its queue, so
@@ -164,9 +164,9 @@ impl Delivery<'_> {
         // The renewal runs within its liveness and extends the lease a TTL
         // from then: releases keep trying until that.
         let release_until = now + self.config.request_liveness + self.config.lease_ttl;
-        let limit = op.limit;
-        let lease = op.into_lease(token, now, expires_at, release_until);
-        self.granted(request, lease, limit);
+        let token = op.kept_token(token);
+        let lease = op.call.into_lease(token, now, expires_at, release_until);
+        self.granted(request, lease, op.limit);
         self.fx.push(Effect::Route(Op::Renew(confirm)));
     }
 

@@ -218,18 +218,14 @@ impl RenewOp {
 }
 
 impl AcquireOp {
-    /// The lease this acquire made, with the `token` Redis drew (a waiting
-    /// grant, a batch or a hand-over draws one always), kept only if it
-    /// asked for one.
-    pub(super) fn into_lease(
-        self,
-        token: u64,
-        granted_at: Instant,
-        expires_at: Instant,
-        release_until: Instant,
-    ) -> Lease {
-        let token = if self.fenced { token } else { 0 };
-        self.call.into_lease(token, granted_at, expires_at, release_until)
+    /// The token its lease keeps of the one Redis `drawn` (a waiting grant,
+    /// a batch or a hand-over draws one always): none (0) unless it asked.
+    pub(super) fn kept_token(&self, drawn: u64) -> u64 {
+        if self.fenced {
+            drawn
+        } else {
+            0
+        }
     }
 
     /// Readied to be sent again as a fresh write (a waiter's next check):

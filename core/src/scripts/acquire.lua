@@ -17,13 +17,15 @@
 -- (the id was compensated: these bytes reached Redis after their own
 -- release), -2 stale (ran after valid-until, or after the expiry), -3
 -- refused while the server recovers lost lease data. The token is 0 unless
--- granted with ARGV[6] '1'; `reclaimed` counts the expired units the prune removed. An id
--- that already holds a live lease is granted again without a second slot.
+-- granted with ARGV[6] '1'; `reclaimed` counts the expired units the prune
+-- removed. An id that already holds a live lease is granted again without a
+-- second slot.
 --
 -- Fairness: a fail-fast acquire is a newcomer behind every live waiter of
 -- the subject (see `lib/queue.lua`). A subject with no queue, no tombstone
 -- and no recovery hold pays one `EXISTS` for all three: a grant is then
--- `TIME`, `EXISTS`, `ZREMRANGEBYSCORE`, `ZCARD`, `ZADD`, `PEXPIRE`, `SET`.
+-- `TIME`, `EXISTS`, `ZREMRANGEBYSCORE`, `ZCARD`, `ZADD`, `PEXPIRE` (and the
+-- counter's `SET` when it draws a token).
 -- The work is `lib/acquire_one.lua`'s, shared with `ACQUIRE_ACROSS`.
 -- Every argument is checked before anything is written.
 local expiry = integer(ARGV[1], 'expiry', 1)

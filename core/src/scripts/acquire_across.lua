@@ -32,11 +32,12 @@ end
 local now, time = server_time()
 local reply, reclaimed = {}, 0
 for i = 1, n do
-  local k, a = 6 * (i - 1), 6 * (i - 1)
-  local id = ARGV[a + 3]
+  -- Six keys and six arguments per acquire: one offset for both.
+  local k = 6 * (i - 1)
+  local id = ARGV[k + 3]
   local status, token, freed = acquire_one(
     KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6],
-    expiries[i], limits[i], id, valid[i], ARGV[a + 5], fenced[i], now, time)
+    expiries[i], limits[i], id, valid[i], ARGV[k + 5], fenced[i], now, time)
   reply[#reply + 1] = status
   reply[#reply + 1] = id
   reply[#reply + 1] = token

@@ -2,7 +2,7 @@
 //! KEYS/ARGV contract (the Lua side is at the top of its file). The client,
 //! the tests and the benches all write their calls through these.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use super::{Eval, ScriptKind, Scripts};
 use crate::key::SubjectKeys;
@@ -36,6 +36,59 @@ fn fencing(fenced: bool) -> &'static [u8] {
     }
 }
 
+/// The keys and numbers an acquire of one lease is written with, built
+/// once: `ACQUIRE`'s six keys and its first five arguments (those
+/// `ACQUIRE_WAITING` and `ACQUIRE_ACROSS` share).
+struct AcquireParts {
+    tombstone: Bytes,
+    fence: Bytes,
+    queue: Bytes,
+    waiters: Bytes,
+    holds: Bytes,
+    expiry: String,
+    limit: String,
+    valid_until: String,
+}
+
+impl AcquireParts {
+    fn new(call: &LeaseCall, limit: u32) -> Self {
+        let keys = call.keys;
+        Self {
+            tombstone: keys.tombstone_of(call.id),
+            fence: keys.fence(),
+            queue: keys.queue(),
+            waiters: keys.waiters(),
+            holds: keys.holds(),
+            expiry: call.expiry_ms.to_string(),
+            limit: limit.to_string(),
+            valid_until: call.valid_until_ms.to_string(),
+        }
+    }
+
+    /// Lease set, tombstone, fencing counter, queue, waiters, held hash.
+    fn keys<'a>(&'a self, call: &LeaseCall<'a>) -> [&'a [u8]; 6] {
+        [
+            call.keys.leases(),
+            &self.tombstone,
+            &self.fence,
+            &self.queue,
+            &self.waiters,
+            &self.holds,
+        ]
+    }
+
+    /// Expiry, limit, lease id, valid-until, the recovery hold key.
+    fn args<'a>(&'a self, call: &LeaseCall<'a>, hold: &'a [u8]) -> [&'a [u8]; 5] {
+        [
+            self.expiry.as_bytes(),
+            self.limit.as_bytes(),
+            call.id,
+            self.valid_until.as_bytes(),
+            hold,
+        ]
+    }
+}
+
 /// What a waiting acquire adds to a fail-fast one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaitArgs {
@@ -58,38 +111,17 @@ impl Scripts {
         hold: &[u8],
         wait: Option<WaitArgs>,
     ) {
-        let keys = call.keys;
-        let (tombstone, fence, queue, waiters, holds) = (
-            keys.tombstone_of(call.id),
-            keys.fence(),
-            keys.queue(),
-            keys.waiters(),
-            keys.holds(),
-        );
-        let (expiry, limit, valid_until) = (
-            call.expiry_ms.to_string(),
-            limit.to_string(),
-            call.valid_until_ms.to_string(),
-        );
-        let all_keys: [&[u8]; 6] = [keys.leases(), &tombstone, &fence, &queue, &waiters, &holds];
-        let fixed: [&[u8]; 5] = [
-            expiry.as_bytes(),
-            limit.as_bytes(),
-            call.id,
-            valid_until.as_bytes(),
-            hold,
-        ];
+        let parts = AcquireParts::new(&call, limit);
+        let mut args = parts.args(&call, hold).to_vec();
         match wait {
             None => {
-                let mut args = fixed.to_vec();
                 args.push(fencing(call.fenced));
-                self.encode_call(out, ScriptKind::Acquire, eval, &all_keys, &args)
+                self.encode_call(out, ScriptKind::Acquire, eval, &parts.keys(&call), &args)
             }
             Some(wait) => {
                 let (lifetime, patience) = (wait.lifetime_ms.to_string(), wait.patience_ms.to_string());
-                let mut args = fixed.to_vec();
                 args.extend([lifetime.as_bytes(), patience.as_bytes()]);
-                self.encode_call(out, ScriptKind::AcquireWaiting, eval, &all_keys, &args)
+                self.encode_call(out, ScriptKind::AcquireWaiting, eval, &parts.keys(&call), &args)
             }
         }
     }
@@ -134,28 +166,9 @@ impl Scripts {
     /// with `ACQUIRE`'s six keys and six arguments, under its own limit
     /// (`EVALSHA`); `hold` is the recovery hold key (empty for none).
     pub fn encode_acquire_across(&self, out: &mut BytesMut, calls: &[(LeaseCall, u32)], hold: &[u8]) {
-        struct Owned {
-            tombstone: bytes::Bytes,
-            fence: bytes::Bytes,
-            queue: bytes::Bytes,
-            waiters: bytes::Bytes,
-            holds: bytes::Bytes,
-            expiry: String,
-            limit: String,
-            valid_until: String,
-        }
-        let owned: Vec<Owned> = calls
+        let parts: Vec<AcquireParts> = calls
             .iter()
-            .map(|(call, limit)| Owned {
-                tombstone: call.keys.tombstone_of(call.id),
-                fence: call.keys.fence(),
-                queue: call.keys.queue(),
-                waiters: call.keys.waiters(),
-                holds: call.keys.holds(),
-                expiry: call.expiry_ms.to_string(),
-                limit: limit.to_string(),
-                valid_until: call.valid_until_ms.to_string(),
-            })
+            .map(|(call, limit)| AcquireParts::new(call, *limit))
             .collect();
         let numkeys = (6 * calls.len()).to_string();
         let mut command: Vec<&[u8]> = Vec::with_capacity(3 + 12 * calls.len());
@@ -164,25 +177,12 @@ impl Scripts {
             self.acquire_across.sha.as_bytes(),
             numkeys.as_bytes(),
         ]);
-        for ((call, _), o) in calls.iter().zip(&owned) {
-            command.extend([
-                call.keys.leases(),
-                &o.tombstone[..],
-                &o.fence,
-                &o.queue,
-                &o.waiters,
-                &o.holds,
-            ]);
+        for ((call, _), parts) in calls.iter().zip(&parts) {
+            command.extend(parts.keys(call));
         }
-        for ((call, _), o) in calls.iter().zip(&owned) {
-            command.extend([
-                o.expiry.as_bytes(),
-                o.limit.as_bytes(),
-                call.id,
-                o.valid_until.as_bytes(),
-                hold,
-                fencing(call.fenced),
-            ]);
+        for ((call, _), parts) in calls.iter().zip(&parts) {
+            command.extend(parts.args(call, hold));
+            command.push(fencing(call.fenced));
         }
         encode_command(out, &command);
     }

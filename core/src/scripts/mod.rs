@@ -32,36 +32,32 @@ macro_rules! lua {
     };
 }
 
+/// A fail-fast acquire script: `lib/acquire_one.lua` and what it calls,
+/// then `scripts/NAME.lua`.
+macro_rules! fail_fast {
+    ($script:literal) => {
+        lua!(
+            [
+                "args",
+                "clock",
+                "weight",
+                "add_units",
+                "cover",
+                "queue",
+                "fence",
+                "acquire_one"
+            ],
+            $script
+        )
+    };
+}
+
 /// Take a lease, failing fast (`scripts/acquire.lua`).
-pub const ACQUIRE: &str = lua!(
-    [
-        "args",
-        "clock",
-        "weight",
-        "add_units",
-        "cover",
-        "queue",
-        "fence",
-        "acquire_one"
-    ],
-    "acquire"
-);
+pub const ACQUIRE: &str = fail_fast!("acquire");
 
 /// Fail-fast acquires of different subjects in one call, each as `ACQUIRE`
 /// takes it (`scripts/acquire_across.lua`).
-pub const ACQUIRE_ACROSS: &str = lua!(
-    [
-        "args",
-        "clock",
-        "weight",
-        "add_units",
-        "cover",
-        "queue",
-        "fence",
-        "acquire_one"
-    ],
-    "acquire_across"
-);
+pub const ACQUIRE_ACROSS: &str = fail_fast!("acquire_across");
 
 /// Take a lease or wait for one in the subject's queue
 /// (`scripts/acquire_waiting.lua`).
