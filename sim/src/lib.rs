@@ -69,10 +69,13 @@ pub enum Bug {
     /// A fail-fast grant of a limiter that asked for fencing tokens reaches
     /// its caller without one.
     DroppedFencingToken,
+    /// A grant under a higher limit takes a unit a waiter ahead under a
+    /// lower limit is owed (injected into the simulated Redis).
+    NewcomerTakesOwedUnit,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 12] = [
+    pub const ALL: [Bug; 13] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
@@ -85,6 +88,7 @@ impl Bug {
         Bug::LastLimitForAll,
         Bug::AcrossFirstLimit,
         Bug::DroppedFencingToken,
+        Bug::NewcomerTakesOwedUnit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -101,6 +105,19 @@ impl Bug {
             Bug::LastLimitForAll => "last-limit-for-all",
             Bug::AcrossFirstLimit => "across-first-limit",
             Bug::DroppedFencingToken => "dropped-fencing-token",
+            Bug::NewcomerTakesOwedUnit => "newcomer-takes-owed-unit",
+        }
+    }
+
+    /// Sets the simulated Redis's toggle for this bug, if it is one of the
+    /// scripts' (the others live in the driver or the callers).
+    pub fn inject_into(self, model: &mut inflight_testkit::model::RedisModel) {
+        match self {
+            Bug::AcquireIgnoresQueue => model.ignore_queue = true,
+            Bug::LastLimitForAll => model.last_limit_for_all = true,
+            Bug::AcrossFirstLimit => model.across_first_limit = true,
+            Bug::NewcomerTakesOwedUnit => model.ignore_room = true,
+            _ => {}
         }
     }
 

@@ -75,9 +75,7 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
     let faults = scenario.faults;
     let ledger = Arc::new(Mutex::new(Ledger::new(scenario.keys, scenario.exact)));
     let mut server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
-    server.ignore_queue = bug == Some(Bug::AcquireIgnoresQueue);
-    server.last_limit_for_all = bug == Some(Bug::LastLimitForAll);
-    server.across_first_limit = bug == Some(Bug::AcrossFirstLimit);
+    server.bug = bug;
     if scenario.faults.lagging_failover {
         server = server.with_lagging_replica();
     }

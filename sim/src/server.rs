@@ -11,6 +11,7 @@ use inflight_testkit::model::{ModelConnection, RedisModel};
 use inflight_testkit::model_cluster::{ClusterConnection, Migration, ModelCluster};
 
 use crate::rng::Rng;
+use crate::Bug;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::ledger::Ledger;
@@ -45,12 +46,9 @@ pub struct ServerState {
     /// Messages published (`SPUBLISH`), by host, for every connection to
     /// deliver to its subscriber if it subscribed to the channel.
     wakes: tokio::sync::broadcast::Sender<(usize, bytes::Bytes, bytes::Bytes)>,
-    /// The injected script bug `acquire-ignores-queue`.
-    pub ignore_queue: bool,
-    /// The injected script bug `last-limit-for-all`.
-    pub last_limit_for_all: bool,
-    /// The injected script bug `across-first-limit`.
-    pub across_first_limit: bool,
+    /// The injected bug, when it is one of the scripts' (see
+    /// [`Bug::inject_into`]).
+    pub bug: Option<Bug>,
 }
 
 /// The primary's data after each batch of commands, by virtual millisecond.
@@ -73,9 +71,7 @@ impl ServerState {
             cluster: None,
             replica: None,
             wakes: tokio::sync::broadcast::Sender::new(4096),
-            ignore_queue: false,
-            last_limit_for_all: false,
-            across_first_limit: false,
+            bug: None,
         }
     }
 
@@ -207,9 +203,9 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
         let (replies, published) = {
             let mut model = state.model.lock().unwrap();
             model.now_ms = EPOCH_MS + (state.elapsed_ms)();
-            model.ignore_queue = state.ignore_queue;
-            model.last_limit_for_all = state.last_limit_for_all;
-            model.across_first_limit = state.across_first_limit;
+            if let Some(bug) = state.bug {
+                bug.inject_into(&mut model);
+            }
             let replies = match &state.cluster {
                 Some(cluster) => {
                     let cluster = cluster.lock().unwrap();

@@ -54,9 +54,7 @@ async fn redis_host(state: ServerState) -> turmoil::Result {
 pub fn run_seed(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Report {
     let ledger = Arc::new(Mutex::new(Ledger::new(scenario.keys, scenario.exact)));
     let mut server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
-    server.ignore_queue = bug == Some(Bug::AcquireIgnoresQueue);
-    server.last_limit_for_all = bug == Some(Bug::LastLimitForAll);
-    server.across_first_limit = bug == Some(Bug::AcrossFirstLimit);
+    server.bug = bug;
     if scenario.cluster {
         server = server.with_cluster(cluster::addresses(), cluster::PRIMARIES);
     }

@@ -48,6 +48,14 @@ pub const MUTATIONS: &[Mutation] = &[
         edits: &[("tonumber(limits[i + 1]) or tonumber(limits[1])", "tonumber(limits[1])")],
     },
     Mutation {
+        name: "newcomer-takes-owed-unit",
+        undoes: "a grant under a higher limit leaves every waiter ahead that fits still fitting (finding 9)",
+        edits: &[
+            ("if used + w > limit or w > room then", "if used + w > limit then"),
+            ("live + w > limit or w > room then", "live + w > limit then"),
+        ],
+    },
+    Mutation {
         name: "batch-counts-repeats",
         undoes: "a batch that names an id twice counts it once (finding 8)",
         edits: &[("  if first[id] then\n    status = reply[first[id]]\n  elseif", "  if false then\n  elseif")],

@@ -203,6 +203,34 @@ fn a_newcomer_with_a_higher_limit_is_not_blocked_by_waiters_held_back_by_their_o
     assert_eq!(s.acquire(&mut redis, "same", 2, LONG).status, 0);
 }
 
+/// Finding 9 (the second review). A caller under a higher limit must not
+/// take a unit a waiter ahead under a lower limit is owed: the waiter fits
+/// its own limit now, and would not once the newcomer holds. A lease given
+/// back without its hand-over (its `ZREM` only: the `RELEASE` behind it was
+/// lost, or the lease expired) leaves the unit free with the waiter queued;
+/// a fail-fast acquire, a batch and a later waiter under limit 3 are each
+/// refused, and the waiter's own check takes the unit.
+fn a_higher_limit_never_takes_a_unit_owed_to_a_lower_limit_waiter(server: &RedisServer, scripts: Scripts) {
+    let (mut redis, s) = setup(server, scripts, "f9");
+    assert_eq!(s.acquire(&mut redis, "a", 2, LONG).status, 1);
+    assert_eq!(s.acquire(&mut redis, "b", 2, LONG).status, 1);
+    assert_eq!(s.wait(&mut redis, "w", 2, LONG, 5_000).status, 2);
+    assert_eq!(redis.call_raw(&s.encode_removal(&["a"])).unwrap(), Frame::Integer(1));
+    assert_eq!(s.units(&mut redis), 1, "a's unit is free, w is still queued");
+    assert_eq!(s.acquire(&mut redis, "n", 3, LONG).status, 0, "w is owed that unit");
+    let now = Subject::now(&mut redis);
+    let batch = s.encode_acquire_many(&["m1", "m2"], 3, now + LONG, now + HOUR);
+    match redis.call_raw(&batch).unwrap() {
+        Frame::Array(items) => assert_eq!(items[0], Frame::Integer(0), "{items:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.wait(&mut redis, "later", 3, LONG, 5_000).status, 2, "behind w");
+    assert_eq!(s.wait(&mut redis, "w", 2, LONG, 5_000).status, 1, "w takes its unit");
+    assert_eq!(s.units(&mut redis), 2);
+    // Past w, the limit of 3 has one unit more: the later waiter's.
+    assert_eq!(s.wait(&mut redis, "later", 3, LONG, 5_000).status, 1);
+}
+
 /// Finding 8. A batch that names an id twice counts it once.
 fn a_batch_counts_a_repeated_id_once(server: &RedisServer, scripts: Scripts) {
     let (mut redis, s) = setup(server, scripts, "f8a");
@@ -295,6 +323,14 @@ mod fixed {
     }
 
     #[test]
+    fn a_higher_limit_never_takes_a_unit_owed_to_a_lower_limit_waiter() {
+        super::a_higher_limit_never_takes_a_unit_owed_to_a_lower_limit_waiter(
+            &RedisServer::start(),
+            Scripts::default(),
+        );
+    }
+
+    #[test]
     fn a_batch_counts_a_repeated_id_once() {
         super::a_batch_counts_a_repeated_id_once(&RedisServer::start(), Scripts::default());
     }
@@ -310,7 +346,7 @@ mod fixed {
 #[test]
 fn each_finding_fails_with_its_fix_undone() {
     type Finding = fn(&RedisServer, Scripts);
-    let pairs: [(&str, Finding); 8] = [
+    let pairs: [(&str, Finding); 9] = [
         (
             "hand-over-to-holder",
             a_release_skips_and_drops_a_queue_entry_whose_id_already_holds,
@@ -325,6 +361,10 @@ fn each_finding_fails_with_its_fix_undone() {
         ),
         ("held-hash-no-expiry", the_held_hash_expires_with_the_queue),
         ("last-limit-for-all", each_waiter_is_served_under_its_own_limit),
+        (
+            "newcomer-takes-owed-unit",
+            a_higher_limit_never_takes_a_unit_owed_to_a_lower_limit_waiter,
+        ),
         ("batch-counts-repeats", a_batch_counts_a_repeated_id_once),
         ("no-argument-checks", bad_arguments_write_nothing),
         ("fractional-arguments", bad_arguments_write_nothing),

@@ -205,11 +205,17 @@ fn random_programs_catch_the_regressions_they_reach_quickly() {
 /// The fail-fast acquire's fast path (one `EXISTS` for the tombstone, the
 /// queue and the hold) must answer as the full path does: the programs run
 /// against the model find a fast path that jumps the queue or grants a
-/// compensated id.
+/// compensated id, and a grant under a higher limit that takes a unit a
+/// lower-limit waiter ahead is owed (no holder sees that one: only the
+/// model's fairness does).
 #[test]
 fn random_programs_checked_against_the_model_catch_a_careless_fast_path() {
     let server = RedisServer::start();
-    for name in ["plain-grant-skips-queue", "plain-grant-skips-tombstone"] {
+    for name in [
+        "plain-grant-skips-queue",
+        "plain-grant-skips-tombstone",
+        "newcomer-takes-owed-unit",
+    ] {
         let options = Options {
             scripts: mutations::find(name).expect("a known regression").scripts(),
             check_model: true,

@@ -39,10 +39,12 @@ local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 local live = redis.call('ZCARD', leases)
 -- The queue's claim is walked once for the batch (one limit): `open` says
 -- whether any newcomer may pass the waiters, `live` then counts what those
--- served before them would hold.
-local open = true
+-- served before them would hold, and `room` how many units newcomers may
+-- take before one of those waiters would no longer fit under its own limit.
+local open, room = true, math.huge
 if redis.call('EXISTS', queue) == 1 then
-  open, live = claim(queue, holds, live, prune_waiters(queue, waiters, holds, now), 1, limit)
+  local _
+  open, live, _, room = claim(queue, holds, live, prune_waiters(queue, waiters, holds, now), 1, limit)
 end
 local held = hold ~= '' and redis.call('EXISTS', hold) == 1
 local first, granted, plain, grew = {}, 0, {}, false
@@ -58,11 +60,11 @@ for i = 5, #ARGV do
     status = -3
   else
     local w = weight(id)
-    if not open or live + w > limit then
+    if not open or live + w > limit or w > room then
       status = 0
     else
       -- Weight-1 leases go in one `ZADD` at the end.
-      live, grew = live + w, true
+      live, grew, room = live + w, true, room - w
       if w == 1 then
         plain[#plain + 1] = expiry
         plain[#plain + 1] = id

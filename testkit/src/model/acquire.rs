@@ -51,8 +51,11 @@ impl RedisModel {
             free = limit - live;
             if self.store.exists(queue) {
                 let queued = self.prune_waiters(queue, waiters, holds);
-                let (fits, used, _) = self.claim(queue, holds, live, queued, w, limit);
+                let (fits, used, _, room) = self.claim(queue, holds, live, queued, w, limit);
                 ahead = used - live;
+                // What a newcomer may take: the free units not owed to the
+                // waiters that fit, nor needed to keep each of them fitting.
+                free = free.min(ahead.saturating_add(room));
                 // The injected bug grants over the waiters (and is seen
                 // doing so: the record keeps what they were owed).
                 if !fits && !self.ignore_queue {
@@ -133,7 +136,7 @@ impl RedisModel {
         }
         let queued = rank.is_some();
         let rank = rank.unwrap_or_else(|| self.store.zcard(queue));
-        let (fits, used, owed) = self.claim(queue, holds, live, rank, w, limit);
+        let (fits, used, owed, room) = self.claim(queue, holds, live, rank, w, limit);
         if fits {
             if queued {
                 self.leave_queue(queue, waiters, holds, one);
@@ -141,7 +144,8 @@ impl RedisModel {
             self.add_units(leases, expiry, id, ZaddFlags::default());
             self.cover(leases, (expiry - now) as i64);
             let token = self.next_tokens(fence, expiry - now, 1);
-            self.record(leases, id, 1, token, (used - live, limit - live));
+            let (ahead, free) = (used - live, limit - live);
+            self.record(leases, id, 1, token, (ahead, free.min(ahead.saturating_add(room))));
             return reply(1, token, 0, 0, reclaimed);
         }
         let ahead = (live + owed + w).saturating_sub(limit).max(1);
@@ -244,10 +248,10 @@ impl RedisModel {
         }
         let reclaimed = self.store.zremrangebyscore(leases, now);
         let live0 = self.store.zcard(leases) as u64;
-        let (mut open, mut live) = (true, live0);
+        let (mut open, mut live, mut room) = (true, live0, u64::MAX);
         if self.store.exists(queue) {
             let queued = self.prune_waiters(queue, waiters, holds);
-            (open, live, _) = self.claim(queue, holds, live0, queued, 1, limit);
+            (open, live, _, room) = self.claim(queue, holds, live0, queued, 1, limit);
         }
         let held = !hold.is_empty() && self.store.exists(hold);
         let mut statuses: Vec<i64> = Vec::with_capacity(ids.len());
@@ -265,11 +269,13 @@ impl RedisModel {
                 RECOVERING
             } else {
                 let w = weight(id).unwrap_or(1);
-                if !open || live + w > limit {
+                if !open || live + w > limit || (w > room && !self.ignore_room) {
                     0
                 } else {
-                    fairness.push((i, (live - live0, limit - live0)));
+                    let ahead = live - live0;
+                    fairness.push((i, (ahead, (limit - live0).min(ahead.saturating_add(room)))));
                     live += w;
+                    room = room.saturating_sub(w);
                     grew = true;
                     if w == 1 {
                         plain.push((expiry, id.clone()));

@@ -81,6 +81,9 @@ pub struct RedisModel {
     /// Another: `ACQUIRE_ACROSS` takes every acquire under the first one's
     /// limit (an indexing slip: `ARGV[2]` for `ARGV[5i-3]`).
     pub across_first_limit: bool,
+    /// Another: a grant may take units a waiter ahead under a lower limit
+    /// is owed (`claim` forgets the waiters' `room`).
+    pub ignore_room: bool,
     /// `ACQUIRE_MANY` and `ACQUIRE_ACROSS` calls executed.
     pub batches: usize,
     /// Release commands executed (`RELEASE` scripts and `ZREM`s).

@@ -203,7 +203,8 @@ impl RedisModel {
             .map(|l| l as u64)
     }
 
-    /// `lib/queue.lua`'s `claim`: (fits, used, owed).
+    /// `lib/queue.lua`'s `claim`: (fits, used, owed, room); `room` is
+    /// `u64::MAX` when no waiter walked fits.
     pub(super) fn claim(
         &mut self,
         queue: &Bytes,
@@ -212,17 +213,17 @@ impl RedisModel {
         count: usize,
         w: u64,
         limit: u64,
-    ) -> (bool, u64, u64) {
+    ) -> (bool, u64, u64, u64) {
         if used + w > limit {
-            return (false, used, count as u64);
+            return (false, used, count as u64, 0);
         }
-        let (mut blocked, mut start, mut owed) = (0u64, 0usize, 0u64);
+        let (mut blocked, mut start, mut owed, mut room) = (0u64, 0usize, 0u64, u64::MAX);
         while start < count {
             if start >= WALK {
-                return (false, used, owed + (count - start) as u64);
+                return (false, used, owed + (count - start) as u64, room);
             }
-            let room = limit.saturating_sub(used).max(1) as usize;
-            let stop = count.min(WALK).min(start + room + 1) - 1;
+            let window = limit.saturating_sub(used).max(1) as usize;
+            let stop = count.min(WALK).min(start + window + 1) - 1;
             let ids = self.store.zrange(queue, start, stop);
             if ids.is_empty() {
                 break;
@@ -235,18 +236,19 @@ impl RedisModel {
                 let rest = (count - start - i - 1) as u64;
                 if own > blocked && used + units <= own {
                     used += units;
-                    if used + w > limit {
-                        return (false, used, owed + rest);
+                    room = room.min(own - used);
+                    if used + w > limit || (w > room && !self.ignore_room) {
+                        return (false, used, owed + rest, room);
                     }
                 } else {
                     blocked = blocked.max(own);
                     if blocked >= limit {
-                        return (false, used, owed + rest);
+                        return (false, used, owed + rest, room);
                     }
                 }
             }
             start += ids.len();
         }
-        (true, used, owed)
+        (true, used, owed, room)
     }
 }

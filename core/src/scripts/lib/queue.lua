@@ -41,18 +41,21 @@ local WALK = 128
 -- waiters, `used` units being held now: the waiters are walked as if each
 -- were served in turn (one that fits under its own limit takes its units
 -- first; one that does not waits, and blocks every later one whose limit is
--- no higher), reading only as far as the answer needs. Returns the answer,
--- the units held once the waiters walked that fit are served, and the units
--- all `count` waiters wait for (those not read count one each: the
--- estimate of a wait).
+-- no higher), reading only as far as the answer needs. The grant comes
+-- before those waiters are really served, so it must leave each one that
+-- fits still fitting: `room` is the least spare any of them has under its
+-- own limit (a caller under a higher limit never takes a unit a waiter
+-- under a lower one is owed). Returns the answer, the units held once the
+-- waiters walked that fit are served, the units all `count` waiters wait
+-- for (those not read count one each: the estimate of a wait), and `room`.
 local function claim(queue, holds, used, count, w, limit)
   if used + w > limit then
-    return false, used, count
+    return false, used, count, 0
   end
-  local blocked, start, owed = 0, 0, 0
+  local blocked, start, owed, room = 0, 0, 0, math.huge
   while start < count do
     if start >= WALK then
-      return false, used, owed + count - start
+      return false, used, owed + count - start, room
     end
     -- With one limit for everyone, the first `limit - used` waiters decide.
     local stop = math.min(count, WALK, start + math.max(limit - used, 1) + 1) - 1
@@ -67,17 +70,18 @@ local function claim(queue, holds, used, count, w, limit)
       owed = owed + units
       if own > blocked and used + units <= own then
         used = used + units
-        if used + w > limit then
-          return false, used, owed + count - start - i
+        room = math.min(room, own - used)
+        if used + w > limit or w > room then
+          return false, used, owed + count - start - i, room
         end
       else
         blocked = math.max(blocked, own)
         if blocked >= limit then
-          return false, used, owed + count - start - i
+          return false, used, owed + count - start - i, room
         end
       end
     end
     start = start + #ids
   end
-  return true, used, owed
+  return true, used, owed, room
 end
