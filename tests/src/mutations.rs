@@ -84,6 +84,11 @@ pub const MUTATIONS: &[Mutation] = &[
         ],
     },
     Mutation {
+        name: "plain-grant-never-prunes",
+        undoes: "the fast path prunes expired units once they fill the subject",
+        edits: &[("      reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)\n", "")],
+    },
+    Mutation {
         name: "plain-grant-skips-tombstone",
         undoes: "the fast path is taken only when the acquire was not compensated",
         edits: &[

@@ -81,11 +81,11 @@ async fn fenced_or_not(server: &RedisServer, fencing: bool) -> Limiter {
 /// multi-tenant service pays.
 const CYCLE: &[(&str, u64)] = &[
     // The acquire: its call, then TIME, one EXISTS for tombstone, queue and
-    // hold, the prune, the count, the add, the set's expiry.
+    // hold, the count, the add, the set's expiry. (No prune: the subject
+    // has room even counting its expired units, if any.)
     ("evalsha", 1),
     ("time", 1),
     ("exists", 2),
-    ("zremrangebyscore", 1),
     ("zcard", 1),
     ("zadd", 1),
     ("pexpire", 1),
@@ -107,7 +107,7 @@ async fn cycles(server: &RedisServer, limiter: &Limiter) -> (u64, BTreeMap<Strin
 }
 
 #[tokio::test]
-async fn a_fail_fast_cycle_runs_nine_commands() {
+async fn a_fail_fast_cycle_runs_eight_commands() {
     let server = RedisServer::start();
     let limiter = limiter(&server).await;
     let (cycles, counted) = cycles(&server, &limiter).await;
@@ -186,15 +186,59 @@ async fn a_denial_reads_and_writes_nothing_more() {
             other => panic!("expected a denial, got {other:?}"),
         }
     }
-    // The call, TIME, the EXISTS, the prune and the count; the ZSCORE that
-    // tells a repeated id from a new one when the subject is full.
+    // The call, TIME, the EXISTS, the count; the prune, since the subject
+    // looks full; the ZSCORE that tells a repeated id from a new one.
     let denial = &[
         ("evalsha", 1),
         ("time", 1),
         ("exists", 1),
-        ("zremrangebyscore", 1),
         ("zcard", 1),
+        ("zremrangebyscore", 1),
         ("zscore", 1),
     ];
     expect(&delta(&before, &calls(&server)), DENIALS, denial);
+}
+
+/// Expired units are pruned when they fill the subject, not before: a
+/// forgotten lease that has expired is counted as held until then, and then
+/// removed by the acquire that needs its room (which says so: `reclaimed`).
+#[tokio::test]
+async fn expired_units_are_pruned_only_when_they_leave_no_room() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server).await;
+    let key = Key::new("tenant", "forgetful").unwrap();
+    // A holder that never gave its lease back (a process gone), expired a
+    // second ago by Redis's clock; its set lives on with its other leases.
+    let leases = inflight_core::key::SubjectKeys::new("counts", &key).leases().clone();
+    let mut redis = server.client();
+    let now_ms = match redis.call(&[b"TIME"]).unwrap() {
+        Frame::Array(parts) => match &parts[0] {
+            Frame::BulkString(secs) => std::str::from_utf8(secs).unwrap().parse::<u64>().unwrap() * 1000,
+            other => panic!("TIME: {other:?}"),
+        },
+        other => panic!("TIME: {other:?}"),
+    };
+    let expired = (now_ms - 1_000).to_string();
+    redis
+        .call(&[b"ZADD", &leases, expired.as_bytes(), b"gone-holder"])
+        .unwrap();
+    redis.call(&[b"PEXPIRE", &leases, b"60000"]).unwrap();
+    let before = calls(&server);
+    let held = limiter.acquire_with(&key, 2).await.unwrap();
+    let counted = delta(&before, &calls(&server));
+    assert_eq!(
+        counted.get("zremrangebyscore"),
+        None,
+        "one of two units counted: room, no prune"
+    );
+    let before = calls(&server);
+    let again = limiter.acquire_with(&key, 2).await.unwrap();
+    let counted = delta(&before, &calls(&server));
+    assert_eq!(
+        counted.get("zremrangebyscore"),
+        Some(&1),
+        "two of two counted: the prune makes room"
+    );
+    assert_eq!(limiter.stats().reclaimed, 1, "the forgotten lease, reclaimed");
+    drop((held, again));
 }

@@ -205,7 +205,8 @@ fn random_programs_catch_the_regressions_they_reach_quickly() {
 /// The fail-fast acquire's fast path (one `EXISTS` for the tombstone, the
 /// queue and the hold) must answer as the full path does: the programs run
 /// against the model find a fast path that jumps the queue or grants a
-/// compensated id, and a grant under a higher limit that takes a unit a
+/// compensated id or never prunes expired units (denying for units no one
+/// holds), and a grant under a higher limit that takes a unit a
 /// lower-limit waiter ahead is owed (no holder sees that one: only the
 /// model's fairness does).
 #[test]
@@ -215,6 +216,7 @@ fn random_programs_checked_against_the_model_catch_a_careless_fast_path() {
         "plain-grant-skips-queue",
         "plain-grant-skips-tombstone",
         "newcomer-takes-owed-unit",
+        "plain-grant-never-prunes",
     ] {
         let options = Options {
             scripts: mutations::find(name).expect("a known regression").scripts(),

@@ -36,7 +36,15 @@ impl RedisModel {
             self.record(leases, id, -1, 0, (0, 0));
             return reply(-1, 0, 0);
         }
-        let reclaimed = self.store.zremrangebyscore(leases, now);
+        // With no queue and no hold, expired units are pruned only when,
+        // counted as held, they leave no room (`lib/acquire_one.lua`).
+        let plain = !self.store.exists(queue) && (hold.is_empty() || !self.store.exists(hold));
+        let roomy = plain && self.store.zcard(leases) as u64 + w <= limit;
+        let reclaimed = if roomy {
+            0
+        } else {
+            self.store.zremrangebyscore(leases, now)
+        };
         let (mut ahead, mut free) = (0, 0);
         if self.store.zscore(leases, id).is_none() {
             if !hold.is_empty() && self.store.exists(hold) {

@@ -77,6 +77,15 @@ fn variants() -> Vec<Variant> {
                 "plain = false",
             ),
         ),
+        variant(
+            "ACQUIRE without a token, pruning on every grant (as before)",
+            &without(
+                "local live, reclaimed = redis.call('ZCARD', leases), 0\n    if live + w > limit then",
+                "local live, reclaimed = redis.call('ZCARD', leases), 0\n    if true then",
+            ),
+            Call::One,
+            b"0",
+        ),
         one(
             "without the lease set's expiry (`PEXPIRE`)",
             without("redis.call('PEXPIRE', leases, expiry - now + 1, 'GT')", "do end")

@@ -19,10 +19,17 @@ local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expi
     plain = redis.call('EXISTS', tombstone, queue) == 0
   end
   if plain then
-    local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-    local live = redis.call('ZCARD', leases)
-    if live + w > limit and not redis.call('ZSCORE', leases, id) then
-      return 0, 0, reclaimed
+    -- Expired units are pruned only when they could matter: `ZCARD` counts
+    -- them as held, so a subject with room even so grants without the
+    -- `ZREMRANGEBYSCORE` (they stay until the subject fills up or its key
+    -- expires, never more than the limit's worth).
+    local live, reclaimed = redis.call('ZCARD', leases), 0
+    if live + w > limit then
+      reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+      live = live - reclaimed
+      if live + w > limit and not redis.call('ZSCORE', leases, id) then
+        return 0, 0, reclaimed
+      end
     end
     -- `NX`: an id that holds its lease already keeps its expiry.
     if add_units(leases, expiry, id, 'NX') > 0 then
