@@ -49,6 +49,7 @@ mod outbox;
 mod reconnect;
 mod recovery;
 mod redirects;
+mod release_job;
 mod release_queue;
 mod releases;
 mod replies;

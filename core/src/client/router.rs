@@ -435,14 +435,10 @@ impl Client {
     /// A confirmed hand-over waits for a `WAIT` written at once on the node
     /// that serves it; with that node not ready, the waiter checks again.
     fn await_replicas(&mut self, now: Instant, op: AcquireOp, token: u64) {
-        let node = match self.net.topology.route(op.call.keys.slot()) {
-            Route::Node(node) if self.net.nodes[node].is_ready() => node,
+        let (node, acks) = match (self.net.topology.route(op.call.keys.slot()), self.config.replica_acks) {
+            (Route::Node(node), Some(acks)) if self.net.nodes[node].is_ready() => (node, acks),
             _ => return self.route_op(now, Op::Acquire(op.resend())),
         };
-        let acks = self
-            .config
-            .replica_acks
-            .expect("confirmations wait only with replica_acks");
         let conn = self.net.nodes[node].connection.as_mut().expect("ready");
         conn.unreplicated.push((op, token));
         let deadline = now + self.config.request_liveness + acks.timeout;

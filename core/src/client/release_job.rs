@@ -1,0 +1,130 @@
+//! A lease to give back, across its attempts: the holder's release or the
+//! compensation of an acquire no caller received, and what each attempt
+//! puts on a connection.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::request::{AcquireOp, Request};
+use crate::event::Lease;
+use crate::key::SubjectKeys;
+use crate::lease_id::LeaseId;
+use crate::scripts::Eval;
+
+/// Whether an acquire to compensate has run: its reply was read, or it was
+/// not (its bytes may still reach Redis).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ran {
+    Answered,
+    MayStillRun,
+}
+
+/// Which release a job makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReleaseKind {
+    /// The holder gives its lease back: a plain `ZREM` of its units, then
+    /// the subject's waiters are looked after (see `hand_over.rs`).
+    Release,
+    /// A lease no caller received: `COMPENSATE`, with a tombstone until
+    /// `tombstone_until_ms` (the acquire's valid-until while it may still
+    /// run; 0 when its reply was read).
+    Compensation { tombstone_until_ms: u64 },
+}
+
+/// One lease to give back, across its attempts.
+#[derive(Debug)]
+pub(super) struct ReleaseJob {
+    pub(super) lease: LeaseId,
+    /// `lease` as written to Redis, rendered once for every attempt.
+    pub(super) lease_bytes: Bytes,
+    pub(super) keys: SubjectKeys,
+    pub(super) kind: ReleaseKind,
+    /// How long the lease was held, in ms (the release script keeps the
+    /// subject's average while it has waiters).
+    pub(super) held_ms: u64,
+    /// Failed attempts so far.
+    pub(super) failures: u32,
+    /// Retries stop here: the lease has expired by then anyway.
+    pub(super) deadline: Instant,
+    /// Next attempt not before.
+    pub(super) not_before: Instant,
+    /// How a compensation's script is named: by text after a `NOSCRIPT`.
+    pub(super) eval: Eval,
+    /// An `ASK` redirect names this node for the next attempt only.
+    pub(super) ask: Option<usize>,
+    /// Redirects followed so far (they are not failures: a slot may move
+    /// while its leases are held).
+    pub(super) redirects: u8,
+}
+
+impl ReleaseJob {
+    /// The first attempt at giving `lease` back, due at once. A
+    /// compensation for a grant that was read: the acquire ran, so nothing
+    /// is left to refuse.
+    pub(super) fn of(lease: Lease, kind: ReleaseKind, now: Instant) -> Self {
+        Self {
+            lease_bytes: Bytes::from(lease.id.to_bytes()),
+            lease: lease.id,
+            held_ms: now.saturating_duration_since(lease.granted_at).as_millis() as u64,
+            keys: lease.keys,
+            kind,
+            failures: 0,
+            deadline: lease.expires_at.max(lease.release_until),
+            not_before: now,
+            eval: Eval::Sha,
+            ask: None,
+            redirects: 0,
+        }
+    }
+
+    /// The release of a lease `op` may have made, which no caller will
+    /// hold. [`Ran::MayStillRun`]: no reply was read for the acquire, so its
+    /// bytes may still reach Redis (held in a buffer, a stalled server, a
+    /// proxy): until its valid-until a tombstone refuses it, and the release
+    /// keeps trying until any lease it could have made has expired (it runs
+    /// no later than `runnable_until`, and lives a TTL from there). An
+    /// acquire whose reply was read has run; its lease lives a TTL from that
+    /// reply at most.
+    pub(super) fn compensation(op: AcquireOp, ran: Ran, now: Instant, lease_ttl: Duration) -> Self {
+        let call = op.call;
+        let (ran_by, tombstone_until_ms) = match ran {
+            Ran::MayStillRun => (call.runnable_until.unwrap_or(now).max(now), call.valid_until_ms),
+            Ran::Answered => (now, 0),
+        };
+        Self {
+            lease: call.lease,
+            lease_bytes: call.lease_bytes,
+            keys: call.keys,
+            kind: ReleaseKind::Compensation { tombstone_until_ms },
+            // Nobody held it: it says nothing about hold times.
+            held_ms: 0,
+            failures: 0,
+            deadline: ran_by + lease_ttl,
+            not_before: now,
+            eval: Eval::Sha,
+            ask: None,
+            redirects: 0,
+        }
+    }
+
+    pub(super) fn is_compensation(&self) -> bool {
+        matches!(self.kind, ReleaseKind::Compensation { .. })
+    }
+
+    /// Whose lease it gives back, as its events say.
+    pub(super) fn whose(&self) -> crate::event::ReleaseOf {
+        match self.kind {
+            ReleaseKind::Release => crate::event::ReleaseOf::Holder,
+            ReleaseKind::Compensation { .. } => crate::event::ReleaseOf::Compensation,
+        }
+    }
+
+    /// The request for one attempt.
+    pub(super) fn into_request(self) -> Request {
+        match self.kind {
+            ReleaseKind::Release => Request::Release(self),
+            ReleaseKind::Compensation { tombstone_until_ms } => Request::Compensate(self, tombstone_until_ms),
+        }
+    }
+}
