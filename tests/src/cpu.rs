@@ -32,6 +32,18 @@ pub fn redis_commands(server: &RedisServer) -> f64 {
         .sum()
 }
 
+/// Calls per command `server` has run (`INFO commandstats`, by name).
+pub fn redis_command_calls(server: &RedisServer) -> std::collections::BTreeMap<String, f64> {
+    info(server, "commandstats")
+        .lines()
+        .filter_map(|line| {
+            let name = line.strip_prefix("cmdstat_")?.split(':').next()?;
+            let calls = line.split("calls=").nth(1)?.split(',').next()?.parse::<f64>().ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
 /// One section of `server`'s `INFO`.
 fn info(server: &RedisServer, section: &str) -> String {
     match server.client().call(&[b"INFO", section.as_bytes()]) {
