@@ -56,6 +56,24 @@ pub const MUTATIONS: &[Mutation] = &[
         ],
     },
     Mutation {
+        name: "expired-own-id-kept",
+        undoes: "an id whose own lease expired unpruned gets a fresh lease on the fast path (finding 10)",
+        edits: &[("if added == 0 and tonumber(redis.call('ZSCORE', leases, id)) <= now then", "if false then")],
+    },
+    Mutation {
+        name: "tombstone-shortened",
+        undoes: "a second compensation never shortens the tombstone (finding 11)",
+        edits: &[(
+            "if now <= valid_until and redis.call('PTTL', tombstone) < valid_until - now + 1 then",
+            "if now <= valid_until then",
+        )],
+    },
+    Mutation {
+        name: "hash-in-ids",
+        undoes: "an id holding a # is refused (finding 12)",
+        edits: &[("  if string.find(id, '#', 1, true) then", "  if false then")],
+    },
+    Mutation {
         name: "batch-counts-repeats",
         undoes: "a batch that names an id twice counts it once (finding 8)",
         edits: &[("  if first[id] then\n    status = reply[first[id]]\n  elseif", "  if false then\n  elseif")],

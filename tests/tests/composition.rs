@@ -231,6 +231,71 @@ fn a_higher_limit_never_takes_a_unit_owed_to_a_lower_limit_waiter(server: &Redis
     assert_eq!(s.wait(&mut redis, "later", 3, LONG, 5_000).status, 1);
 }
 
+/// Finding 10 (the second review). The fail-fast acquire prunes expired
+/// units only when they fill the subject; an id whose own earlier lease
+/// expired unpruned must still get a fresh lease, not a grant on its old,
+/// past expiry that the next acquire to fill the subject prunes away.
+fn an_id_whose_lease_expired_unpruned_gets_a_fresh_lease(server: &RedisServer, scripts: Scripts) {
+    let (mut redis, s) = setup(server, scripts, "f10");
+    assert_eq!(s.acquire(&mut redis, "y", 3, LONG).status, 1);
+    assert_eq!(s.acquire(&mut redis, "x", 3, 50).status, 1);
+    // Redis's own clock must pass x's expiry.
+    std::thread::sleep(Duration::from_millis(120));
+    assert_eq!(
+        s.acquire(&mut redis, "x", 3, LONG).status,
+        1,
+        "x again: room even counting its old units"
+    );
+    let now = Subject::now(&mut redis);
+    assert!(s.score(&mut redis, "x").unwrap() > now + LONG / 2, "a fresh lease");
+    assert_eq!(s.acquire(&mut redis, "b", 3, LONG).status, 1);
+    assert_eq!(
+        s.acquire(&mut redis, "c", 3, LONG).status,
+        0,
+        "y, x and b hold the three units"
+    );
+}
+
+/// Finding 11 (the second review). The same id may be compensated twice
+/// (its acquire, then a write-back of its lease) with different
+/// valid-untils: the second must not shorten the tombstone, or the request
+/// that may still run comes back after it and takes a slot.
+fn a_second_compensation_never_shortens_the_tombstone(server: &RedisServer, scripts: Scripts) {
+    let (mut redis, s) = setup(server, scripts, "f11");
+    let now = Subject::now(&mut redis);
+    let tombstone = s.keys.tombstone_of(b"x");
+    redis.call_raw(&s.encode_compensate("x", now + 10_000)).unwrap();
+    redis.call_raw(&s.encode_compensate("x", now + 50)).unwrap();
+    let ttl = Subject::pttl(&mut redis, &tombstone);
+    assert!(ttl > 5_000, "the tombstone keeps the later valid-until: PTTL {ttl}");
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(s.acquire(&mut redis, "x", 3, LONG).status, -1, "still refused");
+}
+
+/// Finding 12 (the second review). A `#` in an id could name another
+/// lease's extra unit (`a*2`'s second unit is `a*2#2`): refused before
+/// anything is written.
+fn an_id_with_a_hash_is_refused(server: &RedisServer, scripts: Scripts) {
+    let (mut redis, s) = setup(server, scripts, "f12");
+    assert_eq!(s.acquire(&mut redis, "a*2", 4, LONG).status, 1);
+    let now = Subject::now(&mut redis);
+    let clash = s.encode_acquire("a*2#2", 4, now + LONG, now + HOUR, None);
+    assert!(matches!(redis.call_raw(&clash).unwrap(), Frame::Error(e) if e.contains('#')));
+    assert_eq!(s.units(&mut redis), 2, "a*2's two units, nothing more");
+}
+
+/// Finding 13 (the second review). A key of a foreign type where the fence
+/// counter lives fails a fencing acquire before its lease is written (the
+/// client compensates an error reply; nothing is left to compensate).
+fn a_foreign_fence_key_fails_the_acquire_before_it_writes(server: &RedisServer, scripts: Scripts) {
+    let (mut redis, s) = setup(server, scripts, "f13");
+    command(&mut redis, &[b"HSET", &s.keys.fence(), b"not", b"ours"]);
+    let now = Subject::now(&mut redis);
+    let acquire = s.encode_acquire("a", 3, now + LONG, now + HOUR, None);
+    assert!(matches!(redis.call_raw(&acquire).unwrap(), Frame::Error(e) if e.contains("WRONGTYPE")));
+    assert_eq!(s.score(&mut redis, "a"), None, "no lease written");
+}
+
 /// Finding 8. A batch that names an id twice counts it once.
 fn a_batch_counts_a_repeated_id_once(server: &RedisServer, scripts: Scripts) {
     let (mut redis, s) = setup(server, scripts, "f8a");
@@ -331,6 +396,26 @@ mod fixed {
     }
 
     #[test]
+    fn an_id_whose_lease_expired_unpruned_gets_a_fresh_lease() {
+        super::an_id_whose_lease_expired_unpruned_gets_a_fresh_lease(&RedisServer::start(), Scripts::default());
+    }
+
+    #[test]
+    fn a_second_compensation_never_shortens_the_tombstone() {
+        super::a_second_compensation_never_shortens_the_tombstone(&RedisServer::start(), Scripts::default());
+    }
+
+    #[test]
+    fn an_id_with_a_hash_is_refused() {
+        super::an_id_with_a_hash_is_refused(&RedisServer::start(), Scripts::default());
+    }
+
+    #[test]
+    fn a_foreign_fence_key_fails_the_acquire_before_it_writes() {
+        super::a_foreign_fence_key_fails_the_acquire_before_it_writes(&RedisServer::start(), Scripts::default());
+    }
+
+    #[test]
     fn a_batch_counts_a_repeated_id_once() {
         super::a_batch_counts_a_repeated_id_once(&RedisServer::start(), Scripts::default());
     }
@@ -346,7 +431,7 @@ mod fixed {
 #[test]
 fn each_finding_fails_with_its_fix_undone() {
     type Finding = fn(&RedisServer, Scripts);
-    let pairs: [(&str, Finding); 9] = [
+    let pairs: [(&str, Finding); 12] = [
         (
             "hand-over-to-holder",
             a_release_skips_and_drops_a_queue_entry_whose_id_already_holds,
@@ -365,6 +450,15 @@ fn each_finding_fails_with_its_fix_undone() {
             "newcomer-takes-owed-unit",
             a_higher_limit_never_takes_a_unit_owed_to_a_lower_limit_waiter,
         ),
+        (
+            "expired-own-id-kept",
+            an_id_whose_lease_expired_unpruned_gets_a_fresh_lease,
+        ),
+        (
+            "tombstone-shortened",
+            a_second_compensation_never_shortens_the_tombstone,
+        ),
+        ("hash-in-ids", an_id_with_a_hash_is_refused),
         ("batch-counts-repeats", a_batch_counts_a_repeated_id_once),
         ("no-argument-checks", bad_arguments_write_nothing),
         ("fractional-arguments", bad_arguments_write_nothing),

@@ -9,9 +9,9 @@
 --         reply was read, so no tombstone)
 -- ARGV[2] lease id
 --
--- Returns the id. The tombstone lives exactly until that request turns
--- stale: after that its script refuses it anyway, so no tombstone outlives
--- its use. The id also leaves the wait queue (a waiter whose caller left may
+-- Returns the id. The tombstone lives until that request turns stale (or
+-- a later one of the same id, if another compensation named it): after
+-- that its script refuses it anyway, so no tombstone outlives its use. The id also leaves the wait queue (a waiter whose caller left may
 -- be queued rather than granted), and when the subject has a queue its
 -- waiters are woken: a slot may be free.
 local leases, tombstone, queue, waiters, wake, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -19,7 +19,10 @@ local valid_until = integer(ARGV[1], 'valid-until', 0)
 local id = ARGV[2]
 redis.call('ZREM', leases, unpack((units(id))))
 local now = server_time()
-if now <= valid_until then
+-- A tombstone is never shortened: the same id may be compensated twice
+-- (its acquire, then a write-back of its lease) with different
+-- valid-untils, and the later one must hold.
+if now <= valid_until and redis.call('PTTL', tombstone) < valid_until - now + 1 then
   redis.call('SET', tombstone, '1', 'PX', valid_until - now + 1)
 end
 if redis.call('EXISTS', queue) == 1 then

@@ -38,8 +38,11 @@ impl RedisModel {
         }
         // With no queue and no hold, expired units are pruned only when,
         // counted as held, they leave no room (`lib/acquire_one.lua`).
+        // (An id whose own lease expired unpruned is pruned and granted
+        // afresh, as the slow path does.)
         let plain = !self.store.exists(queue) && (hold.is_empty() || !self.store.exists(hold));
-        let roomy = plain && self.store.zcard(leases) as u64 + w <= limit;
+        let expired_own = self.store.zscore(leases, id).is_some_and(|score| score <= now);
+        let roomy = plain && !expired_own && self.store.zcard(leases) as u64 + w <= limit;
         let reclaimed = if roomy {
             0
         } else {

@@ -137,7 +137,7 @@ impl RedisModel {
         weight(id)?;
         self.store.zrem(leases, &units(id));
         let now = self.time();
-        if now <= valid_until {
+        if now <= valid_until && self.store.pttl(tombstone) < (valid_until - now + 1) as i64 {
             self.store
                 .set(tombstone, Bytes::from_static(b"1"), Some(valid_until - now + 1));
         }

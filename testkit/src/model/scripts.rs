@@ -69,6 +69,11 @@ pub(super) fn lua_number(value: &[u8]) -> Option<f64> {
 
 /// `lib/weight.lua`.
 pub(super) fn weight(id: &[u8]) -> Result<u64, Stop> {
+    if id.contains(&b'#') {
+        return Err(Frame::Error(
+            format!("ERR inflight: lease id {} holds a #", String::from_utf8_lossy(id)).into(),
+        ));
+    }
     let Some(star) = id.iter().position(|&b| b == b'*') else {
         return Ok(1);
     };

@@ -31,8 +31,20 @@ local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expi
         return 0, 0, reclaimed
       end
     end
+    -- The token first: a fence key of a foreign type fails the call before
+    -- anything else is written.
+    local token = fenced and next_tokens(fence, time, expiry - now, 1) or 0
     -- `NX`: an id that holds its lease already keeps its expiry.
-    if add_units(leases, expiry, id, 'NX') > 0 then
+    local added = add_units(leases, expiry, id, 'NX')
+    if added == 0 and tonumber(redis.call('ZSCORE', leases, id)) <= now then
+      -- The id's own earlier lease, expired and not pruned yet (its units
+      -- were counted as held, so there is room without them): pruned, and
+      -- the id takes a fresh lease.
+      reclaimed = reclaimed + redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+      live = redis.call('ZCARD', leases)
+      added = add_units(leases, expiry, id, 'NX')
+    end
+    if added > 0 then
       if live == 0 then
         -- The set was empty, so it is new: no expiry to compare with.
         redis.call('PEXPIRE', leases, expiry - now + 1)
@@ -42,7 +54,7 @@ local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expi
         redis.call('PEXPIRE', leases, expiry - now + 1, 'GT')
       end
     end
-    return 1, fenced and next_tokens(fence, time, expiry - now, 1) or 0, reclaimed
+    return 1, token, reclaimed
   end
   if redis.call('EXISTS', tombstone) == 1 then
     return -1, 0, 0
@@ -62,8 +74,10 @@ local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expi
         return 0, 0, reclaimed
       end
     end
+    local token = fenced and next_tokens(fence, time, expiry - now, 1) or 0
     add_units(leases, expiry, id)
     cover(leases, expiry - now)
+    return 1, token, reclaimed
   end
   return 1, fenced and next_tokens(fence, time, expiry - now, 1) or 0, reclaimed
 end

@@ -3,8 +3,12 @@
 -- `id#2` ... `id#w`, all with the lease's expiry. So `ZCARD` counts the units
 -- held, the expiry prune drops a dead holder's units together, and a
 -- release removes exactly the units its id names. An id that names a weight
--- outside 1..1000 is refused before anything is written.
+-- outside 1..1000, or holds a `#` (it could name another lease's extra
+-- unit), is refused before anything is written.
 local function weight(id)
+  if string.find(id, '#', 1, true) then
+    error({err = 'ERR inflight: lease id ' .. id .. ' holds a #'})
+  end
   local star = string.find(id, '*', 1, true)
   if not star then
     return 1
