@@ -263,6 +263,37 @@ pub fn check_no_ghosts(server: &ServerState, at: Duration) {
 
 /// The first of seeds `0..limit` (spread over all scenarios) in which `bug`
 /// breaks an invariant, with whichever harness this build runs.
+/// Replays a list of regression seeds, one `SCENARIO SEED [BUG]` per line
+/// (`#` starts a comment): without a bug each run must hold every
+/// invariant, with one it must violate one. Panics at the first that does
+/// not; returns how many ran.
+pub fn replay_regressions(list: &str) -> usize {
+    let mut count = 0;
+    for line in list
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let scenario = scenario::find(fields[0]).unwrap_or_else(|| panic!("unknown scenario in {line:?}"));
+        let seed: u64 = fields[1].parse().unwrap_or_else(|_| panic!("bad seed in {line:?}"));
+        let bug = fields
+            .get(2)
+            .map(|name| Bug::parse(name).unwrap_or_else(|| panic!("unknown bug in {line:?}")));
+        let report = run_seed(scenario, seed, bug);
+        match bug {
+            None => assert!(report.violations.is_empty(), "{line:?}:\n{}", report.describe_failure()),
+            Some(bug) => assert!(
+                !report.violations.is_empty(),
+                "{line:?}: bug {} no longer caught",
+                bug.name()
+            ),
+        }
+        count += 1;
+    }
+    count
+}
+
 pub fn seeds_to_catch(bug: Bug, limit: u64) -> Option<u64> {
     (0..limit).find(|&seed| {
         !run_seed(scenario::for_seed(seed), seed, Some(bug))

@@ -46,22 +46,9 @@ fn injected_bugs_are_caught_within_200_seeds() {
 }
 
 /// Seeds the madsim harness once failed on, each in its own runtime (as the
-/// CLI replays them): `madsim_regressions.txt`, one `SCENARIO SEED` per line.
+/// CLI replays them): `madsim_regressions.txt`, one `SCENARIO SEED [BUG]` per line.
 #[test]
 fn madsim_regression_seeds_stay_clean() {
-    let list = include_str!("../madsim_regressions.txt");
-    let mut count = 0;
-    for line in list
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-    {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let scenario = scenario::find(fields[0]).unwrap_or_else(|| panic!("unknown scenario in {line:?}"));
-        let seed: u64 = fields[1].parse().unwrap_or_else(|_| panic!("bad seed in {line:?}"));
-        let report = inflight_sim::run_seed(scenario, seed, None);
-        assert!(report.violations.is_empty(), "{line:?}:\n{}", report.describe_failure());
-        count += 1;
-    }
+    let count = inflight_sim::replay_regressions(include_str!("../madsim_regressions.txt"));
     assert!(count > 0, "the madsim regression list is empty");
 }

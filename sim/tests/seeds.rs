@@ -27,30 +27,7 @@ fn seeds_100_to_200_hold_every_invariant() {
 
 #[test]
 fn committed_regression_seeds_replay_as_recorded() {
-    let list = include_str!("../regressions.txt");
-    let mut count = 0;
-    for line in list
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-    {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let scenario = scenario::find(fields[0]).unwrap_or_else(|| panic!("unknown scenario in {line:?}"));
-        let seed: u64 = fields[1].parse().unwrap_or_else(|_| panic!("bad seed in {line:?}"));
-        let bug = fields
-            .get(2)
-            .map(|name| Bug::parse(name).unwrap_or_else(|| panic!("unknown bug in {line:?}")));
-        let report = run_seed(scenario, seed, bug);
-        match bug {
-            None => assert_clean(&report),
-            Some(bug) => assert!(
-                !report.violations.is_empty(),
-                "{line:?}: bug {} no longer caught",
-                bug.name()
-            ),
-        }
-        count += 1;
-    }
+    let count = inflight_sim::replay_regressions(include_str!("../regressions.txt"));
     assert!(count > 0, "the regression list is empty");
 }
 
