@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use inflight_core::resp::Frame;
-use inflight_core::scripts::Scripts;
+use inflight_core::scripts::{Scripts, WaitArgs};
 use inflight_tests::mutations;
 use inflight_tests::subject::{command, Subject};
 use inflight_tests::{RedisServer, RespClient};
@@ -294,6 +294,20 @@ fn a_foreign_fence_key_fails_the_acquire_before_it_writes(server: &RedisServer, 
     let acquire = s.encode_acquire("a", 3, now + LONG, now + HOUR, None);
     assert!(matches!(redis.call_raw(&acquire).unwrap(), Frame::Error(e) if e.contains("WRONGTYPE")));
     assert_eq!(s.score(&mut redis, "a"), None, "no lease written");
+    // A batch of one subject, with a weighted lease in it, and a waiting acquire.
+    let batch = s.encode_acquire_many(&["b", "c*2"], 3, now + LONG, now + HOUR);
+    assert!(matches!(redis.call_raw(&batch).unwrap(), Frame::Error(e) if e.contains("WRONGTYPE")));
+    let wait = WaitArgs {
+        lifetime_ms: 5_000,
+        patience_ms: HOUR,
+    };
+    let waiting = s.encode_acquire("d", 3, now + LONG, now + HOUR, Some(wait));
+    assert!(matches!(redis.call_raw(&waiting).unwrap(), Frame::Error(e) if e.contains("WRONGTYPE")));
+    assert_eq!(
+        s.all_keys(&mut redis),
+        vec![s.keys.fence()],
+        "nothing but the foreign key"
+    );
 }
 
 /// Finding 8. A batch that names an id twice counts it once.

@@ -47,7 +47,7 @@ if redis.call('EXISTS', queue) == 1 then
   open, live, _, room = claim(queue, holds, live, prune_waiters(queue, waiters, holds, now), 1, limit)
 end
 local held = hold ~= '' and redis.call('EXISTS', hold) == 1
-local first, granted, plain, grew = {}, 0, {}, false
+local first, granted, plain, heavy, grew = {}, 0, {}, {}, false
 for i = 5, #ARGV do
   local id, status = ARGV[i], 1
   if first[id] then
@@ -63,13 +63,14 @@ for i = 5, #ARGV do
     if not open or live + w > limit or w > room then
       status = 0
     else
-      -- Weight-1 leases go in one `ZADD` at the end.
+      -- Written once every answer is known and the tokens are drawn:
+      -- weight-1 leases in one `ZADD`.
       live, grew, room = live + w, true, room - w
       if w == 1 then
         plain[#plain + 1] = expiry
         plain[#plain + 1] = id
       else
-        add_units(leases, expiry, id)
+        heavy[#heavy + 1] = id
       end
     end
   end
@@ -83,6 +84,12 @@ for i = 5, #ARGV do
   reply[#reply + 1] = id
   reply[#reply + 1] = 0
 end
+-- The tokens before the leases: a fence key of a foreign type fails the
+-- call before anything else is written.
+local token = granted > 0 and next_tokens(fence, time, expiry - now, granted)
+for _, id in ipairs(heavy) do
+  add_units(leases, expiry, id)
+end
 if #plain > 0 then
   redis.call('ZADD', leases, unpack(plain))
 end
@@ -90,7 +97,6 @@ if grew then
   cover(leases, expiry - now)
 end
 if granted > 0 then
-  local token = next_tokens(fence, time, expiry - now, granted)
   local given = {}
   for i = 1, #reply, 3 do
     if reply[i] == 1 then

@@ -42,10 +42,11 @@ if redis.call('ZSCORE', leases, id) then
   -- Held already: a slot a release handed over (reserved for the waiter's
   -- lifetime), confirmed here until the expiry; or a repeated call. Its
   -- queue entry, if a failover brought one back, waits for nothing.
+  local token = next_tokens(fence, time, expiry - now, 1)
   add_units(leases, expiry, id, 'XX', 'GT')
   cover(leases, expiry - now)
   leave_queue(queue, waiters, holds, id)
-  return {1, id, next_tokens(fence, time, expiry - now, 1), 0, 0, reclaimed}
+  return {1, id, token, 0, 0, reclaimed}
 end
 if hold ~= '' and redis.call('EXISTS', hold) == 1 then
   leave_queue(queue, waiters, holds, id)
@@ -68,12 +69,15 @@ if not queued then
 end
 local fits, _, owed = claim(queue, holds, live, rank, w, limit)
 if fits then
+  -- The token first (as every grant draws it): a fence key of a foreign
+  -- type fails the call before anything else is written.
+  local token = next_tokens(fence, time, expiry - now, 1)
   if queued then
     leave_queue(queue, waiters, holds, id)
   end
   add_units(leases, expiry, id)
   cover(leases, expiry - now)
-  return {1, id, next_tokens(fence, time, expiry - now, 1), 0, 0, reclaimed}
+  return {1, id, token, 0, 0, reclaimed}
 end
 local ahead = math.max(1, live + owed + w - limit)
 local average = tonumber(redis.call('HGET', holds, 'avg') or '0')
