@@ -294,9 +294,11 @@ async fn usage_and_holders_show_who_holds_what_and_expired_leases_are_not_counte
         "the dead lease is not counted"
     );
     assert_eq!(limiter.holders(&key(subject)).await.unwrap().len(), 2);
-    // The next acquire's prune reclaims its two units, and says so.
+    // Its two units are pruned by the first acquire that needs their room
+    // (one under a limit of 6: 4 live units and the dead 2 fill it), which
+    // says so.
     let before = limiter.stats().reclaimed;
-    let third = limiter.acquire(&key(subject)).await.unwrap();
+    let third = limiter.acquire_with(&key(subject), 6).await.unwrap();
     assert_eq!(
         limiter.stats().reclaimed - before,
         2,
