@@ -63,14 +63,30 @@ impl ReleaseJob {
     /// compensation for a grant that was read: the acquire ran, so nothing
     /// is left to refuse.
     pub(super) fn of(lease: Lease, kind: ReleaseKind, now: Instant) -> Self {
+        let held_ms = now.saturating_duration_since(lease.granted_at).as_millis() as u64;
+        let deadline = lease.expires_at.max(lease.release_until);
+        let lease_bytes = Bytes::from(lease.id.to_bytes());
+        Self::first(lease.id, lease_bytes, lease.keys, kind, held_ms, deadline, now)
+    }
+
+    /// A job whose first attempt is due at `now`.
+    fn first(
+        lease: LeaseId,
+        lease_bytes: Bytes,
+        keys: SubjectKeys,
+        kind: ReleaseKind,
+        held_ms: u64,
+        deadline: Instant,
+        now: Instant,
+    ) -> Self {
         Self {
-            lease_bytes: Bytes::from(lease.id.to_bytes()),
-            lease: lease.id,
-            held_ms: now.saturating_duration_since(lease.granted_at).as_millis() as u64,
-            keys: lease.keys,
+            lease,
+            lease_bytes,
+            keys,
             kind,
+            held_ms,
             failures: 0,
-            deadline: lease.expires_at.max(lease.release_until),
+            deadline,
             not_before: now,
             eval: Eval::Sha,
             ask: None,
@@ -92,20 +108,17 @@ impl ReleaseJob {
             Ran::MayStillRun => (call.runnable_until.unwrap_or(now).max(now), call.valid_until_ms),
             Ran::Answered => (now, 0),
         };
-        Self {
-            lease: call.lease,
-            lease_bytes: call.lease_bytes,
-            keys: call.keys,
-            kind: ReleaseKind::Compensation { tombstone_until_ms },
-            // Nobody held it: it says nothing about hold times.
-            held_ms: 0,
-            failures: 0,
-            deadline: ran_by + lease_ttl,
-            not_before: now,
-            eval: Eval::Sha,
-            ask: None,
-            redirects: 0,
-        }
+        let kind = ReleaseKind::Compensation { tombstone_until_ms };
+        // Nobody held it: it says nothing about hold times (0).
+        Self::first(
+            call.lease,
+            call.lease_bytes,
+            call.keys,
+            kind,
+            0,
+            ran_by + lease_ttl,
+            now,
+        )
     }
 
     pub(super) fn is_compensation(&self) -> bool {

@@ -11,9 +11,10 @@
 --
 -- Returns the id. The tombstone lives until that request turns stale (or
 -- a later one of the same id, if another compensation named it): after
--- that its script refuses it anyway, so no tombstone outlives its use. The id also leaves the wait queue (a waiter whose caller left may
--- be queued rather than granted), and when the subject has a queue its
--- waiters are woken: a slot may be free.
+-- that its script refuses it anyway, so no tombstone outlives its use. The
+-- id also leaves the wait queue (a waiter whose caller left may be queued
+-- rather than granted), and when the subject has a queue its waiters are
+-- woken: a slot may be free.
 local leases, tombstone, queue, waiters, wake, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local valid_until = integer(ARGV[1], 'valid-until', 0)
 local id = ARGV[2]

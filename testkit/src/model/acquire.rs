@@ -173,7 +173,23 @@ impl RedisModel {
             self.record(leases, id, 0, 0, (0, 0));
             return reply(0, 0, ahead, expected, reclaimed);
         }
-        if !queued {
+        self.enqueue([queue, waiters, holds], id, limit, lifetime, !queued);
+        self.record(leases, id, 2, 0, (0, 0));
+        reply(2, 0, ahead, expected, reclaimed)
+    }
+
+    /// A waiter keeps (or, `arriving`, takes) its place at the end of the
+    /// queue, alive for `lifetime` ms more, under its own `limit`.
+    pub(super) fn enqueue(
+        &mut self,
+        [queue, waiters, holds]: [&Bytes; 3],
+        id: &Bytes,
+        limit: u64,
+        lifetime: u64,
+        arriving: bool,
+    ) {
+        let now = self.now_ms;
+        if arriving {
             let ticket = match self.store.zlast(queue) {
                 Some((last, _)) if last >= now => last + 1,
                 _ => now,
@@ -189,8 +205,6 @@ impl RedisModel {
         for key in [queue, waiters, holds] {
             self.cover(key, 2 * lifetime as i64);
         }
-        self.record(leases, id, 2, 0, (0, 0));
-        reply(2, 0, ahead, expected, reclaimed)
     }
 
     /// `ACQUIRE_ACROSS`: each acquire as `ACQUIRE` takes it, in order, every

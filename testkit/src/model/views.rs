@@ -5,7 +5,6 @@
 use bytes::Bytes;
 use inflight_core::lease_id::is_extra_unit;
 
-use super::store::ZaddFlags;
 use super::RedisModel;
 
 impl RedisModel {
@@ -71,22 +70,10 @@ impl RedisModel {
         let Some(base) = queue.strip_suffix(b":queue") else {
             return;
         };
-        let id = Bytes::copy_from_slice(id);
-        let ticket = self
-            .store
-            .zlast(queue)
-            .map_or(self.now_ms, |(last, _)| last.max(self.now_ms) + 1);
-        self.store.zadd(queue, ZaddFlags::default(), &[(ticket, id.clone())]);
         let waiters = Bytes::from([base, b":waiters"].concat());
-        self.store.zadd(
-            &waiters,
-            ZaddFlags::default(),
-            &[(self.now_ms + lifetime_ms, id.clone())],
-        );
         let holds = Bytes::from([base, b":held"].concat());
-        let limit = Bytes::from(limit.to_string());
-        self.store
-            .hset(&holds, &[(Bytes::from_static(b"limit"), limit.clone()), (id, limit)]);
+        let id = Bytes::copy_from_slice(id);
+        self.enqueue([queue, &waiters, &holds], &id, u64::from(limit), lifetime_ms, true);
     }
 
     /// Empties the data set (`FLUSHALL`).

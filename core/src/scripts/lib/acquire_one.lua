@@ -40,8 +40,8 @@ local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expi
       -- The id's own earlier lease, expired and not pruned yet (its units
       -- were counted as held, so there is room without them): pruned, and
       -- the id takes a fresh lease.
-      reclaimed = reclaimed + redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-      live = redis.call('ZCARD', leases)
+      local pruned = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+      reclaimed, live = reclaimed + pruned, live - pruned
       added = add_units(leases, expiry, id, 'NX')
     end
     if added > 0 then
@@ -60,7 +60,8 @@ local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expi
     return -1, 0, 0
   end
   local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-  if not redis.call('ZSCORE', leases, id) then
+  local fresh = not redis.call('ZSCORE', leases, id)
+  if fresh then
     if hold ~= '' and redis.call('EXISTS', hold) == 1 then
       return -3, 0, reclaimed
     end
@@ -74,10 +75,12 @@ local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expi
         return 0, 0, reclaimed
       end
     end
-    local token = fenced and next_tokens(fence, time, expiry - now, 1) or 0
+  end
+  -- The token before the lease, as on the fast path.
+  local token = fenced and next_tokens(fence, time, expiry - now, 1) or 0
+  if fresh then
     add_units(leases, expiry, id)
     cover(leases, expiry - now)
-    return 1, token, reclaimed
   end
-  return 1, fenced and next_tokens(fence, time, expiry - now, 1) or 0, reclaimed
+  return 1, token, reclaimed
 end
