@@ -31,6 +31,7 @@ pub mod pipeline;
 pub mod resp;
 #[doc(hidden)]
 pub mod scripts;
+mod sentinel_address;
 mod server_clock;
 mod server_error;
 pub mod slot;
@@ -40,7 +41,7 @@ pub use client::{Client, Timer};
 pub use config::{Config, ConfigError, Credentials, Recovery, ReleasePolicy, ReplicaAcks, Servers, UnavailablePolicy};
 pub use event::{
     Action, ConnectionError, ConnectionId, DataLoss, Event, Holder, Inspection, KeysPage, Lease, LeaseLost, Outcome,
-    Reassertion, ReleaseFailure, Renewal, RequestId, Stats, Transmit, Unavailable, Warning,
+    Reassertion, ReleaseFailure, Renewal, RequestId, SentinelError, Stats, Transmit, Unavailable, Warning,
 };
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
@@ -48,4 +49,5 @@ pub use fault::InjectedBugs;
 pub use key::{Key, KeyError};
 pub use lease_id::{Claim, ClaimError, Label, LabelError, LeaseId, MAX_LABEL_LEN, MAX_WEIGHT};
 pub use resp::{ProtocolError, ReplyLimits};
+pub use sentinel_address::{redact_sentinel_url, SentinelAddress, SENTINEL_PORT};
 pub use server_error::{ServerError, ServerErrorKind};

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use inflight_core::{ClaimError, ConfigError, ConnectionError, LabelError, ReleaseFailure, Unavailable};
+use inflight_core::{ClaimError, ConfigError, ConnectionError, LabelError, ReleaseFailure, SentinelError, Unavailable};
 
 /// Why an acquire did not return a permit.
 ///
@@ -208,6 +208,17 @@ pub enum ConnectError {
     /// The driver task stopped before the first connection (runtime shut down).
     #[error("the limiter's driver stopped before connecting")]
     Stopped,
+    /// Redis Sentinel: every sentinel was asked and none named the primary.
+    /// The error is the most telling of theirs: a master name they do not
+    /// monitor, a data node given as a sentinel, refused credentials, or
+    /// (when that is all there was) the last one's connection failure.
+    #[error("no sentinel named the primary ({servers}): {error}")]
+    Sentinel {
+        /// The sentinels and the master name.
+        servers: String,
+        /// What the sentinels said.
+        error: SentinelError,
+    },
 }
 
 impl ConnectError {
@@ -236,6 +247,7 @@ impl ConnectError {
             ConnectionError::Eviction(policy) => ConnectError::Eviction { addr, policy },
             // Redis's own words; the variant already says it was the handshake.
             ConnectionError::Handshake(reason) => ConnectError::Handshake { addr, reason },
+            ConnectionError::Sentinel(error) => ConnectError::Sentinel { servers: addr, error },
             other => ConnectError::Handshake {
                 addr,
                 reason: other.to_string(),

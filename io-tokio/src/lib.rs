@@ -80,7 +80,8 @@
 //! `inflight_data_loss_detected_total`, `inflight_leases_restored_total`,
 //! `inflight_over_admissions_detected_total`, `inflight_cluster_moved_total`,
 //! `inflight_cluster_ask_total`, `inflight_cluster_try_again_total`,
-//! `inflight_cluster_topology_refreshes_total`.
+//! `inflight_cluster_topology_refreshes_total`, `inflight_primary_switches_total`,
+//! `inflight_sentinel_errors_total`.
 //!
 //! Gauges (each the sum over the process's limiters with the same labels,
 //! set, never below 0): `inflight_connections_up`,
@@ -131,8 +132,8 @@ pub use drained::Drained;
 pub use error::{ConnectError, Error, ReleaseError, RenewError};
 pub use inflight_core::{
     ClaimError, ConfigError, ConnectionError, DataLoss, Endpoint, Holder, Key, KeyError, Label, LabelError, LeaseId,
-    ProtocolError, Reassertion, Recovery, ReleaseFailure, ReleasePolicy, ReplicaAcks, ServerError, ServerErrorKind,
-    Stats, Unavailable, UnavailablePolicy, MAX_LABEL_LEN, MAX_WEIGHT,
+    ProtocolError, Reassertion, Recovery, ReleaseFailure, ReleasePolicy, ReplicaAcks, SentinelError, ServerError,
+    ServerErrorKind, Stats, Unavailable, UnavailablePolicy, MAX_LABEL_LEN, MAX_WEIGHT,
 };
 pub use limiter::reads::{BusyKeys, Usage, MAX_HOLDERS, MAX_SCANNED_KEYS};
 pub use limiter::{Acquire, Limiter};

@@ -41,6 +41,11 @@ pub mod names {
     pub const TRY_AGAIN: &str = "inflight_cluster_try_again_total";
     /// Counter: slot table reads after a redirect or a lost node.
     pub const TOPOLOGY_REFRESHED: &str = "inflight_cluster_topology_refreshes_total";
+    /// Counter: switches to another primary the sentinels named (Redis Sentinel).
+    pub const PRIMARY_SWITCHES: &str = "inflight_primary_switches_total";
+    /// Counter: sentinels that could not be used (unreachable, refused, a
+    /// wrong or stale answer).
+    pub const SENTINEL_ERRORS: &str = "inflight_sentinel_errors_total";
     /// Counter: handshakes that found a server's lease data lost (restart,
     /// failover, flush).
     pub const DATA_LOSS: &str = "inflight_data_loss_detected_total";
@@ -80,7 +85,7 @@ pub mod names {
     pub const ACQUIRES_IN_FLIGHT: &str = "inflight_acquires_in_flight";
 
     /// Every counter, in the order `docs/operations.md` lists them.
-    pub const COUNTERS: [&str; 25] = [
+    pub const COUNTERS: [&str; 27] = [
         GRANTED,
         DENIED,
         UNAVAILABLE,
@@ -106,6 +111,8 @@ pub mod names {
         ASKED,
         TRY_AGAIN,
         TOPOLOGY_REFRESHED,
+        PRIMARY_SWITCHES,
+        SENTINEL_ERRORS,
     ];
     /// Every gauge.
     pub const GAUGES: [&str; 3] = [CONNECTIONS_UP, ACQUIRES_IN_FLIGHT, WAITING];
@@ -116,7 +123,7 @@ pub mod names {
 /// A counter: its name, its help text, and its figure in [`Stats`].
 type CounterSpec = (&'static str, &'static str, fn(&Stats) -> u64);
 
-const COUNTERS: [CounterSpec; 25] = [
+const COUNTERS: [CounterSpec; 27] = [
     (names::GRANTED, "Permits granted (enforced).", |s| s.granted),
     (
         names::SERVER_WARNINGS,
@@ -183,6 +190,16 @@ const COUNTERS: [CounterSpec; 25] = [
         names::TOPOLOGY_REFRESHED,
         "Slot table reads after a redirect or a lost node (Redis Cluster).",
         |s| s.topology_refreshes,
+    ),
+    (
+        names::PRIMARY_SWITCHES,
+        "Switches to another primary the sentinels named (Redis Sentinel).",
+        |s| s.primary_switches,
+    ),
+    (
+        names::SENTINEL_ERRORS,
+        "Sentinels that could not be used: unreachable, refused, or a wrong or stale answer (Redis Sentinel).",
+        |s| s.sentinel_errors,
     ),
     (
         names::DATA_LOSS,

@@ -276,8 +276,8 @@ pub fn cluster_replies(data: &[u8], start: Instant) {
 }
 
 /// The replies to a handshake, in the client's order: PING, ROLE, INFO,
-/// then `CLUSTER SHARDS` (the given reply) in a cluster or the marker
-/// standalone, TIME, and one SCRIPT LOAD per script.
+/// `CLUSTER SHARDS` (the given reply) in a cluster, TIME, one SCRIPT LOAD
+/// per script, and standalone the marker (sent once INFO is answered).
 pub fn handshake_replies(shards: Option<&str>) -> Vec<u8> {
     let cluster = u8::from(shards.is_some());
     let info = format!(
@@ -288,14 +288,16 @@ pub fn handshake_replies(shards: Option<&str>) -> Vec<u8> {
         "+PONG\r\n*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n${}\r\n{info}\r\n",
         info.len()
     );
-    match shards {
-        Some(shards) => replies += shards,
-        None => replies += "*2\r\n:0\r\n$6\r\nmarker\r\n",
+    if let Some(shards) = shards {
+        replies += shards;
     }
     replies += "*2\r\n$10\r\n1700000000\r\n$6\r\n000000\r\n";
     let scripts = Scripts::default();
     for kind in ScriptKind::LOADED {
         replies += &format!("$40\r\n{}\r\n", scripts.get(kind).sha);
+    }
+    if shards.is_none() {
+        replies += "*2\r\n:0\r\n$6\r\nmarker\r\n";
     }
     replies.into_bytes()
 }

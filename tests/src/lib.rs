@@ -9,14 +9,18 @@ pub mod bench;
 pub mod cpu;
 pub mod hostile;
 pub mod http_client;
+pub mod load;
 pub mod mutations;
 pub mod pki;
 pub mod redis_cluster;
+pub mod redis_sentinel;
 pub mod redis_server;
 pub mod relay;
 pub mod resp_client;
+pub mod stale_sentinel;
 pub mod stateful;
 pub mod subject;
+pub mod watched;
 
 pub use hostile::{HostilePeer, Lie};
 
@@ -26,6 +30,7 @@ pub use hostile::{HostilePeer, Lie};
 pub struct MainReadme;
 pub use pki::TestPki;
 pub use redis_cluster::RedisCluster;
+pub use redis_sentinel::SentinelSet;
 pub use redis_server::RedisServer;
 pub use relay::{Mode, Relay};
 pub use resp_client::RespClient;

@@ -6,13 +6,14 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use inflight_core::resp::Frame;
 
 use crate::redis_server::free_port;
 use crate::resp_client::RespClient;
+use crate::watched::Watched;
 
 const INSTALL_HINT: &str = "redis-server and redis-cli were not found on PATH. These tests run a real Redis \
 Cluster. Install them with `apt-get update && apt-get install -y redis-server` (Debian/Ubuntu; redis-cli comes \
@@ -22,14 +23,10 @@ with it) or `brew install redis` (macOS), then run the tests again.";
 /// over about this long after it stops answering.
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
 
-/// One node of the cluster. The `redis-server` runs under a small shell
-/// that kills it when our end of its stdin closes, so a test binary that
+/// One node of the cluster, a [`Watched`] process: a test binary that
 /// keeps its cluster in a `static` (never dropped) leaves no server behind.
 pub struct ClusterNode {
-    /// The watchdog shell; `None` once the node was killed.
-    child: Option<Child>,
-    /// The redis-server's own pid.
-    pid: u32,
+    process: Watched,
     port: u16,
     password: Option<String>,
     /// The TLS port, for a cluster from [`RedisCluster::start_tls`].
@@ -54,7 +51,7 @@ impl ClusterNode {
     }
 
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        self.process.is_running()
     }
 
     /// The TLS port of a node of [`RedisCluster::start_tls`].
@@ -62,19 +59,9 @@ impl ClusterNode {
         self.tls_port.expect("this cluster was started without TLS")
     }
 
-    /// SIGKILL, then the watchdog is reaped.
+    /// SIGKILL.
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill").args(["-9", &self.pid.to_string()]).status();
-            drop(child.stdin.take());
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for ClusterNode {
-    fn drop(&mut self) {
-        self.kill();
+        self.process.kill();
     }
 }
 
@@ -299,47 +286,14 @@ impl RedisCluster {
             .chain(self.options.iter().cloned())
             .chain(tls_args)
             .collect();
-            let child = Command::new("sh")
-                .args([
-                    "-c",
-                    "command -v redis-server >/dev/null || exit 127; \
-                     redis-server \"$@\" >/dev/null 2>&1 & echo $!; read _; kill -9 $! 2>/dev/null",
-                    "sh",
-                ])
-                .args(&args)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("run sh");
-            let mut child = child;
-            let mut line = String::new();
-            let stdout = child.stdout.take().expect("piped");
-            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
-            let Ok(pid) = line.trim().parse::<u32>() else {
-                let _ = child.wait();
-                panic!("{INSTALL_HINT}");
-            };
-            let mut node = ClusterNode {
-                child: Some(child),
-                pid,
-                port,
-                password: self.password.clone(),
-                tls_port,
-            };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-                if RespClient::connect(addr).and_then(|mut c| c.call(&[b"PING"])).is_ok() {
-                    return node;
-                }
-                let alive = Command::new("kill").args(["-0", &pid.to_string()]).status();
-                if !alive.is_ok_and(|status| status.success()) {
-                    break; // a port was taken: try others
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            if let Some(process) = Watched::spawn(&args, port, INSTALL_HINT) {
+                return ClusterNode {
+                    process,
+                    port,
+                    password: self.password.clone(),
+                    tls_port,
+                };
             }
-            node.kill();
         }
         panic!("a cluster node did not start on free loopback ports after 5 tries");
     }

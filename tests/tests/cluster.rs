@@ -8,11 +8,11 @@
 #![allow(clippy::await_holding_lock)]
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use inflight_core::resp::Frame;
+use inflight_tests::load::Load;
 use inflight_tests::{RedisCluster, RedisServer};
 use inflight_tokio::{Builder, ConfigError, ConnectError, Error, Key, Limiter, Stats, Unavailable};
 
@@ -243,70 +243,6 @@ async fn busy_keys_are_found_on_every_primary() {
     limiter.drain().await;
 }
 
-/// The load of the resharding and failover tests: `tasks` callers acquire
-/// and hold for about a millisecond, over and over, until `stop`; a ledger
-/// counts holders at every instant and remembers the peak.
-struct Load {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    peak: Arc<AtomicUsize>,
-    tasks: Vec<tokio::task::JoinHandle<HashMap<String, usize>>>,
-}
-
-impl Load {
-    fn start(limiters: &[Limiter], subject: &str, tasks: usize) -> Load {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let holders = Arc::new(AtomicUsize::new(0));
-        let peak = Arc::new(AtomicUsize::new(0));
-        let handles = (0..tasks)
-            .map(|n| {
-                let limiter = limiters[n % limiters.len()].clone();
-                let (stop, holders, peak) = (stop.clone(), holders.clone(), peak.clone());
-                let subject = subject.to_string();
-                tokio::spawn(async move {
-                    let mut outcomes: HashMap<String, usize> = HashMap::new();
-                    let deadline = Instant::now() + Duration::from_secs(60);
-                    while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
-                        let outcome = limiter.acquire(&key(&subject)).await;
-                        let kind = match &outcome {
-                            Ok(_) => "granted".to_string(),
-                            Err(Error::Exceeded { .. }) => "denied".to_string(),
-                            Err(other) => other.to_string(),
-                        };
-                        *outcomes.entry(kind).or_default() += 1;
-                        match outcome {
-                            Ok(permit) => {
-                                let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
-                                peak.fetch_max(now, Ordering::SeqCst);
-                                tokio::time::sleep(Duration::from_millis(1)).await;
-                                holders.fetch_sub(1, Ordering::SeqCst);
-                                drop(permit);
-                            }
-                            Err(_) => tokio::time::sleep(Duration::from_millis(2)).await,
-                        }
-                    }
-                    outcomes
-                })
-            })
-            .collect();
-        Load {
-            stop,
-            peak,
-            tasks: handles,
-        }
-    }
-
-    async fn finish(self) -> (usize, HashMap<String, usize>) {
-        self.stop.store(true, Ordering::SeqCst);
-        let mut total: HashMap<String, usize> = HashMap::new();
-        for task in self.tasks {
-            for (kind, n) in task.await.unwrap() {
-                *total.entry(kind).or_default() += n;
-            }
-        }
-        (self.peak.load(Ordering::SeqCst), total)
-    }
-}
-
 fn sum(stats: &[Stats], f: impl Fn(&Stats) -> u64) -> u64 {
     stats.iter().map(f).sum()
 }
@@ -344,7 +280,8 @@ async fn live_resharding_under_load() {
     });
     assert_eq!(cluster.owner(slot), to);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (peak, outcomes) = load.finish().await;
+    let seen = load.finish().await;
+    let (peak, outcomes) = (seen.peak, seen.outcomes);
     for limiter in &limiters {
         limiter.clone().drain().await;
     }
@@ -413,14 +350,15 @@ async fn failover_under_load() {
                 Err(error) => panic!("not served 15 s after the failover began: {error}"),
             }
         };
-        let (_, moved_outcomes) = victims.finish().await;
+        let moved_outcomes = victims.finish().await.outcomes;
         let what = if kill { "SIGKILL" } else { "CLUSTER FAILOVER" };
         println!(
             "{what} of {victim} -> {new_primary}: cluster healthy after {cluster_done:?}, tenant served after \
              {recovered:?}; its outcomes {moved_outcomes:?}"
         );
         for load in bystanders {
-            let (peak, outcomes) = load.finish().await;
+            let seen = load.finish().await;
+            let (peak, outcomes) = (seen.peak, seen.outcomes);
             assert!(peak <= 4);
             let errors: usize = outcomes
                 .iter()

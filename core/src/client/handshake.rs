@@ -47,15 +47,30 @@ impl Connection {
             steps.push(Step::Select);
         }
         steps.extend([Step::Ping, Step::Role, Step::Info]);
-        steps.push(if cluster { Step::Shards } else { Step::Marker });
+        if cluster {
+            steps.push(Step::Shards);
+        }
         steps.push(Step::Time);
         steps.extend(ScriptKind::LOADED.map(Step::Load));
+        // Standalone, the marker (a write) is counted now and sent once
+        // `INFO` has said this is a primary (see `marker_due`): a replica,
+        // even a writable one, is never written to.
         self.phase = Phase::Handshaking {
             deadline,
-            steps: steps.len(),
+            steps: steps.len() + usize::from(!cluster),
         };
         self.time_asked = Some(now);
         steps
+    }
+
+    /// Whether the marker goes out after `step`'s reply (read without
+    /// error): standalone, once `INFO` is answered; by the handshake's
+    /// deadline.
+    pub(super) fn marker_due(&self, step: Step, cluster: bool) -> Option<Instant> {
+        match (step, self.phase) {
+            (Step::Info, Phase::Handshaking { deadline, .. }) if !cluster => Some(deadline),
+            _ => None,
+        }
     }
 
     /// Recovery's writes follow the handshake's steps, with a fresh

@@ -36,8 +36,13 @@ pub(super) struct HeldLeases {
 }
 
 /// The most confirmed releases remembered for a recovery: the newest ones.
-/// Bounds the memory (about 100 bytes each) at any release rate.
-pub(super) const MAX_REMEMBERED_RELEASES: usize = 4096;
+/// Bounds the memory (about 120 bytes each, 4 MB at most) at any release
+/// rate. A failover loses the writes its old primary took after the
+/// promotion (a Sentinel failover announces the switch a second or more
+/// after it): this covers that at 10,000 releases a second per limiter. A
+/// release lost beyond it leaves its lease until the TTL: fewer slots for a
+/// while, never more.
+pub(super) const MAX_REMEMBERED_RELEASES: usize = 32_768;
 
 /// One held lease: enough to write it back.
 #[derive(Debug)]

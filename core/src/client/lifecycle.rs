@@ -11,7 +11,7 @@ use super::outbox::Outbox;
 use super::request::{Op, Ran, Request, Step};
 use super::topology::Route;
 use crate::config::Config;
-use crate::event::{Action, ConnectionError, ConnectionId, Event, Unavailable};
+use crate::event::{Action, ConnectionError, ConnectionId, Event, SentinelError, Unavailable};
 use crate::resp::ReplyLimits;
 
 impl Network {
@@ -129,6 +129,9 @@ impl Network {
         let conn = target.connection.as_mut().expect("a handshake just ended");
         conn.make_ready(now);
         target.identity = Some(conn.identity.clone());
+        if let Some(sentinels) = self.sentinels.as_mut() {
+            sentinels.primary_confirmed();
+        }
         target.reconnect.succeeded();
         out.event(Event::Connected(conn.id()));
     }
@@ -211,8 +214,9 @@ impl Network {
                     .map(Effect::Route),
             );
         }
-        if self.topology.is_cluster() {
-            // A node that failed may have failed over.
+        if self.topology.is_cluster() || self.topology.is_sentinel() {
+            // A node that failed may have failed over: ask the cluster, or
+            // the sentinels, again.
             fx.push(Effect::RefreshTopology);
         }
     }
@@ -229,6 +233,23 @@ impl Network {
         out: &mut Outbox,
         fx: &mut Vec<Effect>,
     ) {
+        if let (ConnectionError::Replica(role), Some(sentinels)) = (&error, self.sentinels.as_mut()) {
+            // A sentinel named a replica (a stale answer): what waits for
+            // the primary goes on waiting while the next sentinel is asked.
+            // Only when every sentinel has done so in a row is it a failure.
+            if !sentinels.named_replica() {
+                let node_endpoint = self.nodes[node].endpoint.to_string();
+                let stale = SentinelError::NamedReplica {
+                    node: node_endpoint,
+                    role: role.clone(),
+                };
+                out.stats.sentinel_errors += 1;
+                out.event(Event::SentinelFailed(id, stale));
+                self.nodes[node].reconnect.failed(now, error);
+                fx.push(Effect::RefreshTopology);
+                return;
+            }
+        }
         let waiting = std::mem::take(&mut self.nodes[node].waiting);
         if let Some(seed) = self.topology.next_seed(node) {
             self.nodes[node].reconnect.forget();
@@ -248,6 +269,11 @@ impl Network {
                     false => not_connected(op),
                 });
             }
+            fx.push(Effect::RefreshTopology);
+        }
+        if self.topology.is_sentinel() {
+            // The sentinels named a node that is not there, or not a
+            // primary (a stale answer): ask the next one.
             fx.push(Effect::RefreshTopology);
         }
     }

@@ -46,6 +46,7 @@ mod names;
 mod network;
 mod node;
 mod outbox;
+mod primary;
 mod reconnect;
 mod recovery;
 mod redirects;
@@ -55,6 +56,7 @@ mod releases;
 mod replies;
 mod request;
 mod router;
+mod sentinel;
 mod subscriber;
 mod timer;
 mod topology;
@@ -98,7 +100,24 @@ impl Client {
         let keep_alive = KeepAlive::new(config.lease_ttl);
         let waiters = Waiters::new(config.waiter_recheck(), config.waiter_lifetime());
         let backoff = Backoff::new(config.reconnect_initial_backoff, config.reconnect_max_backoff, entropy);
-        let net = Network::new(&config.servers, backoff);
+        let mut net = Network::new(&config.servers, backoff);
+        if let Servers::Sentinel {
+            sentinels,
+            master,
+            credentials,
+        } = &config.servers
+        {
+            net.sentinels = Some(sentinel::Sentinels::new(sentinel::Settings {
+                sentinels: sentinels.clone(),
+                master: master.clone(),
+                credentials: credentials.clone(),
+                connect_timeout: config.connect_timeout,
+                answer_timeout: config.request_liveness,
+                initial_backoff: config.reconnect_initial_backoff,
+                max_backoff: config.reconnect_max_backoff,
+                limits: config.reply_limits,
+            }));
+        }
         let mut client = Self {
             config,
             names: Names::new(entropy),
@@ -114,7 +133,10 @@ impl Client {
             keep_alive,
             bugs: crate::fault::InjectedBugs::default(),
         };
-        client.start_connect(now, 0);
+        match client.net.watch_sentinels(now, &mut client.names) {
+            Some(watch) => client.out.action(watch),
+            None => client.start_connect(now, 0),
+        }
         Ok(client)
     }
 
@@ -148,11 +170,23 @@ impl Client {
 
     /// Where `connection` goes, while it is current.
     pub fn endpoint(&self, connection: ConnectionId) -> Option<&Endpoint> {
-        self.net
-            .nodes
-            .iter()
-            .find(|node| node.has(connection))
-            .map(|node| &node.endpoint)
+        let node = self.net.nodes.iter().find(|node| node.has(connection));
+        node.map(|node| &node.endpoint).or_else(|| {
+            let sentinels = self.net.sentinels.as_ref()?;
+            sentinels.endpoint().filter(|_| sentinels.id() == Some(connection))
+        })
+    }
+
+    /// The sentinels known now, those given then those learned (none
+    /// unless the primary is found through Redis Sentinel).
+    pub fn sentinels(&self) -> &[Endpoint] {
+        self.net.sentinels.as_ref().map_or(&[], |sentinels| sentinels.known())
+    }
+
+    /// The primary the sentinels named last (Redis Sentinel only).
+    pub fn primary(&self) -> Option<&Endpoint> {
+        self.net.sentinels.as_ref()?;
+        self.net.nodes.first().map(|node| &node.endpoint)
     }
 
     /// Releases (and compensations) not yet done or given up, and `LEAVE`s
@@ -354,6 +388,9 @@ impl Client {
 
     /// The socket for `connection` is open.
     pub fn handle_connected(&mut self, now: Instant, connection: ConnectionId) {
+        if let Some(sentinels) = self.net.sentinels.as_mut().filter(|s| s.id() == Some(connection)) {
+            return sentinels.connected(now, connection);
+        }
         if let Some(node) = self.net.subscriber_of(connection) {
             self.net.nodes[node]
                 .wake_ups
@@ -373,6 +410,11 @@ impl Client {
 
     /// Bytes arrived on `connection`.
     pub fn handle_input(&mut self, now: Instant, connection: ConnectionId, data: &[u8]) {
+        if let Some(sentinels) = self.net.sentinels.as_mut().filter(|s| s.id() == Some(connection)) {
+            let news = sentinels.input(now, connection, data);
+            self.then(now, |c, fx| c.net.hear_sentinels(now, news, &mut c.out, fx));
+            return self.drive(now);
+        }
         if let Some(node) = self.net.subscriber_of(connection) {
             self.wake_ups_input(now, node, data);
             return self.drive(now);
@@ -427,6 +469,10 @@ impl Client {
             (self.net.deferred.next_deadline(), Timer::Deferred),
             (self.waiters.poll_timeout(), Timer::Waiter),
             (self.keep_alive.poll_timeout(), Timer::KeepAlive),
+            (
+                self.net.sentinels.as_ref().and_then(|s| s.poll_timeout()),
+                Timer::Sentinel,
+            ),
         ];
         let nodes = self
             .net

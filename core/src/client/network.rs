@@ -14,6 +14,7 @@ use super::node::Node;
 use super::outbox::Outbox;
 use super::reconnect::Backoff;
 use super::request::{ReleaseJob, Request, Step};
+use super::sentinel::Sentinels;
 use super::topology::{Route, Topology};
 use super::waiters::Waiters;
 use crate::config::{Config, Servers};
@@ -32,6 +33,8 @@ pub(super) struct Network {
     pub(super) deferred: Deferred,
     /// How a node heard of is given its reconnect schedule.
     pub(super) backoff: Backoff,
+    /// Redis Sentinel: the watch that names the primary (node 0).
+    pub(super) sentinels: Option<Sentinels>,
 }
 
 impl Network {
@@ -41,12 +44,15 @@ impl Network {
         let (endpoints, topology) = match servers {
             Servers::Standalone(endpoint) => (std::slice::from_ref(endpoint), Topology::standalone()),
             Servers::Cluster { seeds, tls } => (&seeds[..], Topology::cluster(0, *tls)),
+            // No node until the sentinels name the primary.
+            Servers::Sentinel { .. } => (&[][..], Topology::sentinel()),
         };
         let mut net = Self {
             nodes: Vec::new(),
             topology,
             deferred: Deferred::default(),
             backoff,
+            sentinels: None,
         };
         for endpoint in endpoints {
             net.node_at(endpoint);
@@ -111,11 +117,15 @@ impl Network {
                 data,
             })
         });
-        requests.or_else(|| {
+        let requests = requests.or_else(|| {
             self.nodes.iter_mut().find_map(|node| {
                 let (connection, data) = node.wake_ups.take_outgoing()?;
                 Some(Transmit { connection, data })
             })
+        });
+        requests.or_else(|| {
+            let (connection, data) = self.sentinels.as_mut()?.take_outgoing()?;
+            Some(Transmit { connection, data })
         })
     }
 

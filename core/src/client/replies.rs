@@ -120,6 +120,10 @@ impl Reader<'_> {
             scripts: Scripts::shared(),
         };
         let answer = self.conn.read_step(self.now, step, frame, &expect)?;
+        if let Some(deadline) = self.conn.marker_due(step, self.cluster) {
+            self.fx
+                .push(Effect::Send(self.node, Request::Handshake(Step::Marker), deadline));
+        }
         if let Some(warning) = answer.warning {
             self.out.stats.server_warnings += 1;
             self.out.event(Event::Warning(self.conn.id(), warning));

@@ -14,7 +14,9 @@ use super::request::{AcquireOp, Op, ReleaseJob, Request, Step};
 use super::topology::Route;
 use super::waiters;
 use super::Client;
-use crate::event::{Action, ConnectionError, ConnectionId, Event, Outcome, ReleaseFailure, RequestId, Unavailable};
+use crate::event::{
+    Action, ConnectionError, ConnectionId, Event, Outcome, ReleaseFailure, RequestId, SentinelError, Unavailable,
+};
 use crate::resp::Frame;
 use crate::scripts::ScriptKind;
 
@@ -26,7 +28,7 @@ impl Client {
     }
 
     /// Runs `part`, then applies the effects it asked for, in order.
-    fn then(&mut self, now: Instant, part: impl FnOnce(&mut Self, &mut Vec<Effect>)) {
+    pub(super) fn then(&mut self, now: Instant, part: impl FnOnce(&mut Self, &mut Vec<Effect>)) {
         let mut fx = Vec::new();
         part(self, &mut fx);
         self.apply_all(now, fx);
@@ -152,7 +154,15 @@ impl Client {
     }
 
     fn closed(&mut self, now: Instant, connection: ConnectionId, error: ConnectionError) {
-        if let Some(node) = self.net.subscriber_of(connection) {
+        if let Some(sentinels) = self.net.sentinels.as_mut().filter(|s| s.id() == Some(connection)) {
+            let sentinel = sentinels.endpoint().map(ToString::to_string).unwrap_or_default();
+            let reason = match error {
+                ConnectionError::Io(reason) => reason,
+                other => other.to_string(),
+            };
+            let news = sentinels.closed(now, connection, SentinelError::Unreachable { sentinel, reason });
+            self.then(now, |c, fx| c.net.hear_sentinels(now, news, &mut c.out, fx));
+        } else if let Some(node) = self.net.subscriber_of(connection) {
             self.close_wake_ups(now, node);
         } else if let Some(node) = self.net.node_of(connection) {
             self.drop_connection(now, node, error);
@@ -184,6 +194,11 @@ impl Client {
             if let Some(id) = self.net.nodes[node].wake_ups.handle_timeout(now, retry_after) {
                 self.out.action(Action::Close(id));
             }
+        }
+        if let Some(sentinels) = self.net.sentinels.as_mut() {
+            let (close, news) = sentinels.handle_timeout(now);
+            self.out.actions(close.map(Action::Close));
+            self.then(now, |c, fx| c.net.hear_sentinels(now, news, &mut c.out, fx));
         }
         while let Some(effect) = self.keep_alive.handle_timeout(now) {
             self.delivering(now, |d| d.keep_alive(effect));
@@ -295,6 +310,9 @@ impl Client {
 
     /// Sends what can be sent on ready connections.
     pub(super) fn drive(&mut self, now: Instant) {
+        if let Some(watch) = self.net.watch_sentinels(now, &mut self.names) {
+            self.out.action(watch);
+        }
         let (waiters, names, config) = (&mut self.waiters, &mut self.names, &self.config);
         self.net.sync_subscriptions(now, waiters, names, config, &mut self.out);
         self.send_leaves(now);
@@ -361,6 +379,13 @@ impl Client {
 
     /// Reads the slot table again, if the network says now is the time.
     pub(super) fn refresh_topology(&mut self, now: Instant) {
+        if let Some(sentinels) = self.net.sentinels.as_mut() {
+            // The watch opens afresh on the next sentinel (see `drive`).
+            if let Some(watch) = sentinels.ask_again(now) {
+                self.out.action(Action::Close(watch));
+            }
+            return;
+        }
         if let Some(node) = self.net.refresh_target(now) {
             self.out.stats.topology_refreshes += 1;
             let deadline = now + self.config.request_liveness;

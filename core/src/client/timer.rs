@@ -31,6 +31,8 @@ pub enum Timer {
     Waiter,
     /// A kept-alive lease's renewal.
     KeepAlive,
+    /// The sentinels' watch: its deadline, its next attempt, an owed ask.
+    Sentinel,
 }
 
 impl Network {

@@ -1,5 +1,5 @@
-//! Where requests go: one server, or the primary that owns a subject's slot
-//! in a Redis Cluster. The slot table is learned from `CLUSTER SHARDS` (or
+//! Where requests go: one server, the primary the sentinels name (Redis
+//! Sentinel), or the primary that owns a subject's slot in a Redis Cluster. The slot table is learned from `CLUSTER SHARDS` (or
 //! `CLUSTER SLOTS`) at every handshake and corrected by `MOVED` redirects;
 //! a refresh after a redirect is rate limited, so a migration answered by
 //! thousands of `MOVED` costs one table read.
@@ -32,6 +32,10 @@ pub(super) struct Topology {
 #[derive(Debug)]
 enum Mode {
     Standalone,
+    /// One primary, node 0, once the sentinels have named it.
+    Sentinel {
+        named: bool,
+    },
     Cluster(Cluster),
 }
 
@@ -63,6 +67,12 @@ impl Topology {
         Self { mode: Mode::Standalone }
     }
 
+    pub(super) fn sentinel() -> Self {
+        Self {
+            mode: Mode::Sentinel { named: false },
+        }
+    }
+
     pub(super) fn cluster(seeds: usize, tls: bool) -> Self {
         Self {
             mode: Mode::Cluster(Cluster {
@@ -82,6 +92,17 @@ impl Topology {
         matches!(self.mode, Mode::Cluster(_))
     }
 
+    pub(super) fn is_sentinel(&self) -> bool {
+        matches!(self.mode, Mode::Sentinel { .. })
+    }
+
+    /// The sentinels named the primary: node 0 serves every subject.
+    pub(super) fn primary_named(&mut self) {
+        if let Mode::Sentinel { named } = &mut self.mode {
+            *named = true;
+        }
+    }
+
     pub(super) fn tls(&self) -> bool {
         matches!(&self.mode, Mode::Cluster(cluster) if cluster.tls)
     }
@@ -90,6 +111,7 @@ impl Topology {
     pub(super) fn known(&self) -> bool {
         match &self.mode {
             Mode::Standalone => true,
+            Mode::Sentinel { named } => *named,
             Mode::Cluster(cluster) => !cluster.owners.is_empty(),
         }
     }
@@ -97,7 +119,8 @@ impl Topology {
     /// Where a request for `slot` goes.
     pub(super) fn route(&self, slot: u16) -> Route {
         match &self.mode {
-            Mode::Standalone => Route::Node(0),
+            Mode::Standalone | Mode::Sentinel { named: true } => Route::Node(0),
+            Mode::Sentinel { named: false } => Route::AwaitTopology,
             Mode::Cluster(cluster) if cluster.owners.is_empty() => Route::AwaitTopology,
             Mode::Cluster(cluster) => match cluster.owners[usize::from(slot)] {
                 NONE => Route::NoOwner,
@@ -122,7 +145,7 @@ impl Topology {
     /// Nodes that own none are not reconnected; seeds are, until a table is known.
     pub(super) fn wanted(&self, node: usize) -> bool {
         match &self.mode {
-            Mode::Standalone => true,
+            Mode::Standalone | Mode::Sentinel { .. } => true,
             Mode::Cluster(cluster) if cluster.owners.is_empty() => node < cluster.seeds,
             Mode::Cluster(cluster) => cluster.owning.get(node).copied().unwrap_or(false),
         }
@@ -132,7 +155,8 @@ impl Topology {
     /// 0, for a standalone server; none while no table is known).
     pub(super) fn slot_per_primary(&self) -> Vec<u16> {
         match &self.mode {
-            Mode::Standalone => vec![0],
+            Mode::Standalone | Mode::Sentinel { named: true } => vec![0],
+            Mode::Sentinel { named: false } => Vec::new(),
             Mode::Cluster(cluster) => {
                 let mut seen = std::collections::HashSet::new();
                 (0..SLOTS)

@@ -18,6 +18,23 @@ impl Config {
 
     /// A cluster has seeds, reached over TCP, and only database 0.
     fn check_servers(&self) -> Result<(), ConfigError> {
+        if let Servers::Sentinel { sentinels, master, .. } = &self.servers {
+            if sentinels.is_empty() {
+                return Err(ConfigError::Zero {
+                    field: "servers.sentinels",
+                });
+            }
+            if sentinels.iter().any(|sentinel| sentinel.as_tcp().is_none()) {
+                return Err(ConfigError::OutOfRange {
+                    field: "servers.sentinels",
+                    reason: "sentinels are reached over TCP, not Unix sockets",
+                });
+            }
+            return crate::sentinel_address::check_master_name(master).map_err(|reason| ConfigError::OutOfRange {
+                field: "servers.master",
+                reason,
+            });
+        }
         let Servers::Cluster { seeds, .. } = &self.servers else {
             return Ok(());
         };

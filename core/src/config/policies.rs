@@ -21,12 +21,29 @@ pub enum Servers {
         /// Connections are TLS: nodes are reached at their `tls-port`.
         tls: bool,
     },
+    /// A primary managed by Redis Sentinel: the client asks the sentinels
+    /// where the primary `master` is, checks with `ROLE` that it is one,
+    /// and follows every switch they announce (`+switch-master`).
+    Sentinel {
+        /// The sentinels, asked in turn; those they name are added.
+        sentinels: Vec<Endpoint>,
+        /// The name the sentinels monitor the primary under.
+        master: String,
+        /// `AUTH` credentials for the sentinels (the data nodes' are
+        /// [`Config::credentials`](super::Config::credentials)).
+        credentials: Option<crate::address::Credentials>,
+    },
 }
 
 impl Servers {
     /// Whether this is a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self, Servers::Cluster { .. })
+    }
+
+    /// Whether the primary is found through Redis Sentinel.
+    pub fn is_sentinel(&self) -> bool {
+        matches!(self, Servers::Sentinel { .. })
     }
 }
 

@@ -63,4 +63,87 @@ pub enum ConnectionError {
     /// The server refused a command in a way that makes this connection useless.
     #[error("Redis answered with an error that ends the connection: {0}")]
     Server(ServerError),
+    /// The sentinels named no primary (each failed, in its own way).
+    #[error("the sentinels named no primary: {0}")]
+    Sentinel(SentinelError),
+    /// The sentinels named another primary: the connection to the old one
+    /// is given up (what it left unanswered is compensated on the new one).
+    #[error("the sentinels named a new primary")]
+    Switched,
+}
+
+/// Why a sentinel could not name the primary.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SentinelError {
+    /// It could not be reached, or its connection broke.
+    #[error("the sentinel at {sentinel} could not be reached: {reason}")]
+    Unreachable {
+        /// The sentinel.
+        sentinel: String,
+        /// The operating system's (or TLS's) words.
+        reason: String,
+    },
+    /// It did not answer within the connect timeout (or, once connected,
+    /// within the request liveness budget).
+    #[error("the sentinel at {sentinel} did not answer in time")]
+    Timeout {
+        /// The sentinel.
+        sentinel: String,
+    },
+    /// It refused the sentinel credentials.
+    #[error("the sentinel at {sentinel} refused to authenticate: {reason}")]
+    Auth {
+        /// The sentinel.
+        sentinel: String,
+        /// Its own words.
+        reason: String,
+    },
+    /// It monitors no master of that name.
+    #[error(
+        "the sentinel at {sentinel} monitors no master named {master:?}: check the name after the hosts in the URL"
+    )]
+    UnknownMaster {
+        /// The sentinel.
+        sentinel: String,
+        /// The name asked for.
+        master: String,
+    },
+    /// It does not know the `SENTINEL` command: a data node given where a
+    /// sentinel belongs.
+    #[error("{sentinel} is not a sentinel (it does not know the SENTINEL command): give the sentinels' addresses (port 26379 by default), not the data nodes'")]
+    NotASentinel {
+        /// Where it listens.
+        sentinel: String,
+    },
+    /// It named as the primary a node whose `ROLE` says replica (a stale
+    /// answer): nothing was written there.
+    #[error("a sentinel named {node} as the primary, and it is a replica (ROLE: {role})")]
+    NamedReplica {
+        /// The node named.
+        node: String,
+        /// The role it reported.
+        role: String,
+    },
+    /// It answered something a sentinel does not say.
+    #[error("the sentinel at {sentinel} answered {reply}")]
+    Unexpected {
+        /// The sentinel.
+        sentinel: String,
+        /// The reply, cut short.
+        reply: String,
+    },
+}
+
+impl SentinelError {
+    /// How much this error says about the deployment, for the one error a
+    /// failed round reports: what a user must fix (a wrong name, a data
+    /// node given as a sentinel, a password) outranks what passes.
+    pub(crate) fn telling(&self) -> u8 {
+        match self {
+            SentinelError::Unreachable { .. } | SentinelError::Timeout { .. } => 0,
+            SentinelError::Unexpected { .. } | SentinelError::NamedReplica { .. } => 1,
+            SentinelError::Auth { .. } | SentinelError::UnknownMaster { .. } | SentinelError::NotASentinel { .. } => 2,
+        }
+    }
 }

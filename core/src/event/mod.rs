@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use crate::address::Endpoint;
 use crate::lease_id::LeaseId;
 
 mod errors;
@@ -18,7 +19,7 @@ mod reading;
 mod recovery;
 mod stats;
 
-pub use errors::ConnectionError;
+pub use errors::{ConnectionError, SentinelError};
 pub use outcome::{Lease, LeaseLost, Outcome, ReleaseFailure, Renewal, Unavailable};
 pub use reading::{Holder, Inspection, KeysPage};
 pub use recovery::{DataLoss, Reassertion};
@@ -119,6 +120,21 @@ pub enum Event {
         /// Why the release gave up.
         reason: ReleaseFailure,
     },
+    /// The sentinels named the primary: the first time (`previous` is
+    /// `None`), or a switch to another (Redis Sentinel only). Requests go
+    /// there once its handshake confirms it is a primary.
+    Primary {
+        /// Where requests went until now.
+        previous: Option<Endpoint>,
+        /// Where they go now.
+        primary: Endpoint,
+    },
+    /// A sentinel could not be used (`connection` was its connection); the
+    /// next one is asked (Redis Sentinel only).
+    SentinelFailed(ConnectionId, SentinelError),
+    /// A sentinel found the primary down (`true`: `+odown`) or up again
+    /// (`false`: `-odown`). A switch, if any, comes as [`Event::Primary`].
+    PrimaryDown(bool),
 }
 
 /// Whose lease a release gives back (see [`Event::Released`]).

@@ -74,4 +74,8 @@ pub struct Stats {
     /// Handshakes that found something weakening a guarantee
     /// ([`Event::Warning`](super::Event::Warning)).
     pub server_warnings: u64,
+    /// Switches to another primary named by the sentinels (Redis Sentinel).
+    pub primary_switches: u64,
+    /// Sentinels that could not be used (unreachable, refused, wrong answer).
+    pub sentinel_errors: u64,
 }

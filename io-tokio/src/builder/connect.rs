@@ -2,7 +2,10 @@
 //! resolved, the driver started (and, unless lazy, its first connection
 //! awaited).
 
-use inflight_core::{Client, Config, ConfigError, Endpoint, Label, ServerAddress, Servers};
+use inflight_core::{
+    redact_sentinel_url, Client, Config, ConfigError, Credentials, Endpoint, Label, SentinelAddress, ServerAddress,
+    Servers,
+};
 
 use super::{Builder, Start};
 use crate::connector::Connector;
@@ -10,6 +13,21 @@ use crate::driver::Driver;
 use crate::error::ConnectError;
 use crate::limiter::{Limiter, RetryHints, Settings};
 use crate::telemetry;
+
+/// Where the builder connects, read from its URLs and settings.
+pub(super) struct Target {
+    /// TLS to every node (and sentinel).
+    pub(super) tls: bool,
+    /// A Unix socket.
+    pub(super) unix: bool,
+    /// Where, for messages (no secrets).
+    pub(super) shown: String,
+    /// The data nodes' credentials.
+    pub(super) credentials: Option<Credentials>,
+    /// The data nodes' database.
+    pub(super) database: u32,
+    pub(super) servers: Servers,
+}
 
 impl Builder {
     /// Validates the settings, connects (TCP, TLS for `rediss://`, or a Unix
@@ -43,16 +61,42 @@ impl Builder {
         self.start_with(address, connector, Start::Lazy).await
     }
 
-    /// The URL, parsed, with the servers it names: one, or a cluster's seeds
-    /// (all URLs must agree on TLS and credentials).
-    pub(super) fn address(&self) -> Result<(ServerAddress, Servers), ConfigError> {
+    /// The URL, parsed, with the servers it names: one, a cluster's seeds
+    /// (all URLs must agree on TLS and credentials), or the sentinels of a
+    /// Sentinel-managed primary.
+    pub(super) fn address(&self) -> Result<Target, ConfigError> {
+        if let Some(sentinels) = &self.sentinels {
+            return self.sentinel_target(&sentinels.urls, &sentinels.master);
+        }
+        if SentinelAddress::is_sentinel_url(&self.url) {
+            let address = SentinelAddress::parse(&self.url)?;
+            return Ok(Target {
+                tls: address.tls,
+                unix: false,
+                shown: redact_sentinel_url(&self.url),
+                credentials: self.node_credentials.clone().or(address.credentials),
+                database: self.database.unwrap_or(address.database),
+                servers: Servers::Sentinel {
+                    sentinels: address.sentinels,
+                    master: address.master,
+                    credentials: address.sentinel_credentials,
+                },
+            });
+        }
         if self.cluster && self.url.is_empty() && self.more_seeds.is_empty() {
             return Err(ConfigError::Zero { field: "servers.seeds" });
         }
         let address = ServerAddress::parse(&self.url)?;
+        let target = |servers| Target {
+            tls: address.tls,
+            unix: matches!(address.endpoint, Endpoint::Unix(_)),
+            shown: address.endpoint.to_string(),
+            credentials: self.node_credentials.clone().or(address.credentials.clone()),
+            database: self.database.unwrap_or(address.database),
+            servers,
+        };
         if !self.cluster {
-            let endpoint = address.endpoint.clone();
-            return Ok((address, Servers::Standalone(endpoint)));
+            return Ok(target(Servers::Standalone(address.endpoint.clone())));
         }
         let mut seeds = vec![address.endpoint.clone()];
         for url in &self.more_seeds {
@@ -67,16 +111,67 @@ impl Builder {
             seeds.push(seed.endpoint);
         }
         let tls = address.tls;
-        Ok((address, Servers::Cluster { seeds, tls }))
+        Ok(target(Servers::Cluster { seeds, tls }))
     }
 
-    /// What `connect` will use: the settings, with the server, credentials
+    /// `Limiter::sentinel_builder`'s sentinels: each a `redis://` (or
+    /// `rediss://`) URL whose credentials are the sentinels' own; all with
+    /// the same scheme and credentials.
+    fn sentinel_target(&self, urls: &[String], master: &str) -> Result<Target, ConfigError> {
+        let mut sentinels = Vec::new();
+        let mut first: Option<ServerAddress> = None;
+        for url in urls {
+            let sentinel = ServerAddress::parse(url)?;
+            let error = |reason: &str| ConfigError::Url {
+                url: inflight_core::redact_url(url),
+                reason: reason.into(),
+            };
+            if sentinel.endpoint.as_tcp().is_none() {
+                return Err(error("sentinels are reached over TCP, not Unix sockets"));
+            }
+            if sentinel.database != 0 {
+                return Err(error(
+                    "a sentinel has no database: give the data nodes' with Builder::database",
+                ));
+            }
+            match &first {
+                Some(first) if first.tls != sentinel.tls || first.credentials != sentinel.credentials => {
+                    return Err(error(
+                        "every sentinel URL needs the same scheme and credentials as the first",
+                    ));
+                }
+                Some(_) => {}
+                None => first = Some(sentinel.clone()),
+            }
+            sentinels.push(sentinel.endpoint);
+        }
+        let Some(first) = first else {
+            return Err(ConfigError::Zero {
+                field: "servers.sentinels",
+            });
+        };
+        let shown: Vec<String> = sentinels.iter().map(ToString::to_string).collect();
+        Ok(Target {
+            tls: first.tls,
+            unix: false,
+            shown: format!("sentinels {} (master {master})", shown.join(", ")),
+            credentials: self.node_credentials.clone(),
+            database: self.database.unwrap_or(0),
+            servers: Servers::Sentinel {
+                sentinels,
+                master: master.to_string(),
+                credentials: first.credentials,
+            },
+        })
+    }
+
+    /// What `connect` will use: the settings, with the servers, credentials
     /// and database of the URL, and the request liveness (given, or derived
     /// from the acquire timeout).
-    pub(super) fn resolve(&self, config: &mut Config, address: &ServerAddress, servers: Servers) {
-        config.credentials = address.credentials.clone();
-        config.database = address.database;
-        config.servers = servers;
+    pub(super) fn resolve(&self, config: &mut Config, target: &Target) {
+        config.credentials = target.credentials.clone();
+        config.database = target.database;
+        config.servers = target.servers.clone();
         config.request_liveness = self
             .liveness
             .unwrap_or_else(|| Config::default_request_liveness(config.acquire_timeout));
@@ -85,16 +180,16 @@ impl Builder {
     /// Picks the connector the URL asks for.
     async fn start(self, start: Start) -> Result<Limiter, ConnectError> {
         let address = self.address()?;
-        if let Endpoint::Unix(_) = address.0.endpoint {
+        if address.unix {
             #[cfg(all(unix, not(madsim)))]
             return self.start_with(address, crate::connector::UnixConnector, start).await;
             #[cfg(not(all(unix, not(madsim))))]
             return Err(ConnectError::Unreachable {
-                addr: address.0.endpoint.to_string(),
+                addr: address.shown,
                 reason: "Unix sockets are not available on this platform".into(),
             });
         }
-        if address.0.tls {
+        if address.tls {
             #[cfg(all(feature = "tls", not(madsim)))]
             {
                 let connector = crate::tls::TlsConnector::new(&self.tls, self.tcp)?;
@@ -109,13 +204,13 @@ impl Builder {
 
     async fn start_with<C: Connector>(
         self,
-        (address, servers): (ServerAddress, Servers),
+        address: Target,
         connector: C,
         start: Start,
     ) -> Result<Limiter, ConnectError> {
         let default_limit = inflight_core::config::limit(self.default_limit)?;
         let mut config = self.config.clone();
-        self.resolve(&mut config, &address, servers);
+        self.resolve(&mut config, &address);
         config.validate()?;
         if self.drain_timeout > inflight_core::config::MAX_DURATION {
             return Err(inflight_core::ConfigError::OutOfRange {
@@ -130,7 +225,7 @@ impl Builder {
             None => {
                 let mut entropy = [0u8; 16];
                 getrandom::fill(&mut entropy).map_err(|e| ConnectError::Unreachable {
-                    addr: address.endpoint.to_string(),
+                    addr: address.shown.clone(),
                     reason: format!("no OS randomness for lease ids: {e}"),
                 })?;
                 entropy

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use inflight_core::Label;
 use inflight_core::{Config, Recovery, ReleasePolicy, ReplicaAcks, UnavailablePolicy};
+use inflight_core::{Credentials, Label, SentinelAddress};
 
 use crate::connector::TcpConnector;
 use crate::limiter::Limiter;
@@ -41,6 +41,34 @@ impl Limiter {
         let first = urls.next().unwrap_or_default();
         Builder::new(first).with_seeds(urls.collect())
     }
+
+    /// A builder for a primary managed by Redis Sentinel: `sentinel_urls`
+    /// are the sentinels (`redis://[user:password@]host:26379`, their
+    /// credentials the sentinels' own; `rediss://` for TLS everywhere),
+    /// `master` the name they monitor it under. The data nodes'
+    /// credentials and database go to [`Builder::node_credentials`] and
+    /// [`Builder::database`]. The same as
+    /// `builder("redis+sentinel://s1,s2,s3/master")`.
+    pub fn sentinel_builder<I, S>(sentinel_urls: I, master: impl Into<String>) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let urls: Vec<String> = sentinel_urls.into_iter().map(Into::into).collect();
+        let mut builder = Builder::new(urls.first().cloned().unwrap_or_default());
+        builder.sentinels = Some(SentinelUrls {
+            urls,
+            master: master.into(),
+        });
+        builder
+    }
+}
+
+/// The sentinels of [`Limiter::sentinel_builder`].
+#[derive(Clone)]
+struct SentinelUrls {
+    urls: Vec<String>,
+    master: String,
 }
 
 /// Configures and connects a [`Limiter`]. Every setting is validated by `connect`.
@@ -62,6 +90,12 @@ pub struct Builder {
     url: String,
     /// More seed URLs of a cluster (`Limiter::cluster_builder`).
     more_seeds: Vec<String>,
+    /// The sentinels and master name of `Limiter::sentinel_builder`.
+    sentinels: Option<SentinelUrls>,
+    /// The data nodes' credentials, given apart from the URL.
+    node_credentials: Option<Credentials>,
+    /// The data nodes' database, given apart from the URL.
+    database: Option<u32>,
     /// Route by slot across a Redis Cluster.
     cluster: bool,
     config: Config,
@@ -88,7 +122,10 @@ pub struct Builder {
 impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut debug = f.debug_struct("Builder");
-        debug.field("url", &inflight_core::redact_url(&self.url));
+        match SentinelAddress::is_sentinel_url(&self.url) {
+            true => debug.field("url", &inflight_core::redact_sentinel_url(&self.url)),
+            false => debug.field("url", &inflight_core::redact_url(&self.url)),
+        };
         if !self.more_seeds.is_empty() {
             let seeds: Vec<String> = self
                 .more_seeds
@@ -98,9 +135,9 @@ impl std::fmt::Debug for Builder {
             debug.field("more_seeds", &seeds);
         }
         match self.address() {
-            Ok((address, servers)) => {
+            Ok(target) => {
                 let mut config = self.config.clone();
-                self.resolve(&mut config, &address, servers);
+                self.resolve(&mut config, &target);
                 config.holder_label = self.holder_label.as_deref().and_then(|label| Label::new(label).ok());
                 debug.field("config", &config);
             }
@@ -127,6 +164,9 @@ impl Builder {
         Self {
             url,
             more_seeds: Vec::new(),
+            sentinels: None,
+            node_credentials: None,
+            database: None,
             cluster: false,
             config: Config::default(),
             default_limit: 100,
@@ -152,6 +192,24 @@ impl Builder {
     /// cluster node is refused at `connect` ([`ConnectError::ClusterMode`](crate::ConnectError::ClusterMode)).
     pub fn cluster(mut self) -> Self {
         self.cluster = true;
+        self
+    }
+
+    /// The data nodes' `AUTH` credentials (`username` `None`: the legacy
+    /// single-password form), in place of any the URL gives. With
+    /// [`Limiter::sentinel_builder`], whose URLs carry the sentinels' own
+    /// credentials, this is where the primary's go. Never printed.
+    pub fn node_credentials(mut self, username: Option<&str>, password: impl Into<String>) -> Self {
+        self.node_credentials = Some(Credentials {
+            username: username.map(str::to_string),
+            password: password.into(),
+        });
+        self
+    }
+
+    /// The data nodes' logical database (`SELECT`), in place of the URL's.
+    pub fn database(mut self, database: u32) -> Self {
+        self.database = Some(database);
         self
     }
 

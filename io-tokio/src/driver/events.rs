@@ -71,6 +71,21 @@ impl<C: Connector> Driver<C> {
                 }
                 self.news.reasserted(lease, outcome);
             }
+            Event::Primary {
+                previous: None,
+                primary,
+            } => tracing::info!(%primary, "inflight: the sentinels name the primary"),
+            Event::Primary {
+                previous: Some(previous),
+                primary,
+            } => tracing::warn!(%previous, %primary, "inflight: the sentinels switched the primary; following"),
+            Event::PrimaryDown(true) => tracing::warn!("inflight: a sentinel finds the primary down (+odown)"),
+            Event::PrimaryDown(false) => tracing::info!("inflight: a sentinel finds the primary up again (-odown)"),
+            Event::SentinelFailed(id, error) => {
+                if let Some(suppressed) = self.connect_failed_log.admit(now()) {
+                    tracing::warn!(connection = id.get(), %error, suppressed, "inflight: a sentinel could not be used; asking the next");
+                }
+            }
             Event::KeptAlive { lease, expires_at } => self.news.extended(&lease, expires_at),
             Event::LeaseLost { lease, reason } => {
                 tracing::warn!(%lease, ?reason, "inflight: a kept-alive lease is lost; its holder should stop");
@@ -193,6 +208,10 @@ fn servers(servers: &Servers) -> String {
         Servers::Cluster { seeds, .. } => {
             let seeds: Vec<String> = seeds.iter().map(ToString::to_string).collect();
             format!("cluster seeds {}", seeds.join(", "))
+        }
+        Servers::Sentinel { sentinels, master, .. } => {
+            let sentinels: Vec<String> = sentinels.iter().map(ToString::to_string).collect();
+            format!("sentinels {} (master {master})", sentinels.join(", "))
         }
         other => format!("{other:?}"),
     }

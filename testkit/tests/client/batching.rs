@@ -56,9 +56,11 @@ fn a_batch_reply_with_one_wrong_echo_makes_every_member_ambiguous() {
     // The handshake, answered by the model.
     let mut model = RedisModel::new(1_700_000_000_000);
     let mut connection = ModelConnection::new();
-    let handshake = client.poll_transmit().unwrap().data;
-    let reply = model.handle(&mut connection, &handshake).unwrap();
-    client.handle_input(start(), id, &reply);
+    // (Two round trips: the marker goes once `INFO` says this is a primary.)
+    while let Some(handshake) = client.poll_transmit() {
+        let reply = model.handle(&mut connection, &handshake.data).unwrap();
+        client.handle_input(start(), id, &reply);
+    }
     assert_eq!(inflight_testkit::connection(&client), Some((id, true)));
     let requests: Vec<_> = (0..3)
         .map(|_| client.acquire(start(), &key("t", "s"), limit(5)))

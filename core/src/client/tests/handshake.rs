@@ -37,7 +37,13 @@ fn the_last_answer_is_all_in_and_a_second_start_writes_nothing() {
     let Phase::Handshaking { steps: left, .. } = conn.phase else {
         panic!("still handshaking")
     };
-    assert_eq!(left, steps.len() - 1);
+    // Standalone, the marker (a write) is counted but goes out only once
+    // `INFO` has answered that this is a primary.
+    assert!(!steps.contains(&Step::Marker));
+    assert_eq!(left, steps.len() + 1 - 1);
+    assert_eq!(conn.marker_due(Step::Ping, false), None);
+    assert!(conn.marker_due(Step::Info, false).is_some());
+    assert_eq!(conn.marker_due(Step::Info, true), None, "a cluster writes no marker");
     for _ in 1..left {
         assert!(!conn.step_answered());
     }

@@ -15,5 +15,6 @@ mod keep_alive;
 mod redirects;
 mod release_queue;
 mod replies;
+mod sentinel;
 mod waiters;
 mod wake_ups;

@@ -1,0 +1,92 @@
+//! Redis Sentinel, as the network sees it: the sentinels' news applied
+//! (node 0 made, or moved to the primary they name), their watch kept open,
+//! and a failed sentinel reported.
+
+use std::time::Instant;
+
+use super::effect::Effect;
+use super::names::Names;
+use super::network::Network;
+use super::outbox::Outbox;
+use super::sentinel::News;
+use crate::address::Endpoint;
+use crate::event::{Action, ConnectionError, Event, Unavailable};
+
+impl Network {
+    /// The sentinels named `primary`: node 0 is made (the first time) or
+    /// moved there (a switch: its connection to the old primary is given
+    /// up), and connected. The node keeps the old primary's identity, so
+    /// the new one's handshake finds the failover, as it would standalone,
+    /// and writes back what is held before anything new is granted.
+    fn primary_named(&mut self, now: Instant, primary: Endpoint, out: &mut Outbox, fx: &mut Vec<Effect>) {
+        let Some(node) = self.nodes.first_mut() else {
+            self.node_at(&primary);
+            self.topology.primary_named();
+            out.event(Event::Primary {
+                previous: None,
+                primary,
+            });
+            fx.push(Effect::Connect(0));
+            fx.extend(self.deferred.take_awaiting_topology().into_iter().map(Effect::Route));
+            return;
+        };
+        if node.endpoint == primary {
+            return;
+        }
+        let previous = std::mem::replace(&mut node.endpoint, primary.clone());
+        out.stats.primary_switches += 1;
+        out.event(Event::Primary {
+            previous: Some(previous),
+            primary,
+        });
+        match node.connection.as_ref().map(|conn| conn.is_ready()) {
+            // What it left unanswered is compensated on the new primary.
+            Some(true) => self.retire(now, 0, ConnectionError::Switched, out, fx),
+            // A handshake with the old primary: nothing of the callers' on it.
+            Some(false) => {
+                let conn = node.connection.take().expect("just seen");
+                out.action(Action::Close(conn.id()));
+            }
+            None => {}
+        }
+        // A new server: its backoff (if the old one failed) starts over.
+        self.nodes[0].reconnect.forget();
+        fx.push(Effect::Connect(0));
+    }
+
+    /// What the sentinels' watch heard, applied.
+    pub(super) fn hear_sentinels(&mut self, now: Instant, news: Vec<News>, out: &mut Outbox, fx: &mut Vec<Effect>) {
+        for news in news {
+            match news {
+                News::Primary(primary) => self.primary_named(now, primary, out, fx),
+                News::Down(down) => out.event(Event::PrimaryDown(down)),
+                News::Failed(id, error) => {
+                    out.stats.sentinel_errors += 1;
+                    out.action(Action::Close(id));
+                    out.event(Event::SentinelFailed(id, error));
+                }
+                // Every sentinel failed in a row: before any primary is
+                // known, that is a failed connection attempt (what a
+                // `connect` waits for), and what waits for a primary fails.
+                // Once one is known, it is kept: the sentinels are only
+                // needed again at a switch.
+                News::AllFailed(id, error) if !self.topology.known() => {
+                    let error = ConnectionError::Sentinel(error);
+                    out.event(Event::ConnectFailed(id, error.clone()));
+                    for op in self.deferred.take_awaiting_topology() {
+                        let reason = Unavailable::NotConnected(error.clone());
+                        fx.push(Effect::Fail(op.call().request, reason));
+                    }
+                }
+                News::AllFailed(..) => {}
+            }
+        }
+    }
+
+    /// Opens the sentinels' watch if it is not open and may be: the
+    /// socket to open.
+    pub(super) fn watch_sentinels(&mut self, now: Instant, names: &mut Names) -> Option<Action> {
+        let (id, endpoint) = self.sentinels.as_mut()?.open(now, || names.connection())?;
+        Some(Action::Connect(id, endpoint))
+    }
+}
