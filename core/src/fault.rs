@@ -36,4 +36,8 @@ pub struct InjectedBugs {
     /// A fail-fast grant of a limiter that asked for fencing tokens reaches
     /// its caller without its token.
     pub drop_fencing_token: bool,
+    /// A switch to the primary the sentinels name treats it as a server
+    /// never seen (the old primary's identity forgotten): its handshake
+    /// finds no failover, so nothing is written back and nothing held.
+    pub switch_forgets_identity: bool,
 }

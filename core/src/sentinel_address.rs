@@ -66,7 +66,9 @@ impl SentinelAddress {
             if host.is_empty() {
                 return Err(error("an empty sentinel address"));
             }
-            let sentinel = parse_host(host).ok_or_else(|| error(&format!("{host:?} is not host[:port]")))?;
+            // (Echoed only when no credentials could have spilled into it.)
+            let shown = if text.contains('@') { "a host" } else { host };
+            let sentinel = parse_host(host).ok_or_else(|| error(&format!("{shown:?} is not host[:port]")))?;
             if !sentinels.contains(&sentinel) {
                 sentinels.push(sentinel);
             }
@@ -170,30 +172,17 @@ pub fn redact_sentinel_url(text: &str) -> String {
     let Some((scheme, rest)) = text.split_once("://") else {
         return "<unparsable>".into();
     };
+    // Everything up to the last `@` may be a secret, even one holding a
+    // `/`, `?` or `@` it should have percent-encoded: none of it is shown.
+    let (userinfo, rest) = match rest.rfind('@') {
+        Some(at) => ("<redacted>@", &rest[at + 1..]),
+        None => ("", rest),
+    };
     let (rest, query) = match rest.split_once('?') {
         Some((rest, query)) => (rest, Some(query)),
         None => (rest, None),
     };
-    let (authority, path) = match rest.split_once('/') {
-        Some((authority, path)) => (authority, Some(path)),
-        None => (rest, None),
-    };
-    let mut shown = format!("{scheme}://");
-    match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            match userinfo.split_once(':') {
-                Some((user, _)) => shown.push_str(&format!("{user}:<redacted>")),
-                None => shown.push_str("<redacted>"),
-            }
-            shown.push('@');
-            shown.push_str(hosts);
-        }
-        None => shown.push_str(authority),
-    }
-    if let Some(path) = path {
-        shown.push('/');
-        shown.push_str(path);
-    }
+    let mut shown = format!("{scheme}://{userinfo}{rest}");
     if let Some(query) = query {
         let pairs: Vec<String> = query
             .split('&')
@@ -266,6 +255,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!error.contains("hunter"), "{error}");
-        assert!(error.contains("u:<redacted>@s1,s2"), "{error}");
+        assert!(error.contains("://<redacted>@s1,s2"), "{error}");
+        // A password with characters it should have percent-encoded.
+        for url in [
+            "redis+sentinel://u:zq?xj@h/m",
+            "redis+sentinel://u:zq/xj@h/m",
+            "redis+sentinel://u:zq@xj@h:0/m",
+        ] {
+            let shown = format!("{:?}", SentinelAddress::parse(url));
+            assert!(!shown.contains("zq") && !shown.contains("xj"), "{shown}");
+        }
     }
 }

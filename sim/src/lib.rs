@@ -14,6 +14,7 @@ pub mod http_callers;
 pub mod ledger;
 pub mod rng;
 pub mod scenario;
+pub mod sentinel;
 pub mod server;
 
 #[cfg(madsim)]
@@ -72,10 +73,13 @@ pub enum Bug {
     /// A grant under a higher limit takes a unit a waiter ahead under a
     /// lower limit is owed (injected into the simulated Redis).
     NewcomerTakesOwedUnit,
+    /// A switch to the primary the sentinels name forgets the old one's
+    /// identity: the failover is not found, nothing is written back.
+    SwitchForgetsIdentity,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 13] = [
+    pub const ALL: [Bug; 14] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
@@ -89,6 +93,7 @@ impl Bug {
         Bug::AcrossFirstLimit,
         Bug::DroppedFencingToken,
         Bug::NewcomerTakesOwedUnit,
+        Bug::SwitchForgetsIdentity,
     ];
 
     pub fn name(self) -> &'static str {
@@ -106,6 +111,7 @@ impl Bug {
             Bug::AcrossFirstLimit => "across-first-limit",
             Bug::DroppedFencingToken => "dropped-fencing-token",
             Bug::NewcomerTakesOwedUnit => "newcomer-takes-owed-unit",
+            Bug::SwitchForgetsIdentity => "switch-forgets-identity",
         }
     }
 
@@ -137,6 +143,7 @@ impl Bug {
             acquire_ignores_queue: bug == Some(Bug::AcquireIgnoresQueue),
             keep_alive_without_margin: bug == Some(Bug::KeepAliveWithoutMargin),
             drop_fencing_token: bug == Some(Bug::DroppedFencingToken),
+            switch_forgets_identity: bug == Some(Bug::SwitchForgetsIdentity),
         }
     }
 }

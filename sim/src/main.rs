@@ -13,7 +13,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use inflight_sim::scenario::{self, Scenario, SCENARIOS};
+use inflight_sim::scenario::{self, Scenario};
 use inflight_sim::{run_seed, Bug, Report};
 
 struct Args {
@@ -56,7 +56,7 @@ fn parse() -> Args {
             "--bug" => args.bug = Some(Bug::parse(&value()).unwrap_or_else(|| usage())),
             "--hashes" => args.hashes = true,
             "--list" => {
-                for s in SCENARIOS {
+                for s in scenario::all() {
                     println!("{:<12} {}", s.name, s.about);
                 }
                 std::process::exit(0);
@@ -118,6 +118,17 @@ impl Row {
 }
 
 fn main() -> ExitCode {
+    // `INFLIGHT_SIM_LOG=debug` (a level) shows the limiters' own logs.
+    if let Some(level) = std::env::var("INFLIGHT_SIM_LOG")
+        .ok()
+        .and_then(|l| l.parse::<tracing::Level>().ok())
+    {
+        tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_writer(std::io::stderr)
+            .without_time()
+            .init();
+    }
     let args = parse();
     let runs: Vec<(&'static Scenario, u64)> = match (args.one_seed, args.scenario) {
         (Some(seed), Some(scenario)) => vec![(scenario, seed)],
@@ -136,7 +147,7 @@ fn main() -> ExitCode {
         if total == 1 || args.hashes {
             println!("{} seed {}: trace hash {:016x}", scenario.name, seed, report.trace_hash);
         }
-        let position = SCENARIOS.iter().position(|s| s.name == scenario.name).expect("listed");
+        let position = scenario::all().position(|s| s.name == scenario.name).expect("listed");
         rows.entry(position).or_default().add(&report);
         if !report.violations.is_empty() {
             if args.bug.is_none() {
@@ -219,7 +230,7 @@ fn print_table(rows: &BTreeMap<usize, Row>) {
         let peaks: Vec<String> = row.peaks.iter().map(|(k, (p, l))| format!("{k} {p}/{l}")).collect();
         println!(
             "{:<11} {:>5} {:>8} {:>7} {:>6} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
-            SCENARIOS[*position].name,
+            scenario::all().nth(*position).expect("listed").name,
             row.seeds,
             row.acquires,
             row.granted,

@@ -27,6 +27,9 @@ pub struct Scenario {
     /// A Redis Cluster of 3 primaries and a spare instead of one server;
     /// the limiters run in cluster mode.
     pub cluster: bool,
+    /// A Redis Sentinel deployment (two data hosts, three sentinels)
+    /// instead of one server; `lagging_failover` switches the primary.
+    pub sentinel: bool,
     /// Callers send HTTP requests through the tower layer to a handler
     /// whose response body streams; clients hang up mid-body or give up
     /// mid-acquire (`http_callers`).
@@ -122,6 +125,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        sentinel: false,
         tower: false,
         call_limits: false,
     },
@@ -140,6 +144,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        sentinel: false,
         tower: false,
         call_limits: false,
     },
@@ -158,6 +163,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        sentinel: false,
         tower: false,
         call_limits: false,
     },
@@ -176,6 +182,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        sentinel: false,
         tower: false,
         call_limits: false,
     },
@@ -193,6 +200,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        sentinel: false,
         tower: false,
         call_limits: false,
     },
@@ -214,6 +222,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        sentinel: false,
         tower: false,
         call_limits: false,
     },
@@ -232,6 +241,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        sentinel: false,
         tower: false,
         call_limits: false,
     },
@@ -252,6 +262,7 @@ pub const SCENARIOS: &[Scenario] = &[
         // so S2 holds with leases that never expire during the run.
         lease_ttl: LONG_TTL,
         cluster: false,
+        sentinel: false,
         tower: false,
         call_limits: false,
     },
@@ -272,6 +283,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: Duration::from_secs(2),
         cluster: false,
+        sentinel: false,
         tower: false,
         call_limits: false,
     },
@@ -292,6 +304,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: true,
+        sentinel: false,
         tower: false,
         call_limits: false,
     },
@@ -311,6 +324,7 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        sentinel: false,
         tower: true,
         call_limits: false,
     },
@@ -331,10 +345,35 @@ pub const SCENARIOS: &[Scenario] = &[
         exact: true,
         lease_ttl: LONG_TTL,
         cluster: false,
+        sentinel: false,
         tower: false,
         call_limits: true,
     },
 ];
+
+/// Redis Sentinel, run by name (`--scenario sentinel`) and by its own
+/// tests, not in the rotation of `for_seed`: it holds S1 (exactness), and
+/// still finds leases left behind (S2, S10) in some seeds, an open finding
+/// (see docs/simulation.md) that would otherwise fail every seed range.
+pub static SENTINEL: Scenario = Scenario {
+    name: "sentinel",
+    about: "a Redis Sentinel deployment: failovers to a replica 30 ms behind, announced late by each sentinel (one stale for up to 2 s) while the old primary takes writes for a moment; the switch followed, leases written back, S1 kept",
+    clients: 3,
+    callers: 10,
+    keys: KEYS,
+    active: Duration::from_secs(6),
+    faults: Faults {
+        jitter: true,
+        lagging_failover: true,
+        ..Faults::NONE
+    },
+    exact: true,
+    lease_ttl: LONG_TTL,
+    cluster: false,
+    sentinel: true,
+    tower: false,
+    call_limits: false,
+};
 
 /// The scenario seed `seed` runs when seeds are spread over all of them.
 pub fn for_seed(seed: u64) -> &'static Scenario {
@@ -342,5 +381,10 @@ pub fn for_seed(seed: u64) -> &'static Scenario {
 }
 
 pub fn find(name: &str) -> Option<&'static Scenario> {
-    SCENARIOS.iter().find(|s| s.name == name)
+    all().find(|s| s.name == name)
+}
+
+/// Every scenario: the rotation, then those run by name.
+pub fn all() -> impl Iterator<Item = &'static Scenario> {
+    SCENARIOS.iter().chain(std::iter::once(&SENTINEL))
 }

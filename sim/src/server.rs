@@ -49,6 +49,9 @@ pub struct ServerState {
     /// The injected bug, when it is one of the scripts' (see
     /// [`Bug::inject_into`]).
     pub bug: Option<Bug>,
+    /// A Redis Sentinel deployment, when the scenario runs one: which data
+    /// host is the primary, and the sentinels' view (see `sentinel`).
+    pub sentinel: Option<Arc<crate::sentinel::SentinelSim>>,
 }
 
 /// The primary's data after each batch of commands, by virtual millisecond.
@@ -72,7 +75,16 @@ impl ServerState {
             replica: None,
             wakes: tokio::sync::broadcast::Sender::new(4096),
             bug: None,
+            sentinel: None,
         }
+    }
+
+    /// The state of a Sentinel deployment: two data hosts (the first the
+    /// primary, the second its lagging replica) and three sentinels.
+    pub fn with_sentinel(self) -> Self {
+        let mut state = self.with_lagging_replica();
+        state.sentinel = Some(Arc::default());
+        state
     }
 
     /// The state of a server with a lagging replica that a failover promotes.
@@ -105,24 +117,31 @@ impl ServerState {
     /// connection breaks; clients reconnect to the same address (a virtual
     /// IP or a Sentinel-managed name follows the new primary).
     pub fn fail_over(&self, elapsed: std::time::Duration) {
+        self.promote_replica(elapsed);
+        self.restarts.send_modify(|n| *n += 1);
+    }
+
+    /// The replica takes over with what it has: a new replication id
+    /// continuing the old one, the last writes lost. Returns the old
+    /// primary's data. Connections stay open (see `fail_over`).
+    pub fn promote_replica(&self, elapsed: std::time::Duration) -> RedisModel {
         let history = self.replica.as_ref().expect("a scenario with a replica");
         let elapsed_ms = elapsed.as_millis() as u64;
         let now = EPOCH_MS + elapsed_ms;
-        {
-            let mut history = history.lock().unwrap();
-            // What the replica has: the primary's data as of REPLICA_LAG_MS ago.
-            let received = history
-                .iter()
-                .rev()
-                .find(|(at, _)| *at + REPLICA_LAG_MS <= elapsed_ms)
-                .unwrap_or(&history[0]);
-            let mut model = self.model.lock().unwrap();
-            *model = RedisModel::promoted_from(&received.1, now, |_, _| true);
-            self.new_incarnation(&mut model);
-            // The next replica follows the new primary from here.
-            *history = VecDeque::from([(elapsed_ms, model.clone())]);
-        }
-        self.restarts.send_modify(|n| *n += 1);
+        let mut history = history.lock().unwrap();
+        // What the replica has: the primary's data as of REPLICA_LAG_MS ago.
+        let received = history
+            .iter()
+            .rev()
+            .find(|(at, _)| *at + REPLICA_LAG_MS <= elapsed_ms)
+            .unwrap_or(&history[0]);
+        let mut model = self.model.lock().unwrap();
+        let old = model.clone();
+        *model = RedisModel::promoted_from(&received.1, now, |_, _| true);
+        self.new_incarnation(&mut model);
+        // The next replica follows the new primary from here.
+        *history = VecDeque::from([(elapsed_ms, model.clone())]);
+        old
     }
 
     /// The state of a cluster whose hosts are `addresses`, the first
@@ -200,6 +219,30 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        if let Some(sentinel) = &state.sentinel {
+            // Not the primary (any more): the old primary's lost copy, or
+            // a read-only replica; nothing there is the fleet's.
+            if let crate::sentinel::Role::Other(replies, ran) =
+                sentinel.serve(host, &mut connection, &buf[..n], (state.elapsed_ms)())
+            {
+                let at = std::time::Duration::from_millis((state.elapsed_ms)());
+                for record in ran {
+                    let mut ledger = state.ledger.lock().unwrap();
+                    match (key_name(state.keys, &record.key), record.status) {
+                        (Some(key), 0) => ledger.server_denied(key),
+                        (Some(key), _) => ledger.server_granted(at, key, record.token),
+                        (None, _) => {}
+                    }
+                }
+                let Ok(replies) = replies else { return };
+                for reply in replies {
+                    if stream.write_all(&reply).await.is_err() || stream.flush().await.is_err() {
+                        return;
+                    }
+                }
+                continue;
+            }
+        }
         let (replies, published) = {
             let mut model = state.model.lock().unwrap();
             model.now_ms = EPOCH_MS + (state.elapsed_ms)();

@@ -13,6 +13,7 @@ use crate::callers::{run_client, ClientPlan, S10_WINDOW};
 use crate::ledger::Ledger;
 use crate::rng::Rng;
 use crate::scenario::Scenario;
+use crate::sentinel;
 use crate::server::{serve_connection, ServerState, PORT};
 use crate::turmoil_cluster as cluster;
 use crate::{check_no_ghosts, finish, panic_message, Bug, Report};
@@ -50,6 +51,26 @@ async fn redis_host(state: ServerState) -> turmoil::Result {
     }
 }
 
+/// A data host of the Sentinel scenario: the primary, or not (see `sentinel`).
+async fn data_host(state: ServerState, host: usize) -> turmoil::Result {
+    let listener = turmoil::net::TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), PORT)).await?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        tokio::task::spawn_local(serve_connection(stream, state.clone(), host));
+    }
+}
+
+/// A sentinel host of the Sentinel scenario.
+async fn sentinel_host(deployment: Arc<sentinel::SentinelSim>, index: usize) -> turmoil::Result {
+    let listener =
+        turmoil::net::TcpListener::bind((IpAddr::V4(Ipv4Addr::UNSPECIFIED), sentinel::SENTINEL_PORT)).await?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let deployment = deployment.clone();
+        tokio::task::spawn_local(async move { sentinel::serve_sentinel(stream, &deployment, index).await });
+    }
+}
+
 /// Runs one seed of one scenario.
 pub fn run_seed(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Report {
     let ledger = Arc::new(Mutex::new(Ledger::new(scenario.keys, scenario.exact)));
@@ -58,7 +79,9 @@ pub fn run_seed(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Rep
     if scenario.cluster {
         server = server.with_cluster(cluster::addresses(), cluster::PRIMARIES);
     }
-    if scenario.faults.lagging_failover {
+    if scenario.sentinel {
+        server = server.with_sentinel();
+    } else if scenario.faults.lagging_failover {
         server = server.with_lagging_replica();
     }
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| simulate(scenario, seed, bug, &server)));
@@ -102,6 +125,18 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
             });
         }
         format!("redis://{}:{PORT}", cluster::host_name(0))
+    } else if scenario.sentinel {
+        for (index, name) in sentinel::DATA.iter().enumerate() {
+            let host_state = server.clone();
+            sim.host(*name, move || data_host(host_state.clone(), index));
+        }
+        for index in 0..sentinel::SENTINELS {
+            let deployment = server.sentinel.clone().expect("a sentinel scenario");
+            sim.host(sentinel::sentinel_name(index), move || {
+                sentinel_host(deployment.clone(), index)
+            });
+        }
+        sentinel::url()
     } else {
         let host_state = server.clone();
         sim.host("redis", move || redis_host(host_state.clone()));
@@ -171,6 +206,11 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
             ghosts_checked = true;
             check_no_ghosts(server, now);
         }
+        if let Some(deployment) = &server.sentinel {
+            for note in deployment.advance(now.as_millis() as u64) {
+                ledger.lock().unwrap().note(now, note);
+            }
+        }
         if scenario.cluster {
             for note in cluster_chaos.advance(&mut sim, server, now, &mut chaos, now >= scenario.active) {
                 ledger.lock().unwrap().note(now, note);
@@ -229,6 +269,13 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
                         server.forget_everything(now);
                         sim.bounce("redis");
                         Some("the server restarts, losing its data".to_string())
+                    }
+                    _ if scenario.sentinel => {
+                        // The replica is promoted; every connection stays
+                        // open (the old primary answers as what it is now).
+                        let deployment = server.sentinel.as_ref().expect("a sentinel scenario");
+                        let old = server.promote_replica(now);
+                        Some(deployment.switch(now.as_millis() as u64, old, &mut chaos))
                     }
                     _ => {
                         // Bounced like a restart (turmoil closes the host's

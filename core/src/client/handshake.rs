@@ -28,6 +28,9 @@ pub(super) struct StepAnswer {
 /// What the replies are checked against.
 pub(super) struct Expect<'a> {
     pub(super) cluster: bool,
+    /// The sentinels named this node: `ROLE` must answer (an ACL that
+    /// refuses it would let a replica they name through).
+    pub(super) sentinel: bool,
     pub(super) allow_eviction: bool,
     pub(super) scripts: &'a Scripts,
 }
@@ -143,6 +146,11 @@ impl Connection {
             // `MOVED` replies fail the acquires as unavailable, and in
             // cluster mode `CLUSTER SHARDS` must answer. A replica that
             // will not say is refused by its first write (`READONLY`).
+            (Step::Role, Frame::Error(message)) if expect.sentinel && !is_auth_error(message) => {
+                return Err(ConnectionError::Handshake(format!(
+                    "ROLE was refused ({message}): behind Sentinel the limiter must see that the node it was named is a primary; allow +role (and +info) to its user"
+                )));
+            }
             (Step::Role | Step::Info | Step::Marker, Frame::Error(message)) => !is_auth_error(message),
             (Step::Marker, frame) => match identity::marker(frame) {
                 Some((created, value)) => {

@@ -214,9 +214,12 @@ impl Network {
                     .map(Effect::Route),
             );
         }
-        if self.topology.is_cluster() || self.topology.is_sentinel() {
-            // A node that failed may have failed over: ask the cluster, or
-            // the sentinels, again.
+        // A node that failed may have failed over: ask the cluster, or the
+        // sentinels, again. Not after a switch the sentinels announced: the
+        // next sentinel may not have heard of it yet, and its older answer
+        // would move the client back.
+        let switched = matches!(error, ConnectionError::Switched);
+        if self.topology.is_cluster() || (self.topology.is_sentinel() && !switched) {
             fx.push(Effect::RefreshTopology);
         }
     }
@@ -245,7 +248,15 @@ impl Network {
                 };
                 out.stats.sentinel_errors += 1;
                 out.event(Event::SentinelFailed(id, stale));
-                self.nodes[node].reconnect.failed(now, error);
+                // No primary until a sentinel names one again: node 0 is
+                // not reconnected on its own (a refusal counts a sentinel's
+                // answer, not a retry), and what waits for it, or comes
+                // meanwhile, waits for that answer.
+                self.topology.primary_unnamed();
+                self.nodes[node].reconnect.forget();
+                for op in std::mem::take(&mut self.nodes[node].waiting) {
+                    self.deferred.until_topology(op);
+                }
                 fx.push(Effect::RefreshTopology);
                 return;
             }

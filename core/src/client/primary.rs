@@ -31,7 +31,17 @@ impl Network {
             return;
         };
         if node.endpoint == primary {
+            // Named again after a refusal (the next sentinel agrees): try it.
+            if !self.topology.known() {
+                self.topology.primary_named();
+                fx.push(Effect::Connect(0));
+                fx.extend(self.deferred.take_awaiting_topology().into_iter().map(Effect::Route));
+            }
             return;
+        }
+        if !self.topology.known() {
+            self.topology.primary_named();
+            fx.extend(self.deferred.take_awaiting_topology().into_iter().map(Effect::Route));
         }
         let previous = std::mem::replace(&mut node.endpoint, primary.clone());
         out.stats.primary_switches += 1;
@@ -49,16 +59,35 @@ impl Network {
             }
             None => {}
         }
+        // The wake-up connection listens to the old primary's channels:
+        // it is opened again on the new one (the waiters check on their
+        // own meanwhile, and all of them once it is back).
+        let wake_ups = self.nodes[0].wake_ups.close(now, std::time::Duration::ZERO);
+        out.actions(wake_ups.map(Action::Close));
         // A new server: its backoff (if the old one failed) starts over.
         self.nodes[0].reconnect.forget();
         fx.push(Effect::Connect(0));
     }
 
     /// What the sentinels' watch heard, applied.
-    pub(super) fn hear_sentinels(&mut self, now: Instant, news: Vec<News>, out: &mut Outbox, fx: &mut Vec<Effect>) {
+    pub(super) fn hear_sentinels(
+        &mut self,
+        now: Instant,
+        news: Vec<News>,
+        bugs: &crate::fault::InjectedBugs,
+        out: &mut Outbox,
+        fx: &mut Vec<Effect>,
+    ) {
         for news in news {
             match news {
-                News::Primary(primary) => self.primary_named(now, primary, out, fx),
+                News::Primary(primary) => {
+                    self.primary_named(now, primary, out, fx);
+                    if bugs.switch_forgets_identity {
+                        if let Some(node) = self.nodes.first_mut() {
+                            node.identity = None;
+                        }
+                    }
+                }
                 News::Down(down) => out.event(Event::PrimaryDown(down)),
                 News::Failed(id, error) => {
                     out.stats.sentinel_errors += 1;

@@ -16,7 +16,7 @@ use super::network::Network;
 use super::outbox::Outbox;
 use super::request::{Reassert, Request, Step};
 use super::topology::Route;
-use crate::config::{Config, Servers};
+use crate::config::Config;
 use crate::event::{ConnectionError, DataLoss, Event, Reassertion};
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
@@ -46,7 +46,8 @@ pub(super) struct RecoveryKeys {
 
 impl RecoveryKeys {
     pub(super) fn new(config: &Config) -> Self {
-        let standalone = matches!(config.servers, Servers::Standalone(_));
+        // One primary holds every key standalone and behind Sentinel.
+        let standalone = !config.servers.is_cluster();
         let hold = match config.recovery_window() {
             Some(_) if standalone => Bytes::from(format!("{}:recovery", config.key_prefix)),
             _ => Bytes::new(),

@@ -116,6 +116,7 @@ impl Reader<'_> {
     fn handshake(&mut self, step: Step, frame: Frame) -> Result<(), ConnectionError> {
         let expect = Expect {
             cluster: self.cluster,
+            sentinel: self.config.servers.is_sentinel(),
             allow_eviction: self.config.allow_eviction,
             scripts: Scripts::shared(),
         };

@@ -161,7 +161,7 @@ impl Client {
                 other => other.to_string(),
             };
             let news = sentinels.closed(now, connection, SentinelError::Unreachable { sentinel, reason });
-            self.then(now, |c, fx| c.net.hear_sentinels(now, news, &mut c.out, fx));
+            self.then(now, |c, fx| c.net.hear_sentinels(now, news, &c.bugs, &mut c.out, fx));
         } else if let Some(node) = self.net.subscriber_of(connection) {
             self.close_wake_ups(now, node);
         } else if let Some(node) = self.net.node_of(connection) {
@@ -198,7 +198,7 @@ impl Client {
         if let Some(sentinels) = self.net.sentinels.as_mut() {
             let (close, news) = sentinels.handle_timeout(now);
             self.out.actions(close.map(Action::Close));
-            self.then(now, |c, fx| c.net.hear_sentinels(now, news, &mut c.out, fx));
+            self.then(now, |c, fx| c.net.hear_sentinels(now, news, &c.bugs, &mut c.out, fx));
         }
         while let Some(effect) = self.keep_alive.handle_timeout(now) {
             self.delivering(now, |d| d.keep_alive(effect));

@@ -78,6 +78,9 @@ pub(super) struct Sentinels {
     last_ask: Option<Instant>,
     /// The client asked while it could not be done yet (rate limit).
     ask_owed: bool,
+    /// The watch was closed and is not backing off: a deadline now, so
+    /// that the client's next `handle_timeout` (and its `drive`) opens it.
+    reopen_at: Option<Instant>,
     connect_timeout: Duration,
     answer_timeout: Duration,
     limits: ReplyLimits,
@@ -94,6 +97,9 @@ struct Watch {
     answer_by: Option<Instant>,
     /// What the replies still to come answer, in order.
     awaiting: VecDeque<Question>,
+    /// Subscribed: when its next liveness `PING` goes (a half-open
+    /// connection would otherwise never be found, and a switch never heard).
+    ping_at: Option<Instant>,
     reader: ReplyReader,
     outgoing: BytesMut,
 }
@@ -104,6 +110,8 @@ enum Question {
     Master,
     Sentinels,
     Subscribed,
+    /// A liveness `PING` on the subscribed watch.
+    Pong,
 }
 
 /// How the sentinels are reached and how long each may take.
@@ -142,6 +150,7 @@ impl Sentinels {
             named_replicas: 0,
             last_ask: None,
             ask_owed: false,
+            reopen_at: None,
             connect_timeout: settings.connect_timeout,
             answer_timeout: settings.answer_timeout,
             limits: settings.limits,
@@ -170,6 +179,7 @@ impl Sentinels {
             return None;
         }
         self.retry_at = None;
+        self.reopen_at = None;
         let id = id();
         let sentinel = self.next % self.endpoints.len();
         self.watch = Some(Watch {
@@ -178,6 +188,7 @@ impl Sentinels {
             connecting_until: Some(now + self.connect_timeout),
             answer_by: None,
             awaiting: VecDeque::new(),
+            ping_at: None,
             reader: ReplyReader::new(self.limits),
             outgoing: BytesMut::new(),
         });
@@ -189,11 +200,12 @@ impl Sentinels {
     /// next sentinel, at most once per [`ASK_INTERVAL`] (else owed). A
     /// watch still asking is left to answer. The connection to close.
     pub(super) fn ask_again(&mut self, now: Instant) -> Option<ConnectionId> {
-        let asking = self
-            .watch
-            .as_ref()
-            .is_some_and(|watch| watch.answer_by.is_some() || watch.connecting_until.is_some());
-        if asking || self.retry_at.is_some() {
+        let asking = self.watch.as_ref().is_some_and(|watch| {
+            watch.connecting_until.is_some() || watch.awaiting.iter().any(|q| *q != Question::Pong)
+        });
+        if asking || self.retry_at.is_some() || self.watch.is_none() {
+            // A watch on its way asks anyway: nothing is owed.
+            self.ask_owed = false;
             return None;
         }
         if self.last_ask.is_some_and(|last| now < last + ASK_INTERVAL) {
@@ -204,6 +216,7 @@ impl Sentinels {
         self.last_ask = Some(now);
         let watch = self.watch.take()?;
         self.next = watch.sentinel + 1;
+        self.reopen_at = Some(now);
         Some(watch.id)
     }
 
@@ -275,7 +288,7 @@ impl Sentinels {
                     return news;
                 }
             };
-            match self.read(frame) {
+            match self.read(now, frame) {
                 Ok(Some(heard)) => news.push(heard),
                 Ok(None) => {}
                 Err(error) => {
@@ -287,7 +300,11 @@ impl Sentinels {
     }
 
     /// One frame on the watch, by what it answers.
-    fn read(&mut self, frame: Frame) -> Result<Option<News>, SentinelError> {
+    fn read(&mut self, now: Instant, frame: Frame) -> Result<Option<News>, SentinelError> {
+        // A published message may come before a `PING`'s answer.
+        if matches!(&frame, Frame::Array(items) if kind(items) == Some(&b"message"[..])) {
+            return Ok(self.message(&frame));
+        }
         let watch = self.watch.as_mut().expect("a frame came on it");
         let question = watch.awaiting.pop_front();
         let last = watch.awaiting.is_empty();
@@ -324,9 +341,21 @@ impl Sentinels {
             (Question::Sentinels, Frame::Error(_)) => Ok(None),
             (Question::Subscribed, Frame::Array(items)) if kind(&items) == Some(&b"subscribe"[..]) => {
                 if last {
-                    self.answered();
+                    self.answered(now);
                 }
                 Ok(None)
+            }
+            (Question::Pong, Frame::Array(items)) if kind(&items) == Some(&b"pong"[..]) => {
+                self.answered(now);
+                Ok(None)
+            }
+            (Question::Master, Frame::Error(reason))
+                if reason.starts_with("NOAUTH") || reason.starts_with("WRONGPASS") =>
+            {
+                Err(SentinelError::Auth {
+                    sentinel,
+                    reason: reason.to_string(),
+                })
             }
             (_, frame) => Err(SentinelError::Unexpected {
                 sentinel,
@@ -336,9 +365,11 @@ impl Sentinels {
     }
 
     /// Asked, answered and listening: the round is over.
-    fn answered(&mut self) {
+    fn answered(&mut self, now: Instant) {
+        let every = self.answer_timeout;
         if let Some(watch) = self.watch.as_mut() {
             watch.answer_by = None;
+            watch.ping_at = Some(now + every);
         }
         self.failures = 0;
         self.worst = None;
@@ -433,6 +464,8 @@ impl Sentinels {
             self.backoff = (self.backoff * 2).min(self.max_backoff);
             let worst = self.worst.take().expect("set above");
             news.push(News::AllFailed(watch.id, worst));
+        } else {
+            self.reopen_at = Some(now);
         }
         news
     }
@@ -452,9 +485,9 @@ impl Sentinels {
         let watch = self
             .watch
             .as_ref()
-            .and_then(|watch| watch.connecting_until.or(watch.answer_by));
+            .and_then(|watch| watch.connecting_until.or(watch.answer_by).or(watch.ping_at));
         let owed = self.last_ask.filter(|_| self.ask_owed).map(|last| last + ASK_INTERVAL);
-        [watch, self.retry_at, owed].into_iter().flatten().min()
+        [watch, self.retry_at, owed, self.reopen_at].into_iter().flatten().min()
     }
 
     /// At `now`: a watch past its deadline is given up (the connection to
@@ -469,6 +502,13 @@ impl Sentinels {
             let (id, sentinel) = (watch.id, self.endpoints[watch.sentinel].to_string());
             let error = SentinelError::Timeout { sentinel };
             return (Some(id), self.fail(now, error));
+        }
+        let answer_timeout = self.answer_timeout;
+        if let Some(watch) = self.watch.as_mut().filter(|w| w.ping_at.is_some_and(|at| at <= now)) {
+            watch.ping_at = None;
+            watch.answer_by = Some(now + answer_timeout);
+            encode_command(&mut watch.outgoing, &[b"PING"]);
+            watch.awaiting.push_back(Question::Pong);
         }
         if self.ask_owed && self.last_ask.is_some_and(|last| last + ASK_INTERVAL <= now) {
             return (self.ask_again(now), Vec::new());

@@ -103,6 +103,14 @@ impl Topology {
         }
     }
 
+    /// The primary the sentinels named was not one: requests wait for
+    /// their next answer.
+    pub(super) fn primary_unnamed(&mut self) {
+        if let Mode::Sentinel { named } = &mut self.mode {
+            *named = false;
+        }
+    }
+
     pub(super) fn tls(&self) -> bool {
         matches!(&self.mode, Mode::Cluster(cluster) if cluster.tls)
     }

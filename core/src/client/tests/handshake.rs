@@ -21,6 +21,7 @@ fn opened() -> (Connection, Vec<Step>) {
 fn expect(allow_eviction: bool) -> Expect<'static> {
     Expect {
         cluster: false,
+        sentinel: false,
         allow_eviction,
         scripts: Scripts::shared(),
     }
@@ -73,4 +74,21 @@ fn a_replica_is_refused_and_eviction_warns_only_when_allowed() {
     let (mut conn, _) = opened();
     let answer = conn.read_step(start(), Step::Info, info(), &expect(true)).unwrap();
     assert!(matches!(answer.warning, Some(Warning::Eviction(_))), "{answer:?}");
+}
+
+#[test]
+fn behind_sentinel_a_refused_role_ends_the_handshake() {
+    let (mut conn, _) = opened();
+    let refused = Frame::Error("NOPERM this user has no permissions to run the 'role' command".into());
+    let sentinel = Expect {
+        sentinel: true,
+        ..expect(false)
+    };
+    let error = conn.read_step(start(), Step::Role, refused.clone(), &sentinel);
+    assert!(matches!(error, Err(ConnectionError::Handshake(_))), "{error:?}");
+    let (mut conn, _) = opened();
+    assert!(
+        conn.read_step(start(), Step::Role, refused, &expect(false)).is_ok(),
+        "standalone: no ROLE, go on"
+    );
 }

@@ -111,7 +111,9 @@ fn the_watch_asks_learns_the_other_sentinels_subscribes_and_follows_a_switch() {
     }
     assert_eq!(news, vec![News::Primary(tcp(6379))]);
     assert_eq!(watch.known(), &[tcp(26379), tcp(26380), tcp(26381)]);
-    assert_eq!(watch.poll_timeout(), None, "listening, nothing due");
+    // Listening: only its liveness `PING` is due.
+    let ping = watch.poll_timeout().expect("a liveness ping");
+    assert_eq!(ping, now + Duration::from_secs(2));
     let switch = message("+switch-master", "mymaster 127.0.0.1 6379 127.0.0.1 6380");
     let other_master = message("+switch-master", "othermaster 127.0.0.1 6379 127.0.0.1 7000");
     let down = message("+odown", "master mymaster 127.0.0.1 6379 #quorum 2/2");
@@ -217,4 +219,42 @@ fn every_sentinel_naming_a_replica_in_a_row_is_reported_once_per_round() {
     assert!(!watch.named_replica());
     assert!(watch.named_replica(), "both named a replica in a row");
     assert!(!watch.named_replica(), "a new round");
+}
+
+#[test]
+fn a_subscribed_watch_is_pinged_and_given_up_when_silent() {
+    let now = start();
+    let mut watch = sentinels(&[1, 2], None);
+    let (id, _) = open(&mut watch, now, 1);
+    let answers = format!("{}*0\r\n{}", array(&["127.0.0.1", "6379"]), subscribed());
+    watch.input(now, id, answers.as_bytes());
+    watch.take_outgoing();
+    let ping = watch.poll_timeout().expect("a liveness ping");
+    assert_eq!(watch.handle_timeout(ping), (None, vec![]));
+    let (_, written) = watch.take_outgoing().expect("the PING");
+    assert_eq!(&written[..], b"*1\r\n$4\r\nPING\r\n");
+    // A message may come before the answer; then the answer.
+    let switch = message("+switch-master", "mymaster 127.0.0.1 6379 127.0.0.1 6380");
+    let pong = "*2\r\n$4\r\npong\r\n$0\r\n\r\n";
+    assert_eq!(
+        watch.input(ping, id, format!("{switch}{pong}").as_bytes()),
+        vec![News::Primary(tcp(6380))]
+    );
+    // The next ping is not answered: the sentinel is given up.
+    let next = watch.poll_timeout().expect("the next ping");
+    watch.handle_timeout(next);
+    let silent = watch.poll_timeout().expect("its answer is due");
+    let (closed, news) = watch.handle_timeout(silent);
+    assert_eq!(closed, Some(id));
+    assert!(
+        matches!(&news[..], [News::Failed(_, SentinelError::Timeout { .. })]),
+        "{news:?}"
+    );
+    // And the next sentinel is asked at once.
+    assert_eq!(
+        watch.poll_timeout(),
+        Some(silent),
+        "reopened at the client's next timeout"
+    );
+    assert_eq!(watch.open(silent, || ConnectionId(2)).map(|(_, at)| at), Some(tcp(2)));
 }
