@@ -118,12 +118,9 @@ async fn under_load(set: &mut SentinelSet, prefix: &str, switch: impl FnOnce(&mu
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // (How long grants stopped is a measurement, printed below, not a
+    // pass mark: it is the sentinels' detection plus the recovery hold.)
     let seen = load.finish().await;
-    assert!(
-        seen.longest_gap < Duration::from_secs(8),
-        "grants stopped for {:?}",
-        seen.longest_gap
-    );
     assert!(
         seen.peak <= limit as usize,
         "over-admission: {} holders at once",
