@@ -70,6 +70,8 @@ pub struct Ledger {
     let_go: HashMap<String, Duration>,
     /// The highest fencing token Redis granted per key (S7), across restarts.
     tokens: HashMap<&'static str, u64>,
+    /// `INFLIGHT_SIM_TRACE` set: every event is printed as it is noted.
+    trace_all: bool,
 }
 
 impl Ledger {
@@ -88,6 +90,7 @@ impl Ledger {
                     )
                 })
                 .collect(),
+            trace_all: std::env::var_os("INFLIGHT_SIM_TRACE").is_some(),
             counters: Counters::default(),
             violations: Vec::new(),
             recent: VecDeque::new(),
@@ -105,7 +108,11 @@ impl Ledger {
         if self.recent.len() == 40 {
             self.recent.pop_front();
         }
-        self.recent.push_back(format!("{:>9.3}s {what}", at.as_secs_f64()));
+        let line = format!("{:>9.3}s {what}", at.as_secs_f64());
+        if self.trace_all {
+            eprintln!("{line}");
+        }
+        self.recent.push_back(line);
     }
 
     pub fn violate(&mut self, at: Duration, invariant: &'static str, detail: String) {
