@@ -176,7 +176,7 @@ pub async fn serve_sentinel<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, si
             heard = news.recv(), if subscribed => {
                 if let Ok((from, payload)) = heard {
                     if from == index {
-                        push(&mut out, &[b"message", b"+switch-master", &payload]);
+                        encode_command(&mut out, &[b"message", b"+switch-master", &payload]);
                     }
                 }
             }
@@ -210,7 +210,7 @@ fn answer(out: &mut BytesMut, sim: &SentinelSim, index: usize, words: &[Bytes], 
     let lower: Vec<&[u8]> = lower.iter().map(Vec::as_slice).collect();
     match lower[..] {
         [b"sentinel", b"get-master-addr-by-name", name] if name == MASTER.as_bytes() => {
-            push(out, &[DATA[sim.named(index)].as_bytes(), b"6379"]);
+            encode_command(out, &[DATA[sim.named(index)].as_bytes(), b"6379"]);
         }
         [b"sentinel", b"get-master-addr-by-name", _] => out.extend_from_slice(b"*-1\r\n"),
         [b"sentinel", b"sentinels", _] => {
@@ -219,7 +219,7 @@ fn answer(out: &mut BytesMut, sim: &SentinelSim, index: usize, words: &[Bytes], 
             for other in others {
                 let name = sentinel_name(other);
                 let port = SENTINEL_PORT.to_string();
-                push(
+                encode_command(
                     out,
                     &[
                         b"name",
@@ -242,14 +242,9 @@ fn answer(out: &mut BytesMut, sim: &SentinelSim, index: usize, words: &[Bytes], 
             }
         }
         // Subscribed, a connection answers `PING` as a push (RESP2).
-        [b"ping"] if *subscribed => push(out, &[b"pong", b""]),
+        [b"ping"] if *subscribed => encode_command(out, &[b"pong", b""]),
         [b"ping"] => out.extend_from_slice(b"+PONG\r\n"),
         [b"auth", ..] => out.extend_from_slice(b"+OK\r\n"),
         _ => out.extend_from_slice(b"-ERR unknown command\r\n"),
     }
-}
-
-/// An array of bulk strings (RESP encodes a command the same way).
-fn push(out: &mut BytesMut, items: &[&[u8]]) {
-    encode_command(out, items);
 }

@@ -280,11 +280,10 @@ impl Network {
                     false => not_connected(op),
                 });
             }
-            fx.push(Effect::RefreshTopology);
         }
-        if self.topology.is_sentinel() {
-            // The sentinels named a node that is not there, or not a
-            // primary (a stale answer): ask the next one.
+        // A cluster's seed or owner, or the node the sentinels named, is not
+        // there (or, behind Sentinel, not a primary): ask again.
+        if self.topology.is_cluster() || self.topology.is_sentinel() {
             fx.push(Effect::RefreshTopology);
         }
     }

@@ -177,18 +177,6 @@ impl Client {
         })
     }
 
-    /// The sentinels known now, those given then those learned (none
-    /// unless the primary is found through Redis Sentinel).
-    pub fn sentinels(&self) -> &[Endpoint] {
-        self.net.sentinels.as_ref().map_or(&[], |sentinels| sentinels.known())
-    }
-
-    /// The primary the sentinels named last (Redis Sentinel only).
-    pub fn primary(&self) -> Option<&Endpoint> {
-        self.net.sentinels.as_ref()?;
-        self.net.nodes.first().map(|node| &node.endpoint)
-    }
-
     /// Releases (and compensations) not yet done or given up, and `LEAVE`s
     /// (waiters whose callers left) not written yet.
     pub fn outstanding_releases(&self) -> usize {

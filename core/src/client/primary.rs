@@ -19,30 +19,26 @@ impl Network {
     /// the new one's handshake finds the failover, as it would standalone,
     /// and writes back what is held before anything new is granted.
     fn primary_named(&mut self, now: Instant, primary: Endpoint, out: &mut Outbox, fx: &mut Vec<Effect>) {
-        let Some(node) = self.nodes.first_mut() else {
+        let Some(current) = self.nodes.first().map(|node| &node.endpoint) else {
             self.node_at(&primary);
-            self.topology.primary_named();
             out.event(Event::Primary {
                 previous: None,
                 primary,
             });
+            self.name_primary(fx);
             fx.push(Effect::Connect(0));
-            fx.extend(self.deferred.take_awaiting_topology().into_iter().map(Effect::Route));
             return;
         };
-        if node.endpoint == primary {
+        if *current == primary {
             // Named again after a refusal (the next sentinel agrees): try it.
             if !self.topology.known() {
-                self.topology.primary_named();
+                self.name_primary(fx);
                 fx.push(Effect::Connect(0));
-                fx.extend(self.deferred.take_awaiting_topology().into_iter().map(Effect::Route));
             }
             return;
         }
-        if !self.topology.known() {
-            self.topology.primary_named();
-            fx.extend(self.deferred.take_awaiting_topology().into_iter().map(Effect::Route));
-        }
+        self.name_primary(fx);
+        let node = &mut self.nodes[0];
         let previous = std::mem::replace(&mut node.endpoint, primary.clone());
         out.stats.primary_switches += 1;
         out.event(Event::Primary {
@@ -67,6 +63,15 @@ impl Network {
         // A new server: its backoff (if the old one failed) starts over.
         self.nodes[0].reconnect.forget();
         fx.push(Effect::Connect(0));
+    }
+
+    /// Node 0 serves every subject again (if it did not): what waited for
+    /// a primary is routed.
+    fn name_primary(&mut self, fx: &mut Vec<Effect>) {
+        if !self.topology.known() {
+            self.topology.primary_named();
+            fx.extend(self.deferred.take_awaiting_topology().into_iter().map(Effect::Route));
+        }
     }
 
     /// What the sentinels' watch heard, applied.

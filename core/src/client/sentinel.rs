@@ -168,6 +168,7 @@ impl Sentinels {
     }
 
     /// The sentinels known now (those given, then those learned).
+    #[cfg(test)]
     pub(super) fn known(&self) -> &[Endpoint] {
         &self.endpoints
     }
