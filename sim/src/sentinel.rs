@@ -5,7 +5,12 @@
 //! for up to two seconds (it names, and announces, the old primary long
 //! after the others). As in a real Sentinel failover, the old primary goes
 //! on taking writes for a moment after the promotion (its own copy, lost)
-//! before it is demoted to a read-only replica.
+//! before it is demoted to a read-only replica, and each reconfiguration
+//! closes the client connections of the node reconfigured: a real sentinel
+//! sends `CLIENT KILL TYPE normal` with its `REPLICAOF` (seen on Redis
+//! 7.0.15: a `SENTINEL FAILOVER` closed the promoted replica's clients at
+//! once, and the old primary's when it was converted to a replica, ten
+//! seconds after `+switch-master`).
 
 use std::sync::Mutex;
 
@@ -40,6 +45,10 @@ pub struct SentinelSim {
     view: Mutex<View>,
     /// Announcements: (sentinel, `+switch-master` payload).
     news: tokio::sync::broadcast::Sender<(usize, Bytes)>,
+    /// Per data host: a message each time it is reconfigured, which closes
+    /// its client connections. A broadcast, not a `watch`: a `watch` wakes
+    /// its receivers in an order drawn from tokio's own randomness.
+    reconfigured: [tokio::sync::broadcast::Sender<()>; 2],
 }
 
 struct View {
@@ -48,6 +57,8 @@ struct View {
     /// The old primary's own copy, taking writes until `demoted_at` (ms of
     /// the run); then it is a read-only replica.
     old: Option<(usize, RedisModel, u64)>,
+    /// The old primary's demotion, until it happens: (host, at ms).
+    demotion: Option<(usize, u64)>,
     /// What a read-only replica answers with (`ROLE` slave, `READONLY`).
     replica: RedisModel,
     /// Per sentinel: the data host it names.
@@ -75,16 +86,27 @@ impl Default for SentinelSim {
             view: Mutex::new(View {
                 primary: 0,
                 old: None,
+                demotion: None,
                 replica,
                 named: [0; SENTINELS],
                 learns_at: [None; SENTINELS],
             }),
             news: tokio::sync::broadcast::Sender::new(64),
+            reconfigured: [
+                tokio::sync::broadcast::Sender::new(1),
+                tokio::sync::broadcast::Sender::new(1),
+            ],
         }
     }
 }
 
 impl SentinelSim {
+    /// Changes each time data host `host` is reconfigured (promoted or
+    /// demoted): a connection to it closes then.
+    pub fn reconfigurations(&self, host: usize) -> tokio::sync::broadcast::Receiver<()> {
+        self.reconfigured[host].subscribe()
+    }
+
     /// How data host `host` answers `data` at `now_ms`: as the primary, or
     /// with the replies of the node it is instead.
     pub fn serve(&self, host: usize, conn: &mut ModelConnection, data: &[u8], now_ms: u64) -> Role {
@@ -118,6 +140,8 @@ impl SentinelSim {
         view.primary = 1 - old;
         let demoted_at = now_ms + chaos.range(0, 300);
         view.old = Some((old, old_data, demoted_at));
+        view.demotion = Some((old, demoted_at));
+        let _ = self.reconfigured[view.primary].send(());
         let stale = (chaos.range(0, 2) == 0).then(|| chaos.range(0, SENTINELS as u64) as usize);
         for sentinel in 0..SENTINELS {
             let delay = match stale {
@@ -140,6 +164,13 @@ impl SentinelSim {
     pub fn advance(&self, now_ms: u64) -> Vec<String> {
         let mut view = self.view.lock().unwrap();
         let mut notes = Vec::new();
+        if let Some((host, at)) = view.demotion {
+            if at <= now_ms {
+                view.demotion = None;
+                let _ = self.reconfigured[host].send(());
+                notes.push(format!("{} demoted: its clients are closed", DATA[host]));
+            }
+        }
         for sentinel in 0..SENTINELS {
             if view.learns_at[sentinel].is_some_and(|at| at <= now_ms) {
                 view.learns_at[sentinel] = None;
@@ -172,7 +203,10 @@ pub async fn serve_sentinel<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, si
     let mut buf = vec![0u8; 4096];
     loop {
         let mut out = BytesMut::new();
+        // Biased: an unbiased `select!` draws from tokio's own randomness,
+        // which no seed controls.
         tokio::select! {
+            biased;
             heard = news.recv(), if subscribed => {
                 if let Ok((from, payload)) = heard {
                     if from == index {

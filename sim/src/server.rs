@@ -195,11 +195,19 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
     let mut cluster_connection = ClusterConnection::default();
     let mut restarted = state.restarts.subscribe();
     let mut wakes = state.wakes.subscribe();
+    // A Sentinel reconfiguration of this host closes its clients (with no
+    // Sentinel, a sender kept here that never changes).
+    let never = tokio::sync::broadcast::Sender::new(1);
+    let mut reconfigured = match &state.sentinel {
+        Some(sentinel) => sentinel.reconfigurations(host),
+        None => never.subscribe(),
+    };
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let read = tokio::select! {
             biased;
             _ = restarted.changed() => return,
+            _ = reconfigured.recv() => return,
             wake = wakes.recv() => {
                 // A lagging receiver loses messages, as a slow subscriber
                 // may: waiters then rely on their own checks.

@@ -271,8 +271,9 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
                         Some("the server restarts, losing its data".to_string())
                     }
                     _ if scenario.sentinel => {
-                        // The replica is promoted; every connection stays
-                        // open (the old primary answers as what it is now).
+                        // The replica is promoted (its clients closed); the
+                        // old primary's connections stay open until it is
+                        // demoted (see `sentinel`).
                         let deployment = server.sentinel.as_ref().expect("a sentinel scenario");
                         let old = server.promote_replica(now);
                         Some(deployment.switch(now.as_millis() as u64, old, &mut chaos))
