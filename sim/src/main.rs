@@ -52,7 +52,17 @@ fn parse() -> Args {
             "--seeds" => args.seeds = number(value()),
             "--first-seed" => args.first_seed = number(value()),
             "--seed" => args.one_seed = Some(number(value())),
-            "--scenario" => args.scenario = Some(scenario::find(&value()).unwrap_or_else(|| usage())),
+            "--scenario" => {
+                let scenario = scenario::find(&value()).unwrap_or_else(|| usage());
+                if cfg!(madsim) && scenario.sentinel {
+                    eprintln!(
+                        "the {} scenario runs under turmoil only (without scripts/madsim.sh)",
+                        scenario.name
+                    );
+                    std::process::exit(2);
+                }
+                args.scenario = Some(scenario);
+            }
             "--bug" => args.bug = Some(Bug::parse(&value()).unwrap_or_else(|| usage())),
             "--hashes" => args.hashes = true,
             "--list" => {

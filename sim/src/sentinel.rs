@@ -25,6 +25,9 @@ use crate::rng::Rng;
 pub const DATA: [&str; 2] = ["redis-a", "redis-b"];
 pub const SENTINELS: usize = 3;
 pub const SENTINEL_PORT: u16 = 26379;
+/// The longest a switch takes to be known everywhere: the stale
+/// sentinel's delay (up to 2 s) and the old primary's demotion (300 ms).
+pub const SETTLE: std::time::Duration = std::time::Duration::from_millis(2_500);
 /// The master name the sentinels monitor.
 pub const MASTER: &str = "sim";
 
@@ -145,7 +148,7 @@ impl SentinelSim {
         let stale = (chaos.range(0, 2) == 0).then(|| chaos.range(0, SENTINELS as u64) as usize);
         for sentinel in 0..SENTINELS {
             let delay = match stale {
-                Some(s) if s == sentinel => chaos.range(500, 2000),
+                Some(s) if s == sentinel => chaos.range(500, 2_000),
                 _ => chaos.range(0, 400),
             };
             view.learns_at[sentinel] = Some(now_ms + delay);

@@ -243,6 +243,7 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
                     }
                 }
                 let Ok(replies) = replies else { return };
+                watch(&state, host, "not primary", &buf[..n], &replies);
                 for reply in replies {
                     if stream.write_all(&reply).await.is_err() || stream.flush().await.is_err() {
                         return;
@@ -313,6 +314,7 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
         let Ok(replies) = replies else {
             return; // garbage from a client: drop it, as Redis does
         };
+        watch(&state, host, "primary", &buf[..n], &replies);
         for reply in replies {
             let lose = state
                 .drop_replies
@@ -329,6 +331,28 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
             let _ = state.wakes.send((host, channel, payload));
         }
     }
+}
+
+/// With `INFLIGHT_SIM_WATCH=<text>` (e.g. a lease id a violation names),
+/// prints every request to a data host that holds the text, with its
+/// replies: one lease followed through a seed.
+fn watch(state: &ServerState, host: usize, role: &str, request: &[u8], replies: &[bytes::Bytes]) {
+    let Some(text) = std::env::var_os("INFLIGHT_SIM_WATCH") else {
+        return;
+    };
+    let text = text.to_string_lossy();
+    let request = String::from_utf8_lossy(request);
+    if !request.contains(&*text) {
+        return;
+    }
+    let flat = |s: &str| s.replace("\r\n", " ");
+    let replies: Vec<String> = replies.iter().map(|r| flat(&String::from_utf8_lossy(r))).collect();
+    eprintln!(
+        "{:>10.3}s host {host} ({role}): {} -> {}",
+        (state.elapsed_ms)() as f64 / 1000.0,
+        flat(&request),
+        replies.join(" | ")
+    );
 }
 
 /// `sim:{load|k1}:leases` -> `k1`.
