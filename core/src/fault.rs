@@ -40,4 +40,9 @@ pub struct InjectedBugs {
     /// never seen (the old primary's identity forgotten): its handshake
     /// finds no failover, so nothing is written back and nothing held.
     pub switch_forgets_identity: bool,
+    /// The releases a recovery sends again are those confirmed within the
+    /// recovery window of the recovery itself, not of the failed node's
+    /// last release: one a failover lost is left if the client finds the
+    /// new primary late (a stale sentinel, a handshake cut off).
+    pub releases_aged_from_recovery: bool,
 }

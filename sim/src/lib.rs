@@ -76,10 +76,14 @@ pub enum Bug {
     /// A switch to the primary the sentinels name forgets the old one's
     /// identity: the failover is not found, nothing is written back.
     SwitchForgetsIdentity,
+    /// A recovery repeats only the releases confirmed within its window of
+    /// the recovery itself: one a failover lost stays if the new primary is
+    /// found late.
+    ReleasesAgedFromRecovery,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 14] = [
+    pub const ALL: [Bug; 15] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
@@ -94,6 +98,7 @@ impl Bug {
         Bug::DroppedFencingToken,
         Bug::NewcomerTakesOwedUnit,
         Bug::SwitchForgetsIdentity,
+        Bug::ReleasesAgedFromRecovery,
     ];
 
     pub fn name(self) -> &'static str {
@@ -112,6 +117,7 @@ impl Bug {
             Bug::DroppedFencingToken => "dropped-fencing-token",
             Bug::NewcomerTakesOwedUnit => "newcomer-takes-owed-unit",
             Bug::SwitchForgetsIdentity => "switch-forgets-identity",
+            Bug::ReleasesAgedFromRecovery => "releases-aged-from-recovery",
         }
     }
 
@@ -144,6 +150,7 @@ impl Bug {
             keep_alive_without_margin: bug == Some(Bug::KeepAliveWithoutMargin),
             drop_fencing_token: bug == Some(Bug::DroppedFencingToken),
             switch_forgets_identity: bug == Some(Bug::SwitchForgetsIdentity),
+            releases_aged_from_recovery: bug == Some(Bug::ReleasesAgedFromRecovery),
         }
     }
 }

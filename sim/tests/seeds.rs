@@ -145,3 +145,15 @@ fn a_fencing_limiter_given_a_permit_without_a_token_is_caught_within_20_seeds() 
     let caught = seeds_to_catch(Bug::DroppedFencingToken, 20);
     assert!(caught.is_some(), "the simulator cannot see a fencing token dropped");
 }
+
+#[test]
+fn a_switch_that_forgets_the_old_primary_is_caught_within_26_seeds() {
+    // The Sentinel scenario is seed 12 and 25 of the rotation: a switch that
+    // takes the new primary for a server never seen finds no failover, so
+    // nothing is written back and nothing held.
+    let caught = seeds_to_catch(Bug::SwitchForgetsIdentity, 26);
+    assert!(
+        caught.is_some(),
+        "the simulator cannot see a Sentinel switch unrecovered"
+    );
+}

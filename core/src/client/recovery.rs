@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::error_class::unexpected;
-use super::held::HeldLeases;
+use super::held::{Confirmed, HeldLeases};
 use super::network::Network;
 use super::outbox::Outbox;
 use super::request::{Reassert, Request, Step};
@@ -142,17 +142,20 @@ impl RecoveryState {
         Some((writes, deadline))
     }
 
-    /// Keeps a release Redis confirmed, for a recovery within `horizon`
-    /// (the recovery window; none: recovery is off) to repeat (see `held`).
+    /// Keeps a release `node` confirmed, for a recovery to repeat if it
+    /// came within `horizon` (the recovery window; none: recovery is off)
+    /// of the node's last (see `held`).
     pub(super) fn remember_release(
         &mut self,
         now: Instant,
         horizon: Option<Duration>,
+        node: usize,
+        confirmed: Confirmed,
         lease: LeaseId,
         keys: &SubjectKeys,
     ) {
         if let Some(horizon) = horizon {
-            self.held.released(now, horizon, lease, keys);
+            self.held.released(now, horizon, node, confirmed, lease, keys);
         }
     }
 
@@ -165,6 +168,7 @@ impl RecoveryState {
         &mut self,
         now: Instant,
         horizon: Option<Duration>,
+        node: usize,
         keys: &SubjectKeys,
         leases: Vec<LeaseId>,
         frame: Frame,
@@ -172,7 +176,7 @@ impl RecoveryState {
         match frame {
             Frame::Integer(back) if (0..=leases.iter().map(|l| i64::from(l.weight())).sum()).contains(&back) => {
                 for lease in leases {
-                    self.remember_release(now, horizon, lease, keys);
+                    self.remember_release(now, horizon, node, Confirmed::Again, lease, keys);
                 }
                 Ok(back as u64)
             }

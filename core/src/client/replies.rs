@@ -10,6 +10,7 @@ use super::connection::Connection;
 use super::effect::{ambiguous, Effect, Redirected};
 use super::error_class::{classify, error_class, unexpected, ErrorClass};
 use super::handshake::Expect;
+use super::held::Confirmed;
 use super::outbox::Outbox;
 use super::recovery::{self, RecoveryState};
 use super::request::{AcquireOp, Op, Ran, Reading, ReleaseJob, RenewOp, Request, Step};
@@ -81,7 +82,9 @@ impl Reader<'_> {
             }
             Request::ReleaseAgain(keys, leases) => {
                 let horizon = self.config.recovery_window();
-                let back = self.recovery.released_again(self.now, horizon, &keys, leases, frame)?;
+                let back = self
+                    .recovery
+                    .released_again(self.now, horizon, self.node, &keys, leases, frame)?;
                 self.out.stats.releases_repeated += back;
                 self.step_done();
                 Ok(())
@@ -369,8 +372,14 @@ impl Reader<'_> {
                 let horizon = self.config.recovery_window();
                 for job in jobs {
                     self.out.stats.releases += 1;
-                    self.recovery
-                        .remember_release(self.now, horizon, job.lease.clone(), &job.keys);
+                    self.recovery.remember_release(
+                        self.now,
+                        horizon,
+                        self.node,
+                        Confirmed::ByCaller,
+                        job.lease.clone(),
+                        &job.keys,
+                    );
                     let of = job.whose();
                     self.out.event(Event::Released { lease: job.lease, of });
                 }

@@ -229,6 +229,9 @@ impl Client {
         if bugs.skip_wake_up {
             self.waiters.ignore_wake_ups();
         }
+        if bugs.releases_aged_from_recovery {
+            self.recovery.held.age_releases_from_now();
+        }
         self.bugs = bugs;
     }
 
