@@ -15,6 +15,9 @@ use inflight_core::{Client, Config, ServerAddress};
 
 use crate::pair::Pair;
 
+mod sentinel;
+pub use sentinel::sentinel_replies;
+
 /// One step of a caller/network interleaving (see [`run_ops`]).
 #[derive(Arbitrary, Clone, Debug)]
 pub enum Op {

@@ -65,3 +65,9 @@ fn handshake_corpus() {
     let start = Instant::now();
     replay("handshake", |data| fuzzing::handshake(data, start));
 }
+
+#[test]
+fn sentinel_replies_corpus() {
+    let start = Instant::now();
+    replay("sentinel_replies", |data| fuzzing::sentinel_replies(data, start));
+}
