@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 seconds="${1:-60}"
-targets=(reply_decode client_ops key_encoding config_url cluster_replies handshake)
+targets=(reply_decode client_ops key_encoding config_url cluster_replies handshake sentinel_replies)
 cargo fuzz build -s none
 mkdir -p logs
 run() {
