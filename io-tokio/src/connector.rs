@@ -14,6 +14,13 @@ pub trait Connector: Send + Sync + 'static {
 
     /// Opens a stream to `endpoint`. The driver bounds the time it may take.
     fn connect(&self, endpoint: &Endpoint) -> impl Future<Output = io::Result<Self::Io>> + Send;
+
+    /// Opens a stream to a sentinel (Redis Sentinel) at `endpoint`: the
+    /// same as [`Connector::connect`] unless the sentinels are reached
+    /// otherwise than the data nodes (see [`SentinelsApart`](crate::SentinelsApart)).
+    fn connect_sentinel(&self, endpoint: &Endpoint) -> impl Future<Output = io::Result<Self::Io>> + Send {
+        self.connect(endpoint)
+    }
 }
 
 /// Host and port of a TCP endpoint, or the error a TCP-only connector gives.

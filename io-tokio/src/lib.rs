@@ -101,6 +101,7 @@
 // docs.rs marks the items a feature (TLS) adds.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod apart;
 mod builder;
 #[cfg(not(madsim))]
 #[doc(hidden)]
@@ -124,6 +125,7 @@ mod tls;
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
+pub use apart::{EitherIo, SentinelsApart};
 pub use builder::Builder;
 #[cfg(all(unix, not(madsim)))]
 pub use connector::UnixConnector;

@@ -29,9 +29,14 @@ pub(crate) async fn run_connection<C: Connector>(
     connector: Arc<C>,
     endpoint: Endpoint,
     id: ConnectionId,
+    sentinel: bool,
     events: mpsc::UnboundedSender<IoEvent<C::Io>>,
 ) {
-    let event = match connector.connect(&endpoint).await {
+    let stream = match sentinel {
+        true => connector.connect_sentinel(&endpoint).await,
+        false => connector.connect(&endpoint).await,
+    };
+    let event = match stream {
         Ok(io) => IoEvent::Connected(id, io),
         Err(error) => IoEvent::Closed(id, Some(error.to_string())),
     };

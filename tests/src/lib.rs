@@ -20,6 +20,7 @@ pub mod resp_client;
 pub mod stale_sentinel;
 pub mod stateful;
 pub mod subject;
+pub mod tls_sentinel;
 pub mod watched;
 
 pub use hostile::{HostilePeer, Lie};

@@ -121,6 +121,6 @@ impl Network {
     /// socket to open.
     pub(super) fn watch_sentinels(&mut self, now: Instant, names: &mut Names) -> Option<Action> {
         let (id, endpoint) = self.sentinels.as_mut()?.open(now, || names.connection())?;
-        Some(Action::Connect(id, endpoint))
+        Some(Action::ConnectSentinel(id, endpoint))
     }
 }

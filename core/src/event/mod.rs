@@ -182,6 +182,9 @@ pub enum Action {
     /// Open a connection to the endpoint and report `handle_connected` or
     /// `handle_closed` for it.
     Connect(ConnectionId, crate::Endpoint),
+    /// The same, to a sentinel (Redis Sentinel): a driver may reach the
+    /// sentinels otherwise than the data nodes (TLS to one and not the other).
+    ConnectSentinel(ConnectionId, crate::Endpoint),
     /// Close it; ignore anything it still delivers.
     Close(ConnectionId),
 }

@@ -8,6 +8,8 @@ use inflight_core::{
 };
 
 use super::{Builder, Start};
+#[cfg(all(feature = "tls", not(madsim)))]
+use crate::apart::SentinelsApart;
 use crate::connector::Connector;
 use crate::driver::Driver;
 use crate::error::ConnectError;
@@ -16,8 +18,10 @@ use crate::telemetry;
 
 /// Where the builder connects, read from its URLs and settings.
 pub(super) struct Target {
-    /// TLS to every node (and sentinel).
+    /// TLS to the data nodes.
     pub(super) tls: bool,
+    /// TLS to the sentinels (the data nodes' elsewhere).
+    pub(super) sentinel_tls: bool,
     /// A Unix socket.
     pub(super) unix: bool,
     /// Where, for messages (no secrets).
@@ -71,7 +75,8 @@ impl Builder {
         if SentinelAddress::is_sentinel_url(&self.url) {
             let address = SentinelAddress::parse(&self.url)?;
             return Ok(Target {
-                tls: address.tls,
+                tls: self.node_tls.unwrap_or(address.tls),
+                sentinel_tls: address.tls,
                 unix: false,
                 shown: redact_sentinel_url(&self.url),
                 credentials: self.node_credentials.clone().or(address.credentials),
@@ -87,8 +92,15 @@ impl Builder {
             return Err(ConfigError::Zero { field: "servers.seeds" });
         }
         let address = ServerAddress::parse(&self.url)?;
+        if self.node_tls.is_some_and(|tls| tls != address.tls) {
+            return Err(ConfigError::Url {
+                url: inflight_core::redact_url(&self.url),
+                reason: "Builder::node_tls is for Redis Sentinel; here the scheme decides (rediss:// for TLS)".into(),
+            });
+        }
         let target = |servers| Target {
             tls: address.tls,
+            sentinel_tls: address.tls,
             unix: matches!(address.endpoint, Endpoint::Unix(_)),
             shown: address.endpoint.to_string(),
             credentials: self.node_credentials.clone().or(address.credentials.clone()),
@@ -152,7 +164,8 @@ impl Builder {
         };
         let shown: Vec<String> = sentinels.iter().map(ToString::to_string).collect();
         Ok(Target {
-            tls: first.tls,
+            tls: self.node_tls.unwrap_or(first.tls),
+            sentinel_tls: first.tls,
             unix: false,
             shown: format!("sentinels {} (master {master})", shown.join(", ")),
             credentials: self.node_credentials.clone(),
@@ -189,17 +202,21 @@ impl Builder {
                 reason: "Unix sockets are not available on this platform".into(),
             });
         }
-        if address.tls {
+        let tcp = self.tcp;
+        match (address.sentinel_tls, address.tls) {
+            (false, false) => self.start_with(address, tcp, start).await,
             #[cfg(all(feature = "tls", not(madsim)))]
-            {
-                let connector = crate::tls::TlsConnector::new(&self.tls, self.tcp)?;
-                return self.start_with(address, connector, start).await;
+            (sentinels, nodes) => {
+                let tls = crate::tls::TlsConnector::new(&self.tls, tcp)?;
+                match (sentinels, nodes) {
+                    (true, true) => self.start_with(address, tls, start).await,
+                    (true, false) => self.start_with(address, SentinelsApart::new(tls, tcp), start).await,
+                    _ => self.start_with(address, SentinelsApart::new(tcp, tls), start).await,
+                }
             }
             #[cfg(not(all(feature = "tls", not(madsim))))]
-            return Err(ConnectError::TlsNotEnabled);
+            _ => Err(ConnectError::TlsNotEnabled),
         }
-        let tcp = self.tcp;
-        self.start_with(address, tcp, start).await
     }
 
     async fn start_with<C: Connector>(

@@ -96,6 +96,8 @@ pub struct Builder {
     node_credentials: Option<Credentials>,
     /// The data nodes' database, given apart from the URL.
     database: Option<u32>,
+    /// TLS to the data nodes, when it differs from the sentinels'.
+    node_tls: Option<bool>,
     /// Route by slot across a Redis Cluster.
     cluster: bool,
     config: Config,
@@ -167,6 +169,7 @@ impl Builder {
             sentinels: None,
             node_credentials: None,
             database: None,
+            node_tls: None,
             cluster: false,
             config: Config::default(),
             default_limit: 100,
@@ -204,6 +207,17 @@ impl Builder {
             username: username.map(str::to_string),
             password: password.into(),
         });
+        self
+    }
+
+    /// Behind Redis Sentinel, whether the data nodes are reached over TLS
+    /// (their `tls-port`), when that differs from the sentinels' scheme
+    /// (`redis://` or `rediss://` sentinel URLs): by default both are
+    /// reached alike. The TLS settings (roots, client certificate) are
+    /// shared. Elsewhere the URL's scheme decides: setting this to differ
+    /// from it is a `ConnectError::Config`.
+    pub fn node_tls(mut self, tls: bool) -> Self {
+        self.node_tls = Some(tls);
         self
     }
 

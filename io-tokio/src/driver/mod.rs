@@ -352,7 +352,8 @@ impl<C: Connector> Driver<C> {
         loop {
             while let Some(action) = self.client.poll_action() {
                 match action {
-                    Action::Connect(id, endpoint) => self.open(id, endpoint),
+                    Action::Connect(id, endpoint) => self.open(id, endpoint, false),
+                    Action::ConnectSentinel(id, endpoint) => self.open(id, endpoint, true),
                     Action::Close(id) => self.forget(id),
                 }
             }
@@ -386,8 +387,9 @@ impl<C: Connector> Driver<C> {
         self.report_metrics();
     }
 
-    fn open(&mut self, id: ConnectionId, endpoint: Endpoint) {
-        let task = tokio::spawn(run_connection(self.connector.clone(), endpoint, id, self.io_tx.clone()));
+    fn open(&mut self, id: ConnectionId, endpoint: Endpoint, sentinel: bool) {
+        let connector = self.connector.clone();
+        let task = tokio::spawn(run_connection(connector, endpoint, id, sentinel, self.io_tx.clone()));
         self.connecting.insert(id, task);
     }
 

@@ -54,7 +54,7 @@ fn array(items: &[&str]) -> String {
 
 /// What the fuzzer's sentinels can say, besides raw bytes.
 fn said(what: u8) -> String {
-    let node = |n: u8| if n % 2 == 0 { PRIMARY } else { REPLICA };
+    let node = |n: u8| if n.is_multiple_of(2) { PRIMARY } else { REPLICA };
     match what % 6 {
         0 | 1 => array(&["127.0.0.1", &node(what / 6).to_string()]),
         2 => {
@@ -108,7 +108,8 @@ impl Bench {
             while let Some(action) = client.poll_action() {
                 progressed = true;
                 match action {
-                    Action::Connect(id, endpoint) => self.open(client, id, &endpoint),
+                    Action::Connect(id, endpoint) => self.open(client, id, &endpoint, false),
+                    Action::ConnectSentinel(id, endpoint) => self.open(client, id, &endpoint, true),
                     Action::Close(id) => {
                         self.replicas.remove(&id);
                         self.sentinel = self.sentinel.filter(|s| *s != id);
@@ -142,12 +143,15 @@ impl Bench {
         }
     }
 
-    fn open(&mut self, client: &mut Client, id: ConnectionId, endpoint: &Endpoint) {
+    /// Opens `id`: a sentinel's socket for the fuzzer to speak on, or a
+    /// data node's, answered honestly (a port that is neither is refused).
+    fn open(&mut self, client: &mut Client, id: ConnectionId, endpoint: &Endpoint, sentinel: bool) {
+        if sentinel {
+            client.handle_connected(self.now, id);
+            self.sentinel = Some(id);
+            return;
+        }
         match port_of(endpoint) {
-            Some(port) if SENTINELS.contains(&port) => {
-                client.handle_connected(self.now, id);
-                self.sentinel = Some(id);
-            }
             Some(PRIMARY) => {
                 client.handle_connected(self.now, id);
                 client.handle_input(self.now, id, &handshake_replies(None));

@@ -28,6 +28,7 @@ impl Pair {
                         );
                         self.connects.push(id)
                     }
+                    Action::ConnectSentinel(id, _) => unreachable!("{id:?}: the pair has no sentinels"),
                     Action::Close(id) => {
                         self.connects.retain(|c| *c != id);
                         if self.link.as_ref().is_some_and(|l| l.id == id) {

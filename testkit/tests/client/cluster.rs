@@ -75,6 +75,7 @@ impl Bench {
                             self.client.handle_connected(self.now, id);
                         }
                     }
+                    Action::ConnectSentinel(id, _) => unreachable!("{id:?}: a cluster has no sentinels"),
                     Action::Close(id) => {
                         self.links.remove(&id);
                     }
