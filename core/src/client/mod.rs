@@ -15,13 +15,12 @@ use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{Claim, ClaimError, LeaseId};
 use crate::resp::ReplyLimits;
 use callers::{Awaits, Callers};
-use held::HeldLeases;
 use keep_alive::KeepAlive;
 use names::Names;
 use network::Network;
 use outbox::Outbox;
 use reconnect::Backoff;
-use recovery::{RecoveryKeys, RecoveryState};
+use recovery::RecoveryState;
 use release_queue::ReleaseQueue;
 use request::{AcquireOp, Call, InspectOp, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Wait};
 use waiters::Waiters;
@@ -57,6 +56,7 @@ mod replies;
 mod request;
 mod router;
 mod sentinel;
+mod sentinel_says;
 mod subscriber;
 mod timer;
 mod topology;
@@ -92,46 +92,23 @@ impl Client {
     /// be 16 random bytes, fresh for every client: lease ids are built from it.
     pub fn new(mut config: Config, entropy: [u8; 16], now: Instant) -> Result<Self, ConfigError> {
         config.validate()?;
-        let releases = ReleaseQueue::new(config.release);
         if let Servers::Cluster { .. } = config.servers {
             config.reply_limits = config.reply_limits.at_least(ReplyLimits::TOPOLOGY);
         }
-        let recovery_keys = RecoveryKeys::new(&config);
-        let keep_alive = KeepAlive::new(config.lease_ttl);
-        let waiters = Waiters::new(config.waiter_recheck(), config.waiter_lifetime());
         let backoff = Backoff::new(config.reconnect_initial_backoff, config.reconnect_max_backoff, entropy);
         let mut net = Network::new(&config.servers, backoff);
-        if let Servers::Sentinel {
-            sentinels,
-            master,
-            credentials,
-        } = &config.servers
-        {
-            net.sentinels = Some(sentinel::Sentinels::new(sentinel::Settings {
-                sentinels: sentinels.clone(),
-                master: master.clone(),
-                credentials: credentials.clone(),
-                connect_timeout: config.connect_timeout,
-                answer_timeout: config.request_liveness,
-                initial_backoff: config.reconnect_initial_backoff,
-                max_backoff: config.reconnect_max_backoff,
-                limits: config.reply_limits,
-            }));
-        }
+        net.sentinels = sentinel::Settings::of(&config).map(sentinel::Sentinels::new);
         let mut client = Self {
-            config,
             names: Names::new(entropy),
             net,
             callers: Callers::default(),
-            releases,
+            releases: ReleaseQueue::new(config.release),
             out: Outbox::default(),
-            recovery: RecoveryState {
-                held: HeldLeases::default(),
-                keys: recovery_keys,
-            },
-            waiters,
-            keep_alive,
+            recovery: RecoveryState::new(&config),
+            waiters: Waiters::new(config.waiter_recheck(), config.waiter_lifetime()),
+            keep_alive: KeepAlive::new(config.lease_ttl),
             bugs: crate::fault::InjectedBugs::default(),
+            config,
         };
         match client.net.watch_sentinels(now, &mut client.names) {
             Some(watch) => client.out.action(watch),

@@ -60,6 +60,13 @@ impl RecoveryKeys {
 }
 
 impl RecoveryState {
+    pub(super) fn new(config: &Config) -> Self {
+        Self {
+            held: HeldLeases::default(),
+            keys: RecoveryKeys::new(config),
+        }
+    }
+
     /// Every step of `node`'s handshake is answered: if its server lost
     /// lease data since this client last saw it (checked once per
     /// connection), the loss is reported and, with recovery on (`window`),

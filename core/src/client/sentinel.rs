@@ -25,8 +25,12 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use crate::address::{Credentials, Endpoint};
+use crate::config::{Config, Servers};
 use crate::event::{ConnectionId, SentinelError};
 use crate::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
+
+pub(super) use super::sentinel_says::News;
+use super::sentinel_says::{self as says, Answer, Question};
 
 /// The most sentinels remembered (those given, then those learned).
 const MAX_SENTINELS: usize = 16;
@@ -36,21 +40,6 @@ pub(super) const ASK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The channels the watch subscribes to.
 const CHANNELS: [&[u8]; 3] = [b"+switch-master", b"+odown", b"-odown"];
-
-/// What the watch heard.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum News {
-    /// A sentinel named the primary: in answer to the question, or by a
-    /// switch it announced.
-    Primary(Endpoint),
-    /// A sentinel found the primary down (`true`, `+odown`) or back (`-odown`).
-    Down(bool),
-    /// A sentinel could not be used (`ConnectionId`: its connection).
-    Failed(ConnectionId, SentinelError),
-    /// Every sentinel failed in a row: the watch backs off, and this is the
-    /// most telling of their errors.
-    AllFailed(ConnectionId, SentinelError),
-}
 
 /// The sentinels and the one watch open on them.
 #[derive(Debug)]
@@ -104,16 +93,6 @@ struct Watch {
     outgoing: BytesMut,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Question {
-    Auth,
-    Master,
-    Sentinels,
-    Subscribed,
-    /// A liveness `PING` on the subscribed watch.
-    Pong,
-}
-
 /// How the sentinels are reached and how long each may take.
 #[derive(Debug, Clone)]
 pub(super) struct Settings {
@@ -125,6 +104,30 @@ pub(super) struct Settings {
     pub(super) initial_backoff: Duration,
     pub(super) max_backoff: Duration,
     pub(super) limits: ReplyLimits,
+}
+
+impl Settings {
+    /// The sentinels' settings, if `config` names a Sentinel-managed primary.
+    pub(super) fn of(config: &Config) -> Option<Self> {
+        let Servers::Sentinel {
+            sentinels,
+            master,
+            credentials,
+        } = &config.servers
+        else {
+            return None;
+        };
+        Some(Self {
+            sentinels: sentinels.clone(),
+            master: master.clone(),
+            credentials: credentials.clone(),
+            connect_timeout: config.connect_timeout,
+            answer_timeout: config.request_liveness,
+            initial_backoff: config.reconnect_initial_backoff,
+            max_backoff: config.reconnect_max_backoff,
+            limits: config.reply_limits,
+        })
+    }
 }
 
 impl Sentinels {
@@ -303,66 +306,24 @@ impl Sentinels {
     /// One frame on the watch, by what it answers.
     fn read(&mut self, now: Instant, frame: Frame) -> Result<Option<News>, SentinelError> {
         // A published message may come before a `PING`'s answer.
-        if matches!(&frame, Frame::Array(items) if kind(items) == Some(&b"message"[..])) {
-            return Ok(self.message(&frame));
+        if says::is_message(&frame) {
+            return Ok(says::message(&self.master, &frame));
         }
         let watch = self.watch.as_mut().expect("a frame came on it");
         let question = watch.awaiting.pop_front();
         let last = watch.awaiting.is_empty();
-        let sentinel = self.endpoints[watch.sentinel].to_string();
         let Some(question) = question else {
-            return Ok(self.message(&frame));
+            return Ok(says::message(&self.master, &frame));
         };
-        match (question, frame) {
-            (Question::Auth, Frame::SimpleString(ok)) if &ok[..] == b"OK" => Ok(None),
-            (Question::Auth, Frame::Error(reason)) => Err(SentinelError::Auth {
-                sentinel,
-                reason: reason.to_string(),
-            }),
-            (Question::Master, Frame::Array(items)) => match address(&items) {
-                Some(primary) => Ok(Some(News::Primary(primary))),
-                None => Err(SentinelError::Unexpected {
-                    sentinel,
-                    reply: describe(&Frame::Array(items)),
-                }),
-            },
-            (Question::Master, Frame::Null) => Err(SentinelError::UnknownMaster {
-                sentinel,
-                master: String::from_utf8_lossy(&self.master).into_owned(),
-            }),
-            (Question::Master, Frame::Error(reason)) if reason.contains("unknown command") => {
-                Err(SentinelError::NotASentinel { sentinel })
-            }
-            (Question::Sentinels, Frame::Array(items)) => {
-                self.learn(&items);
-                Ok(None)
-            }
-            // A sentinel that will not list the others (an ACL) is still
-            // of use; the list is only ever grown.
-            (Question::Sentinels, Frame::Error(_)) => Ok(None),
-            (Question::Subscribed, Frame::Array(items)) if kind(&items) == Some(&b"subscribe"[..]) => {
-                if last {
-                    self.answered(now);
-                }
-                Ok(None)
-            }
-            (Question::Pong, Frame::Array(items)) if kind(&items) == Some(&b"pong"[..]) => {
-                self.answered(now);
-                Ok(None)
-            }
-            (Question::Master, Frame::Error(reason))
-                if reason.starts_with("NOAUTH") || reason.starts_with("WRONGPASS") =>
-            {
-                Err(SentinelError::Auth {
-                    sentinel,
-                    reason: reason.to_string(),
-                })
-            }
-            (_, frame) => Err(SentinelError::Unexpected {
-                sentinel,
-                reply: describe(&frame),
-            }),
+        let sentinel = &self.endpoints[watch.sentinel];
+        match says::answer(question, frame, sentinel, &self.master)? {
+            Answer::Primary(primary) => return Ok(Some(News::Primary(primary))),
+            Answer::Sentinels(named) => self.learn(named),
+            Answer::Subscribed if last => self.answered(now),
+            Answer::Pong => self.answered(now),
+            Answer::Subscribed | Answer::Nothing => {}
         }
+        Ok(None)
     }
 
     /// Asked, answered and listening: the round is over.
@@ -377,60 +338,11 @@ impl Sentinels {
         self.backoff = self.initial_backoff;
     }
 
-    /// A published message (`+switch-master`, `+odown`, `-odown`) about
-    /// our master; anything else is no news.
-    fn message(&self, frame: &Frame) -> Option<News> {
-        let Frame::Array(items) = frame else {
-            return None;
-        };
-        let [Frame::BulkString(kind), Frame::BulkString(channel), Frame::BulkString(text)] = &items[..] else {
-            return None;
-        };
-        if &kind[..] != b"message" {
-            return None;
-        }
-        let mut words = text.split(|byte| *byte == b' ').filter(|word| !word.is_empty());
-        match &channel[..] {
-            // `<master> <old ip> <old port> <new ip> <new port>`
-            b"+switch-master" => {
-                let [name, _, _, ip, port] = [
-                    words.next()?,
-                    words.next()?,
-                    words.next()?,
-                    words.next()?,
-                    words.next()?,
-                ];
-                (name == &self.master[..])
-                    .then(|| endpoint(ip, port))
-                    .flatten()
-                    .map(News::Primary)
-            }
-            // `master <master> <ip> <port> …`
-            b"+odown" | b"-odown" => {
-                let [role, name] = [words.next()?, words.next()?];
-                (role == b"master" && name == &self.master[..]).then(|| News::Down(&channel[..] == b"+odown"))
-            }
-            _ => None,
-        }
-    }
-
-    /// Adds the sentinels a `SENTINEL sentinels` reply names.
-    fn learn(&mut self, items: &[Frame]) {
-        for item in items {
-            let Frame::Array(fields) = item else { continue };
-            let field = |name: &[u8]| {
-                fields.chunks(2).find_map(|pair| match pair {
-                    [Frame::BulkString(key), Frame::BulkString(value)] if &key[..] == name => Some(value.clone()),
-                    _ => None,
-                })
-            };
-            let (Some(ip), Some(port)) = (field(b"ip"), field(b"port")) else {
-                continue;
-            };
-            if let Some(sentinel) = endpoint(&ip, &port) {
-                if !self.endpoints.contains(&sentinel) && self.endpoints.len() < MAX_SENTINELS {
-                    self.endpoints.push(sentinel);
-                }
+    /// Adds the sentinels a `SENTINEL sentinels` reply named.
+    fn learn(&mut self, named: Vec<Endpoint>) {
+        for sentinel in named {
+            if !self.endpoints.contains(&sentinel) && self.endpoints.len() < MAX_SENTINELS {
+                self.endpoints.push(sentinel);
             }
         }
     }
@@ -516,38 +428,4 @@ impl Sentinels {
         }
         (None, Vec::new())
     }
-}
-
-/// The kind of a pub/sub reply (`subscribe`, `message`).
-fn kind(items: &[Frame]) -> Option<&[u8]> {
-    match items.first() {
-        Some(Frame::BulkString(kind)) => Some(&kind[..]),
-        _ => None,
-    }
-}
-
-/// `[ip, port]`, as `get-master-addr-by-name` answers.
-fn address(items: &[Frame]) -> Option<Endpoint> {
-    match items {
-        [Frame::BulkString(ip), Frame::BulkString(port)] => endpoint(ip, port),
-        _ => None,
-    }
-}
-
-/// An address a sentinel gave: a host (no spaces, not empty) and a port
-/// other than 0.
-fn endpoint(ip: &[u8], port: &[u8]) -> Option<Endpoint> {
-    let host = std::str::from_utf8(ip).ok()?;
-    let port: u16 = std::str::from_utf8(port).ok()?.parse().ok()?;
-    let plausible = !host.is_empty() && host.len() <= 255 && host.bytes().all(|b| b.is_ascii_graphic());
-    (plausible && port != 0).then(|| Endpoint::Tcp {
-        host: host.to_string(),
-        port,
-    })
-}
-
-fn describe(frame: &Frame) -> String {
-    let mut text = format!("{frame:?}");
-    text.truncate(120);
-    text
 }

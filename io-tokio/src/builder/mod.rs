@@ -210,12 +210,9 @@ impl Builder {
         self
     }
 
-    /// Behind Redis Sentinel, whether the data nodes are reached over TLS
-    /// (their `tls-port`), when that differs from the sentinels' scheme
-    /// (`redis://` or `rediss://` sentinel URLs): by default both are
-    /// reached alike. The TLS settings (roots, client certificate) are
-    /// shared. Elsewhere the URL's scheme decides: setting this to differ
-    /// from it is a `ConnectError::Config`.
+    /// Behind Redis Sentinel, whether the data nodes are reached over TLS,
+    /// if not as the sentinels' scheme says (the TLS settings are shared).
+    /// Elsewhere the URL's scheme decides (a `ConnectError::Config` if not).
     pub fn node_tls(mut self, tls: bool) -> Self {
         self.node_tls = Some(tls);
         self
