@@ -48,6 +48,8 @@ pub(super) struct Sentinels {
     credentials: Option<Credentials>,
     /// The sentinels given, then those learned, without repeats.
     endpoints: Vec<Endpoint>,
+    /// How many of them were given (the rest were learned).
+    given: usize,
     /// The one asked next.
     next: usize,
     watch: Option<Watch>,
@@ -141,6 +143,7 @@ impl Sentinels {
         Self {
             master: Bytes::from(settings.master),
             credentials: settings.credentials,
+            given: endpoints.len(),
             endpoints,
             next: 0,
             watch: None,
@@ -361,8 +364,17 @@ impl Sentinels {
         let Some(watch) = self.watch.take() else {
             return Vec::new();
         };
-        self.next = watch.sentinel + 1;
-        self.failures += 1;
+        // A learned sentinel that cannot be reached is forgotten (it may
+        // have left the deployment, and each round would wait out its
+        // connect timeout); the others list it again while they know it.
+        let unreachable = matches!(error, SentinelError::Unreachable { .. } | SentinelError::Timeout { .. });
+        if unreachable && watch.sentinel >= self.given {
+            self.endpoints.remove(watch.sentinel);
+            self.next = watch.sentinel;
+        } else {
+            self.next = watch.sentinel + 1;
+            self.failures += 1;
+        }
         if self
             .worst
             .as_ref()

@@ -258,3 +258,39 @@ fn a_subscribed_watch_is_pinged_and_given_up_when_silent() {
     );
     assert_eq!(watch.open(silent, || ConnectionId(2)).map(|(_, at)| at), Some(tcp(2)));
 }
+
+#[test]
+fn a_learned_sentinel_that_cannot_be_reached_is_forgotten_a_given_one_is_not() {
+    let now = start();
+    let mut watch = sentinels(&[1], None);
+    let (id, _) = open(&mut watch, now, 1);
+    let answers = format!("{}{}{}", array(&["127.0.0.1", "6379"]), others(&[2, 3]), subscribed());
+    assert_eq!(watch.input(now, id, answers.as_bytes()), vec![News::Primary(tcp(6379))]);
+    assert_eq!(watch.known(), &[tcp(1), tcp(2), tcp(3)]);
+    // The given sentinel's watch is lost; the next, learned, is unreachable.
+    let unreachable = |port: u16| SentinelError::Unreachable {
+        sentinel: tcp(port).to_string(),
+        reason: "connection refused".into(),
+    };
+    watch.closed(now, id, unreachable(1));
+    let (id, endpoint) = open(&mut watch, now, 2);
+    assert_eq!(endpoint, tcp(2));
+    let news = watch.closed(now, id, unreachable(2));
+    assert!(matches!(&news[..], [News::Failed(..)]), "{news:?}");
+    assert_eq!(watch.known(), &[tcp(1), tcp(3)], "the learned one is forgotten");
+    // The round goes on with the one after it: forgotten too, and with that
+    // every sentinel of the round has failed.
+    let (id, endpoint) = open(&mut watch, now, 3);
+    assert_eq!(endpoint, tcp(3));
+    let news = watch.closed(now, id, unreachable(3));
+    assert!(matches!(&news[..], [News::Failed(..), News::AllFailed(..)]), "{news:?}");
+    assert_eq!(watch.known(), &[tcp(1)]);
+    // After the backoff, the given one is asked again, and stays however
+    // often it fails.
+    let retry = watch.poll_timeout().expect("a retry time");
+    let (id, endpoint) = open(&mut watch, retry, 4);
+    assert_eq!(endpoint, tcp(1));
+    let news = watch.closed(retry, id, unreachable(1));
+    assert!(matches!(&news[..], [News::Failed(..), News::AllFailed(..)]), "{news:?}");
+    assert_eq!(watch.known(), &[tcp(1)]);
+}
