@@ -51,6 +51,7 @@ mod recovery;
 mod redirects;
 mod release_job;
 mod release_queue;
+mod released;
 mod releases;
 mod replies;
 mod request;

@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::error_class::unexpected;
-use super::held::{Confirmed, HeldLeases};
+use super::held::HeldLeases;
 use super::network::Network;
 use super::outbox::Outbox;
-use super::request::{Reassert, Request, Step};
+use super::released::RecentReleases;
+use super::request::{Reassert, ReleaseJob, Request, Step};
 use super::topology::Route;
 use crate::config::Config;
 use crate::event::{ConnectionError, DataLoss, Event, Reassertion};
-use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
 use crate::resp::Frame;
 use crate::scripts::STALE;
@@ -29,6 +29,8 @@ use crate::server_error::ServerErrorKind;
 #[derive(Debug)]
 pub(super) struct RecoveryState {
     pub(super) held: HeldLeases,
+    /// The releases Redis confirmed lately, to repeat.
+    pub(super) released: RecentReleases,
     pub(super) keys: RecoveryKeys,
 }
 
@@ -63,6 +65,7 @@ impl RecoveryState {
     pub(super) fn new(config: &Config) -> Self {
         Self {
             held: HeldLeases::default(),
+            released: RecentReleases::default(),
             keys: RecoveryKeys::new(config),
         }
     }
@@ -132,7 +135,7 @@ impl RecoveryState {
         }
         // Releases first: a lease the failover brought back must not make
         // a written-back one look over its limit.
-        let again = self.held.released_on(now, window, |keys| net.owns(node, keys.slot()));
+        let again = self.released.on(now, window, |keys| net.owns(node, keys.slot()));
         writes.extend(
             again
                 .into_iter()
@@ -149,20 +152,15 @@ impl RecoveryState {
         Some((writes, deadline))
     }
 
-    /// Keeps a release `node` confirmed, for a recovery to repeat if it
-    /// came within `horizon` (the recovery window; none: recovery is off)
-    /// of the node's last (see `held`).
-    pub(super) fn remember_release(
-        &mut self,
-        now: Instant,
-        horizon: Option<Duration>,
-        node: usize,
-        confirmed: Confirmed,
-        lease: LeaseId,
-        keys: &SubjectKeys,
-    ) {
+    /// Keeps a caller's release `node` confirmed (its lease live at most
+    /// until `until`), for a recovery to repeat if it came within `horizon`
+    /// (the recovery window; none: recovery is off) of the node's last (see
+    /// `released`).
+    pub(super) fn remember_release(&mut self, now: Instant, horizon: Option<Duration>, node: usize, job: &ReleaseJob) {
         if let Some(horizon) = horizon {
-            self.held.released(now, horizon, node, confirmed, lease, keys);
+            let lease = job.lease.clone();
+            self.released
+                .confirmed(now, horizon, node, lease, &job.keys, job.deadline);
         }
     }
 
@@ -174,16 +172,14 @@ impl RecoveryState {
     pub(super) fn released_again(
         &mut self,
         now: Instant,
-        horizon: Option<Duration>,
         node: usize,
-        keys: &SubjectKeys,
         leases: Vec<LeaseId>,
         frame: Frame,
     ) -> Result<u64, ConnectionError> {
         match frame {
             Frame::Integer(back) if (0..=leases.iter().map(|l| i64::from(l.weight())).sum()).contains(&back) => {
-                for lease in leases {
-                    self.remember_release(now, horizon, node, Confirmed::Again, lease, keys);
+                for lease in &leases {
+                    self.released.confirmed_again(now, node, lease);
                 }
                 Ok(back as u64)
             }

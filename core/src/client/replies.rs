@@ -10,7 +10,6 @@ use super::connection::Connection;
 use super::effect::{ambiguous, Effect, Redirected};
 use super::error_class::{classify, error_class, unexpected, ErrorClass};
 use super::handshake::Expect;
-use super::held::Confirmed;
 use super::outbox::Outbox;
 use super::recovery::{self, RecoveryState};
 use super::request::{AcquireOp, Op, Ran, Reading, ReleaseJob, RenewOp, Request, Step};
@@ -80,11 +79,8 @@ impl Reader<'_> {
                 self.step_done();
                 Ok(())
             }
-            Request::ReleaseAgain(keys, leases) => {
-                let horizon = self.config.recovery_window();
-                let back = self
-                    .recovery
-                    .released_again(self.now, horizon, self.node, &keys, leases, frame)?;
+            Request::ReleaseAgain(_, leases) => {
+                let back = self.recovery.released_again(self.now, self.node, leases, frame)?;
                 self.out.stats.releases_repeated += back;
                 self.step_done();
                 Ok(())
@@ -372,14 +368,7 @@ impl Reader<'_> {
                 let horizon = self.config.recovery_window();
                 for job in jobs {
                     self.out.stats.releases += 1;
-                    self.recovery.remember_release(
-                        self.now,
-                        horizon,
-                        self.node,
-                        Confirmed::ByCaller,
-                        job.lease.clone(),
-                        &job.keys,
-                    );
+                    self.recovery.remember_release(self.now, horizon, self.node, &job);
                     let of = job.whose();
                     self.out.event(Event::Released { lease: job.lease, of });
                 }

@@ -230,7 +230,7 @@ impl Client {
             self.waiters.ignore_wake_ups();
         }
         if bugs.releases_aged_from_recovery {
-            self.recovery.held.age_releases_from_now();
+            self.recovery.released.age_from_now();
         }
         self.bugs = bugs;
     }

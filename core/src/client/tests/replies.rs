@@ -61,6 +61,7 @@ fn read(op: AcquireOp, frame: Frame, waiting: bool) -> (Result<(), ConnectionErr
     let mut conn = Connection::new(ConnectionId(1), start(), ReplyLimits::default());
     let mut recovery = RecoveryState {
         held: HeldLeases::default(),
+        released: Default::default(),
         keys: RecoveryKeys::new(&config),
     };
     let (mut out, mut fx) = (Outbox::default(), Vec::new());
