@@ -18,6 +18,8 @@ pub trait Connector: Send + Sync + 'static {
     /// Opens a stream to a sentinel (Redis Sentinel) at `endpoint`: the
     /// same as [`Connector::connect`] unless the sentinels are reached
     /// otherwise than the data nodes (see [`SentinelsApart`](crate::SentinelsApart)).
+    /// A connector that wraps another must forward this too, or its
+    /// sentinels are reached as its data nodes are.
     fn connect_sentinel(&self, endpoint: &Endpoint) -> impl Future<Output = io::Result<Self::Io>> + Send {
         self.connect(endpoint)
     }
