@@ -376,9 +376,10 @@ impl Client {
 
     /// Bytes arrived on `connection`.
     pub fn handle_input(&mut self, now: Instant, connection: ConnectionId, data: &[u8]) {
-        if let Some(sentinels) = self.net.sentinels.as_mut().filter(|s| s.id() == Some(connection)) {
-            let news = sentinels.input(now, connection, data);
-            self.then(now, |c, fx| c.net.hear_sentinels(now, news, &c.bugs, &mut c.out, fx));
+        if self.net.is_watch(connection) {
+            self.then(now, |c, fx| {
+                c.net.on_watch(now, connection, Ok(data), &c.bugs, &mut c.out, fx)
+            });
             return self.drive(now);
         }
         if let Some(node) = self.net.subscriber_of(connection) {

@@ -10,7 +10,7 @@ use super::network::Network;
 use super::outbox::Outbox;
 use super::sentinel::News;
 use crate::address::Endpoint;
-use crate::event::{Action, ConnectionError, Event, Unavailable};
+use crate::event::{Action, ConnectionError, ConnectionId, Event, SentinelError, Unavailable};
 
 impl Network {
     /// The sentinels named `primary`: node 0 is made (the first time) or
@@ -74,8 +74,65 @@ impl Network {
         }
     }
 
+    /// Whether `connection` is the sentinels' watch.
+    pub(super) fn is_watch(&self, connection: ConnectionId) -> bool {
+        self.sentinels.as_ref().is_some_and(|s| s.id() == Some(connection))
+    }
+
+    /// Bytes on the watch (`connection`), or its end (`error`): what the
+    /// sentinels said, applied.
+    pub(super) fn on_watch(
+        &mut self,
+        now: Instant,
+        connection: ConnectionId,
+        heard: Result<&[u8], ConnectionError>,
+        bugs: &crate::fault::InjectedBugs,
+        out: &mut Outbox,
+        fx: &mut Vec<Effect>,
+    ) {
+        let sentinels = self.sentinels.as_mut().expect("the watch is the sentinels'");
+        let news = match heard {
+            Ok(data) => sentinels.input(now, connection, data),
+            Err(error) => {
+                let sentinel = sentinels.endpoint().map(ToString::to_string).unwrap_or_default();
+                let reason = match error {
+                    ConnectionError::Io(reason) => reason,
+                    other => other.to_string(),
+                };
+                sentinels.closed(now, connection, SentinelError::Unreachable { sentinel, reason })
+            }
+        };
+        self.hear_sentinels(now, news, bugs, out, fx);
+    }
+
+    /// The watch's deadlines, if this is a Sentinel client.
+    pub(super) fn watch_timeout(
+        &mut self,
+        now: Instant,
+        bugs: &crate::fault::InjectedBugs,
+        out: &mut Outbox,
+        fx: &mut Vec<Effect>,
+    ) {
+        let Some(sentinels) = self.sentinels.as_mut() else {
+            return;
+        };
+        let (close, news) = sentinels.handle_timeout(now);
+        out.actions(close.map(Action::Close));
+        self.hear_sentinels(now, news, bugs, out, fx);
+    }
+
+    /// Asks the sentinels again, if this is a Sentinel client (the watch
+    /// opens afresh on the next sentinel: see `drive`): whether it is.
+    pub(super) fn ask_sentinels_again(&mut self, now: Instant, out: &mut Outbox) -> bool {
+        let Some(sentinels) = self.sentinels.as_mut() else {
+            return false;
+        };
+        out.actions(sentinels.ask_again(now).map(Action::Close));
+        true
+    }
+
     /// What the sentinels' watch heard, applied.
-    pub(super) fn hear_sentinels(
+    fn hear_sentinels(
         &mut self,
         now: Instant,
         news: Vec<News>,

@@ -14,9 +14,7 @@ use super::request::{AcquireOp, Op, ReleaseJob, Request, Step};
 use super::topology::Route;
 use super::waiters;
 use super::Client;
-use crate::event::{
-    Action, ConnectionError, ConnectionId, Event, Outcome, ReleaseFailure, RequestId, SentinelError, Unavailable,
-};
+use crate::event::{Action, ConnectionError, ConnectionId, Event, Outcome, ReleaseFailure, RequestId, Unavailable};
 use crate::resp::Frame;
 use crate::scripts::ScriptKind;
 
@@ -154,14 +152,10 @@ impl Client {
     }
 
     fn closed(&mut self, now: Instant, connection: ConnectionId, error: ConnectionError) {
-        if let Some(sentinels) = self.net.sentinels.as_mut().filter(|s| s.id() == Some(connection)) {
-            let sentinel = sentinels.endpoint().map(ToString::to_string).unwrap_or_default();
-            let reason = match error {
-                ConnectionError::Io(reason) => reason,
-                other => other.to_string(),
-            };
-            let news = sentinels.closed(now, connection, SentinelError::Unreachable { sentinel, reason });
-            self.then(now, |c, fx| c.net.hear_sentinels(now, news, &c.bugs, &mut c.out, fx));
+        if self.net.is_watch(connection) {
+            self.then(now, |c, fx| {
+                c.net.on_watch(now, connection, Err(error), &c.bugs, &mut c.out, fx)
+            });
         } else if let Some(node) = self.net.subscriber_of(connection) {
             self.close_wake_ups(now, node);
         } else if let Some(node) = self.net.node_of(connection) {
@@ -195,11 +189,7 @@ impl Client {
                 self.out.action(Action::Close(id));
             }
         }
-        if let Some(sentinels) = self.net.sentinels.as_mut() {
-            let (close, news) = sentinels.handle_timeout(now);
-            self.out.actions(close.map(Action::Close));
-            self.then(now, |c, fx| c.net.hear_sentinels(now, news, &c.bugs, &mut c.out, fx));
-        }
+        self.then(now, |c, fx| c.net.watch_timeout(now, &c.bugs, &mut c.out, fx));
         while let Some(effect) = self.keep_alive.handle_timeout(now) {
             self.delivering(now, |d| d.keep_alive(effect));
         }
@@ -382,11 +372,7 @@ impl Client {
 
     /// Reads the slot table again, if the network says now is the time.
     pub(super) fn refresh_topology(&mut self, now: Instant) {
-        if let Some(sentinels) = self.net.sentinels.as_mut() {
-            // The watch opens afresh on the next sentinel (see `drive`).
-            if let Some(watch) = sentinels.ask_again(now) {
-                self.out.action(Action::Close(watch));
-            }
+        if self.net.ask_sentinels_again(now, &mut self.out) {
             return;
         }
         if let Some(node) = self.net.refresh_target(now) {
