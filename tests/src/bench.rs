@@ -310,7 +310,7 @@ async fn raw_pipelined_cycles(server: &RedisServer, window: usize, budget: Budge
             fenced: false,
         };
         scripts.encode_acquire(out, Eval::Sha, call, HIGH_LIMIT, b"bench:recovery", None);
-        scripts.encode_release(out, &keys, Eval::Sha, 1, b"bench:recovery", [id.as_bytes()]);
+        scripts.encode_release(out, &keys, Eval::Sha, Some(1), b"bench:recovery", [id.as_bytes()]);
     };
     let warm_until = Instant::now() + budget.warmup;
     let mut started = None;

@@ -165,7 +165,7 @@ impl Subject {
         out.freeze()
     }
 
-    pub fn encode_release(&self, ids: &[&str], held_ms: u64) -> Bytes {
+    pub fn encode_release(&self, ids: &[&str], held_ms: Option<u64>) -> Bytes {
         let mut out = BytesMut::new();
         let ids = ids.iter().map(|id| id.as_bytes());
         self.scripts
@@ -251,7 +251,7 @@ impl Subject {
 
     /// `RELEASE` of `ids`: the units removed.
     pub fn release(&self, wire: &mut impl Wire, ids: &[&str]) -> i64 {
-        match wire.send(&self.encode_release(ids, 10)) {
+        match wire.send(&self.encode_release(ids, Some(10))) {
             Frame::Integer(n) => n,
             other => panic!("RELEASE: {other:?}"),
         }

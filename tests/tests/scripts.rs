@@ -233,8 +233,9 @@ impl Leases {
         }
     }
 
-    /// `RELEASE` of `ids`, held `held_ms`: how many were removed.
-    fn release_script(&mut self, ids: &[u64], held_ms: u64) -> i64 {
+    /// `RELEASE` of `ids`, held `held_ms` (`None`: not known, as a
+    /// recovery's repeat sends): how many were removed.
+    fn release_script(&mut self, ids: &[u64], held_ms: Option<u64>) -> i64 {
         let ids: Vec<String> = ids.iter().map(|id| lease(*id).to_string()).collect();
         let mut out = BytesMut::new();
         let ids = ids.iter().map(|id| id.as_bytes());
@@ -624,7 +625,7 @@ fn waiters_are_served_in_arrival_order_and_newcomers_wait_behind_them() {
     assert_eq!(leases.queued(), expected);
     // One slot frees: a fail-fast newcomer is refused (three waiters are
     // owed slots first), the last waiter still waits, the first is served.
-    assert_eq!(leases.release_script(&[1], 40), 1);
+    assert_eq!(leases.release_script(&[1], Some(40)), 1);
     assert!(!leases.granted(3, 2, LONG), "a newcomer never takes a waiter's slot");
     assert_eq!(leases.wait(12, 2, LONG, LONG).0, 2);
     assert_eq!(leases.wait(11, 2, LONG, LONG).0, 2);
@@ -643,7 +644,7 @@ fn a_waiter_that_stops_calling_is_forgotten_and_stops_blocking_the_queue() {
     // Waiter 10 lives 50 ms without calling again; 11 is behind it.
     assert_eq!(leases.wait(10, 1, 50, LONG).0, 2);
     assert_eq!(leases.wait(11, 1, LONG, LONG), (2, 2, 0));
-    assert_eq!(leases.release_script(&[1], 5), 1);
+    assert_eq!(leases.release_script(&[1], Some(5)), 1);
     assert_eq!(leases.wait(11, 1, LONG, LONG), (2, 1, 5), "10 is still owed the slot");
     std::thread::sleep(Duration::from_millis(60));
     assert_eq!(leases.wait(11, 1, LONG, LONG).0, 1, "10 expired: 11 is served");
@@ -659,7 +660,7 @@ fn a_release_drops_its_ids_from_the_queue_and_hands_the_slot_to_the_next_waiter(
     assert!(leases.granted(1, 1, LONG));
     assert_eq!(leases.wait(10, 1, LONG, LONG).0, 2);
     assert_eq!(leases.wait(11, 1, LONG, LONG).0, 2);
-    assert_eq!(leases.release_script(&[1, 10], 5), 1);
+    assert_eq!(leases.release_script(&[1, 10], Some(5)), 1);
     assert_eq!(leases.queued(), Vec::<Bytes>::new(), "10 left, 11 was handed the slot");
     assert_eq!(leases.wait(11, 1, LONG, LONG).0, 1, "11 holds it");
     assert_eq!(leases.live(), 1);
@@ -675,8 +676,8 @@ fn a_wait_that_cannot_fit_its_patience_is_shed_at_once() {
     assert_eq!(leases.wait(10, 2, LONG, LONG).0, 2);
     // No hold time is known yet: nothing is shed. Two releases while the
     // queue exists teach the subject that holds last about 400 ms.
-    assert_eq!(leases.release_script(&[1], 400), 1);
-    assert_eq!(leases.release_script(&[2], 400), 1);
+    assert_eq!(leases.release_script(&[1], Some(400)), 1);
+    assert_eq!(leases.release_script(&[2], Some(400)), 1);
     assert_eq!(leases.wait(10, 2, LONG, LONG).0, 1);
     assert!(leases.granted(3, 2, LONG));
     // Full again, one waiter ahead: the fourth in line needs 2 slots to
@@ -696,6 +697,26 @@ fn a_wait_that_cannot_fit_its_patience_is_shed_at_once() {
 }
 
 #[test]
+fn releases_sent_again_without_a_hold_time_leave_the_estimate_alone() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "again");
+    for id in 1..=2 {
+        assert!(leases.granted(id, 2, LONG));
+    }
+    assert_eq!(leases.wait(10, 2, LONG, LONG).0, 2);
+    assert_eq!(leases.release_script(&[1], Some(400)), 1);
+    assert_eq!(leases.release_script(&[2], Some(400)), 1);
+    // A recovery repeats them (they are gone: nothing removed), with no
+    // hold time to teach: the subject still expects holds of 400 ms.
+    for _ in 0..4 {
+        assert_eq!(leases.release_script(&[1, 2], None), 0);
+    }
+    assert_eq!(leases.wait(10, 2, LONG, LONG).0, 1);
+    assert!(leases.granted(3, 2, LONG));
+    assert_eq!(leases.wait(11, 2, LONG, LONG), (2, 1, 200));
+}
+
+#[test]
 fn a_release_on_a_subject_with_waiters_wakes_them_on_its_shard_channel() {
     let server = RedisServer::start();
     let mut leases = Leases::new(&server, "wake");
@@ -709,9 +730,9 @@ fn a_release_on_a_subject_with_waiters_wakes_them_on_its_shard_channel() {
     assert!(leases.granted(2, 2, LONG));
     // No waiter: a release publishes nothing (checked below: the first
     // message is the one after the waiter queued).
-    assert_eq!(leases.release_script(&[2], 1), 1);
+    assert_eq!(leases.release_script(&[2], Some(1)), 1);
     assert_eq!(leases.wait(10, 1, LONG, LONG).0, 2);
-    assert_eq!(leases.release_script(&[1], 1), 1);
+    assert_eq!(leases.release_script(&[1], Some(1)), 1);
     match subscriber.read_reply().unwrap() {
         Frame::Array(items) => {
             assert_eq!(items[0], Frame::BulkString(Bytes::from_static(b"smessage")));
@@ -760,16 +781,20 @@ fn a_weighted_release_gives_back_exactly_its_own_units_and_never_more() {
     assert!(leases.granted(3001, 6, LONG));
     assert!(leases.granted(3002, 6, LONG));
     assert_eq!(leases.live(), 6);
-    assert_eq!(leases.release_script(&[3001], 5), 3, "its three units");
+    assert_eq!(leases.release_script(&[3001], Some(5)), 3, "its three units");
     assert_eq!(leases.live(), 3, "the other holder's three stay");
-    assert_eq!(leases.release_script(&[3001], 5), 0, "a second release frees nothing");
+    assert_eq!(
+        leases.release_script(&[3001], Some(5)),
+        0,
+        "a second release frees nothing"
+    );
     assert_eq!(leases.release(3001), 0, "nor does a plain ZREM of its units");
     assert_eq!(leases.live(), 3);
     assert!(leases.expiry(3002).is_some());
     // Mixed weights released in one call.
     assert!(leases.granted(1, 6, LONG));
     assert!(leases.granted(2005, 6, LONG));
-    assert_eq!(leases.release_script(&[1, 2005, 3002], 5), 6);
+    assert_eq!(leases.release_script(&[1, 2005, 3002], Some(5)), 6);
     assert_eq!(leases.live(), 0);
 }
 
@@ -814,11 +839,11 @@ fn a_heavy_waiter_is_served_in_its_turn_and_not_overtaken_by_lighter_ones() {
     // And a fail-fast newcomer of weight 1 is refused: the free unit is owed.
     assert!(!leases.granted(12, 4, LONG));
     // One release frees a second unit: still not enough for the head.
-    assert_eq!(leases.release_script(&[1], 10), 1);
+    assert_eq!(leases.release_script(&[1], Some(10)), 1);
     assert_eq!(leases.queued().len(), 2, "nobody served yet");
     // The next makes three: the head is handed its three units (the light
     // waiter behind it stays queued: nothing is left).
-    assert_eq!(leases.release_script(&[2], 10), 1);
+    assert_eq!(leases.release_script(&[2], Some(10)), 1);
     assert_eq!(leases.queued(), vec![Bytes::from(lease(11).to_string())]);
     assert_eq!(leases.live(), 4, "three handed over, plus lease 3");
     assert!(leases.expiry(3010).is_some());

@@ -73,7 +73,7 @@ impl Request {
             // and while the hold lasts it hands over no more than it frees.
             Request::ReleaseAgain(keys, leases) => {
                 let ids: Vec<Vec<u8>> = leases.iter().map(|lease| lease.to_bytes()).collect();
-                scripts.encode_release(out, keys, Eval::Text, 0, wire.hold, ids.iter().map(|id| &id[..]));
+                scripts.encode_release(out, keys, Eval::Text, None, wire.hold, ids.iter().map(|id| &id[..]));
             }
             Request::Renew(op) => scripts.encode_renew(out, op.call.eval, lease_call(&op.call, false)),
             Request::Inspect(op) => match &op.reading {
@@ -103,7 +103,7 @@ impl Request {
             Request::HandOver(hand_over) => {
                 let ids = hand_over.ids.iter().map(|id| &id[..]);
                 let (keys, eval, held) = (&hand_over.keys, hand_over.eval, hand_over.held_ms);
-                scripts.encode_release(out, keys, eval, held, wire.hold, ids)
+                scripts.encode_release(out, keys, eval, Some(held), wire.hold, ids)
             }
             Request::Compensate(job, tombstone_until_ms) => {
                 scripts.encode_compensate(out, job.eval, &job.keys, &job.lease_bytes, *tombstone_until_ms)

@@ -223,13 +223,14 @@ impl Scripts {
     }
 
     /// `RELEASE` of leases of one subject (by `eval`): the subject's six keys, how long the leases were
-    /// held on average (ms), the recovery hold key (empty for none), the ids.
+    /// held on average (ms; `None` when unknown, as for releases a recovery sends again: the
+    /// subject's average is then left as it is), the recovery hold key (empty for none), the ids.
     pub fn encode_release<'a>(
         &self,
         out: &mut BytesMut,
         keys: &SubjectKeys,
         eval: Eval,
-        held_ms: u64,
+        held_ms: Option<u64>,
         hold: &[u8],
         ids: impl IntoIterator<Item = &'a [u8]>,
     ) {
@@ -241,7 +242,7 @@ impl Scripts {
             keys.wake_channel(),
             keys.fence(),
         );
-        let held = held_ms.to_string();
+        let held = held_ms.map(|ms| ms.to_string()).unwrap_or_default();
         let (verb, body) = self.release.named(eval);
         let mut command: Vec<&[u8]> = vec![
             verb,

@@ -4,7 +4,8 @@
 -- KEYS[1] lease set         KEYS[4] held hash (`avg` hold, waiters' limits)
 -- KEYS[2] wait queue        KEYS[5] wake channel
 -- KEYS[3] waiters' expiries KEYS[6] fencing counter
--- ARGV[1] how long the leases were held on average (ms)
+-- ARGV[1] how long the leases were held on average (ms); '' when unknown (a
+--         recovery sending lost releases again: no hold time to learn from)
 -- ARGV[2] the recovery hold key ('' for none; standalone only)
 -- ARGV[3...] the lease ids
 --
@@ -29,7 +30,7 @@
 -- longer lifetime). While the recovery hold is set (the fleet is writing
 -- back leases a loss took) it hands over nothing (see below).
 local leases, queue, waiters, holds, wake, fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local held_ms = integer(ARGV[1], 'hold time', 0)
+local held_ms = ARGV[1] ~= '' and integer(ARGV[1], 'hold time', 0) or nil
 local hold = ARGV[2]
 local ids = {}
 local weighted = false
@@ -60,13 +61,15 @@ end
 if redis.call('EXISTS', queue, holds) == 0 then
   return removed
 end
-local average = tonumber(redis.call('HGET', holds, 'avg') or '')
-if average then
-  average = average + (held_ms - average) / 8
-else
-  average = held_ms
+if held_ms then
+  local average = tonumber(redis.call('HGET', holds, 'avg') or '')
+  if average then
+    average = average + (held_ms - average) / 8
+  else
+    average = held_ms
+  end
+  redis.call('HSET', holds, 'avg', string.format('%.3f', average))
 end
-redis.call('HSET', holds, 'avg', string.format('%.3f', average))
 local queued_for = redis.call('PTTL', queue)
 if queued_for == -2 then
   return removed

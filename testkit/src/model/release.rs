@@ -12,7 +12,10 @@ use inflight_core::scripts::STALE;
 impl RedisModel {
     pub(super) fn release(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {
         let (leases, queue, waiters, holds, wake, fence) = (&keys[0], &keys[1], &keys[2], &keys[3], &keys[4], &keys[5]);
-        let held_ms = integer(&argv[0], "hold time", 0)?;
+        let held_ms = match argv[0].is_empty() {
+            true => None,
+            false => Some(integer(&argv[0], "hold time", 0)?),
+        };
         let hold = &argv[1];
         let ids = &argv[2..];
         let (mut weighted, mut freed) = (false, 0);
@@ -33,14 +36,16 @@ impl RedisModel {
         if !self.store.exists(queue) && !self.store.exists(holds) {
             return Ok(int(removed as i64));
         }
-        let average = match self.store.hget(holds, b"avg").and_then(|a| lua_number(&a)) {
-            Some(average) => average + (held_ms as f64 - average) / 8.0,
-            None => held_ms as f64,
-        };
-        self.store.hset(
-            holds,
-            &[(Bytes::from_static(b"avg"), Bytes::from(format!("{average:.3}")))],
-        );
+        if let Some(held_ms) = held_ms {
+            let average = match self.store.hget(holds, b"avg").and_then(|a| lua_number(&a)) {
+                Some(average) => average + (held_ms as f64 - average) / 8.0,
+                None => held_ms as f64,
+            };
+            self.store.hset(
+                holds,
+                &[(Bytes::from_static(b"avg"), Bytes::from(format!("{average:.3}")))],
+            );
+        }
         let queued_for = self.store.pttl(queue);
         if queued_for == -2 {
             return Ok(int(removed as i64));

@@ -139,7 +139,7 @@ fn cycles(server: &RedisServer, scripts: &Scripts, keys: &SubjectKeys, weight: u
                 fenced: false,
             };
             scripts.encode_acquire(&mut out, Eval::Sha, call, 1_000_000_000, b"weights:recovery", None);
-            scripts.encode_release(&mut out, keys, Eval::Sha, 1, b"weights:recovery", [id.as_bytes()]);
+            scripts.encode_release(&mut out, keys, Eval::Sha, Some(1), b"weights:recovery", [id.as_bytes()]);
         }
         stream.write_all(&out).unwrap();
         read_replies(&mut stream, &mut reader, &mut buf, 2 * WINDOW, |frame| match frame {

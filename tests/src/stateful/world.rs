@@ -637,7 +637,7 @@ impl World {
             return Ok(());
         }
         let refs: Vec<&str> = plain.iter().map(String::as_str).collect();
-        let release = self.subject.encode_release(&refs, 10);
+        let release = self.subject.encode_release(&refs, Some(10));
         let first = match how {
             0 => release.clone(),
             _ => self.subject.encode_removal(&refs),
@@ -946,7 +946,8 @@ impl World {
             .collect();
         if !again.is_empty() {
             let refs: Vec<&str> = again.iter().map(String::as_str).collect();
-            let bytes = self.subject.encode_release(&refs, 0);
+            // As the client's recovery does: no hold time to teach.
+            let bytes = self.subject.encode_release(&refs, None);
             self.call(&bytes)?;
             self.collect_messages()?;
         }
