@@ -80,7 +80,16 @@ impl SentinelSet {
     }
 
     fn run_data(&self, port: u16, replica_of: Option<u16>) -> Option<Watched> {
+        // Each node's RDB file in the set's directory: a replica saves what
+        // it syncs, which must not land in (and be loaded from) the working
+        // directory of a later run.
+        let dbfilename = format!("dump-{port}.rdb");
+        let dir = self.dir.to_string_lossy();
         let mut args: Vec<String> = [
+            "--dir",
+            &dir,
+            "--dbfilename",
+            &dbfilename,
             "--port",
             &port.to_string(),
             "--bind",

@@ -74,7 +74,17 @@ impl RedisServer {
                 ],
                 _ => Vec::new(),
             };
+            // Its own RDB file, out of the working directory: a replica saves
+            // the data it syncs there, and a server started later in the same
+            // directory would load it (leases of an earlier run).
+            let dbfilename = rdb_file(port);
             let child = Command::new("redis-server")
+                .args([
+                    "--dir",
+                    &std::env::temp_dir().to_string_lossy(),
+                    "--dbfilename",
+                    &dbfilename,
+                ])
                 .args([
                     "--port",
                     &port.to_string(),
@@ -225,7 +235,13 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(std::env::temp_dir().join(rdb_file(self.port)));
     }
+}
+
+/// The RDB file name of the server on `port` (in the temporary directory).
+fn rdb_file(port: u16) -> String {
+    format!("inflight-test-{}-{port}.rdb", std::process::id())
 }
 
 /// A loopback port nothing listens on (just now).

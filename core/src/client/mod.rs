@@ -140,19 +140,12 @@ impl Client {
 
     /// Every current connection: its id, where it goes, whether it is ready.
     pub fn connections(&self) -> impl Iterator<Item = (ConnectionId, &Endpoint, bool)> + '_ {
-        self.net.nodes.iter().filter_map(|node| {
-            let conn = node.connection.as_ref()?;
-            Some((conn.id(), &node.endpoint, conn.is_ready()))
-        })
+        self.net.connections()
     }
 
     /// Where `connection` goes, while it is current.
     pub fn endpoint(&self, connection: ConnectionId) -> Option<&Endpoint> {
-        let node = self.net.nodes.iter().find(|node| node.has(connection));
-        node.map(|node| &node.endpoint).or_else(|| {
-            let sentinels = self.net.sentinels.as_ref()?;
-            sentinels.endpoint().filter(|_| sentinels.id() == Some(connection))
-        })
+        self.net.endpoint(connection)
     }
 
     /// Releases (and compensations) not yet done or given up, and `LEAVE`s
@@ -358,12 +351,10 @@ impl Client {
             return sentinels.connected(now, connection);
         }
         if let Some(node) = self.net.subscriber_of(connection) {
-            self.net.nodes[node]
-                .wake_ups
-                .connected(self.config.credentials.as_ref());
+            let credentials = self.config.credentials.as_ref();
+            self.net.nodes[node].wake_ups.connected(credentials);
             let (waiters, names, config) = (&mut self.waiters, &mut self.names, &self.config);
-            self.net.sync_subscriptions(now, waiters, names, config, &mut self.out);
-            return;
+            return self.net.sync_subscriptions(now, waiters, names, config, &mut self.out);
         }
         let Some(node) = self.net.node_of(connection) else {
             return;

@@ -17,6 +17,7 @@ use super::request::{ReleaseJob, Request, Step};
 use super::sentinel::Sentinels;
 use super::topology::{Route, Topology};
 use super::waiters::Waiters;
+use crate::address::Endpoint;
 use crate::config::{Config, Servers};
 use crate::event::{Action, ConnectionError, ConnectionId, Transmit};
 use crate::resp::Frame;
@@ -178,6 +179,31 @@ impl Network {
                 node.connection.is_none() && !node.reconnect.backing_off()
             })
             .collect()
+    }
+
+    /// The node that serves `slot`, if its connection is ready.
+    pub(super) fn ready_for(&self, slot: u16) -> Option<usize> {
+        match self.topology.route(slot) {
+            Route::Node(node) => Some(node).filter(|node| self.nodes[*node].is_ready()),
+            Route::AwaitTopology | Route::NoOwner => None,
+        }
+    }
+
+    /// Every current data connection: its id, where it goes, whether it is ready.
+    pub(super) fn connections(&self) -> impl Iterator<Item = (ConnectionId, &Endpoint, bool)> + '_ {
+        self.nodes.iter().filter_map(|node| {
+            let conn = node.connection.as_ref()?;
+            Some((conn.id(), &node.endpoint, conn.is_ready()))
+        })
+    }
+
+    /// Where `connection` goes (a node's, or the sentinels' watch), while it is current.
+    pub(super) fn endpoint(&self, connection: ConnectionId) -> Option<&Endpoint> {
+        let node = self.nodes.iter().find(|node| node.has(connection));
+        node.map(|node| &node.endpoint).or_else(|| {
+            let sentinels = self.sentinels.as_ref()?;
+            sentinels.endpoint().filter(|_| sentinels.id() == Some(connection))
+        })
     }
 
     /// Whether `job` can go now: the node that serves it is ready.

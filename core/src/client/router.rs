@@ -11,7 +11,6 @@ use super::encode::Wire;
 use super::releases;
 use super::replies::Reader;
 use super::request::{AcquireOp, Op, ReleaseJob, Request, Step};
-use super::topology::Route;
 use super::waiters;
 use super::Client;
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Outcome, ReleaseFailure, RequestId, Unavailable};
@@ -333,11 +332,8 @@ impl Client {
 
     /// Writes the `LEAVE`s owed, on the nodes that serve them, if ready.
     pub(super) fn send_leaves(&mut self, now: Instant) {
-        let (topology, nodes) = (&self.net.topology, &self.net.nodes);
-        let leaves = self.waiters.take_leaves(now, |keys| match topology.route(keys.slot()) {
-            Route::Node(node) => Some(node).filter(|node| nodes[*node].is_ready()),
-            Route::AwaitTopology | Route::NoOwner => None,
-        });
+        let net = &self.net;
+        let leaves = self.waiters.take_leaves(now, |keys| net.ready_for(keys.slot()));
         for leave in leaves {
             self.out.stats.waiters_left += 1;
             let request = Request::Leave(leave.keys, leave.lease, leave.until);
@@ -357,12 +353,9 @@ impl Client {
 
     /// Opens a connection to `node`, unless it has one.
     pub(super) fn start_connect(&mut self, now: Instant, node: usize) {
-        let names = &mut self.names;
-        let deadline = now + self.config.connect_timeout;
-        let limits = self.config.reply_limits;
-        if let Some(action) = self.net.connect(node, || names.connection(), deadline, limits) {
-            self.out.action(action);
-        }
+        let (deadline, limits) = (now + self.config.connect_timeout, self.config.reply_limits);
+        let action = self.net.connect(node, || self.names.connection(), deadline, limits);
+        self.out.actions(action);
     }
 
     /// Gives up `node`'s current connection (see [`Network::retire`](super::Network)).
@@ -396,11 +389,8 @@ impl Client {
     /// the waiters, and what they ask for is done before the next; a broken
     /// stream closes the connection.
     pub(super) fn wake_ups_input(&mut self, now: Instant, node: usize, data: &[u8]) {
-        let waiters = &self.waiters;
-        let Ok(heard) = self.net.nodes[node]
-            .wake_ups
-            .input(data, |channel| waiters.wants(channel))
-        else {
+        let (waiters, wake_ups) = (&self.waiters, &mut self.net.nodes[node].wake_ups);
+        let Ok(heard) = wake_ups.input(data, |channel| waiters.wants(channel)) else {
             return self.close_wake_ups(now, node);
         };
         for news in heard {
@@ -415,9 +405,10 @@ impl Client {
     /// `node`'s wake-up connection closed or failed: closed here too, and
     /// opened again after the reconnect backoff cap.
     pub(super) fn close_wake_ups(&mut self, now: Instant, node: usize) {
-        let retry_after = self.config.reconnect_max_backoff;
-        self.out
-            .actions(self.net.nodes[node].wake_ups.close(now, retry_after).map(Action::Close));
+        let closed = self.net.nodes[node]
+            .wake_ups
+            .close(now, self.config.reconnect_max_backoff);
+        self.out.actions(closed.map(Action::Close));
     }
 
     // ---- outcomes ---------------------------------------------------------
@@ -449,13 +440,11 @@ impl Client {
     /// A confirmed hand-over waits for a `WAIT` written at once on the node
     /// that serves it; with that node not ready, the waiter checks again.
     fn await_replicas(&mut self, now: Instant, op: AcquireOp, token: u64) {
-        let (node, acks) = match (self.net.topology.route(op.call.keys.slot()), self.config.replica_acks) {
-            (Route::Node(node), Some(acks)) if self.net.nodes[node].is_ready() => (node, acks),
-            _ => return self.route_op(now, Op::Acquire(op.resend())),
+        let (Some(node), Some(acks)) = (self.net.ready_for(op.call.keys.slot()), self.config.replica_acks) else {
+            return self.route_op(now, Op::Acquire(op.resend()));
         };
         let conn = self.net.nodes[node].connection.as_mut().expect("ready");
         conn.unreplicated.push((op, token));
-        let deadline = now + self.config.request_liveness + acks.timeout;
-        self.send(node, Request::Wait, deadline);
+        self.send(node, Request::Wait, now + self.config.request_liveness + acks.timeout);
     }
 }
