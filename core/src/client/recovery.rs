@@ -178,9 +178,7 @@ impl RecoveryState {
     ) -> Result<u64, ConnectionError> {
         match frame {
             Frame::Integer(back) if (0..=leases.iter().map(|l| i64::from(l.weight())).sum()).contains(&back) => {
-                for lease in &leases {
-                    self.released.confirmed_again(now, node, lease);
-                }
+                self.released.confirmed_again(now, node, &leases);
                 Ok(back as u64)
             }
             Frame::Error(_) => Ok(0),

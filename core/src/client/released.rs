@@ -5,7 +5,7 @@
 //! the old primary's last writes, however long the client takes to find
 //! the new one (a stale sentinel, a handshake cut off by a second switch).
 
-use std::collections::HashMap;
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::key::SubjectKeys;
@@ -22,15 +22,14 @@ pub(super) const MAX_REMEMBERED_RELEASES: usize = 32_768;
 
 #[derive(Debug, Default)]
 pub(super) struct RecentReleases {
-    /// By lease counter (one client's ids share the rest): one entry per
-    /// lease, however often a recovery sends it again.
-    by_counter: HashMap<u64, Released>,
+    /// In the order callers' releases were confirmed; a recovery's repeat
+    /// renews its entry where it is (one entry per lease, however often it
+    /// is sent again). Every release pays one push and the pops of what
+    /// went stale before it: O(1), nothing hashed.
+    released: VecDeque<Released>,
     /// Per node, when it last confirmed a caller's release: the end of the
     /// writes a failover of that node may have lost.
-    last_release: HashMap<usize, Instant>,
-    /// The size after the last sweep: the next comes once it has doubled
-    /// (amortised O(1) per release).
-    swept_at: usize,
+    last_release: Vec<Option<Instant>>,
     /// An injected bug for the simulator: "lately" counts back from now.
     aged_from_now: bool,
 }
@@ -48,10 +47,11 @@ struct Released {
 
 impl RecentReleases {
     /// `node` confirmed a caller's release of `lease` (of `keys`, live at
-    /// most until `until`) at `now`. Those older than `horizon` before
-    /// their node's last release, or past their `until`, are forgotten (a
-    /// replica that lags more than that is not covered), and the oldest
-    /// beyond the cap.
+    /// most until `until`) at `now`. The oldest are forgotten once they
+    /// came more than `horizon` before their node's last release (a replica
+    /// that lags more than that is not covered) or their lease has expired,
+    /// and beyond the cap. (Those behind an older one still wanted wait for
+    /// it, within the cap; `on` leaves them out.)
     pub(super) fn confirmed(
         &mut self,
         now: Instant,
@@ -61,47 +61,49 @@ impl RecentReleases {
         keys: &SubjectKeys,
         until: Instant,
     ) {
-        self.last_release.insert(node, now);
-        let keys = keys.clone();
-        let release = Released {
+        if self.last_release.len() <= node {
+            self.last_release.resize(node + 1, None);
+        }
+        self.last_release[node] = Some(now);
+        while let Some(oldest) = self.released.front() {
+            let gone = self.stale(now, oldest, horizon) || oldest.until <= now;
+            if !gone && self.released.len() < MAX_REMEMBERED_RELEASES {
+                break;
+            }
+            self.released.pop_front();
+        }
+        self.released.push_back(Released {
             at: now,
             node,
             lease,
-            keys,
+            keys: keys.clone(),
             until,
-        };
-        self.by_counter.insert(release.lease.parts().1, release);
-        self.sweep(now, horizon);
+        });
     }
 
-    /// A recovery sent `lease` again and `node` confirmed it at `now`: it is
-    /// remembered from now, for a server that may fail over in turn. Not
-    /// the node's last release: a recovery cut off half way must still
-    /// find the rest.
-    pub(super) fn confirmed_again(&mut self, now: Instant, node: usize, lease: &LeaseId) {
-        if let Some(release) = self.by_counter.get_mut(&lease.parts().1) {
-            release.at = now;
-            release.node = node;
-        }
-    }
-
-    fn sweep(&mut self, now: Instant, horizon: Duration) {
-        let len = self.by_counter.len();
-        if len < (2 * self.swept_at).max(64) && len <= MAX_REMEMBERED_RELEASES {
-            return;
-        }
-        let (last, aged) = (&self.last_release, self.aged_from_now);
-        self.by_counter
-            .retain(|_, release| !stale(last, aged, now, release, horizon) && release.until > now);
-        if self.by_counter.len() > MAX_REMEMBERED_RELEASES {
-            let mut order: Vec<(Instant, u64)> = self.by_counter.iter().map(|(c, r)| (r.at, *c)).collect();
-            order.sort_unstable();
-            let oldest = order.len() - MAX_REMEMBERED_RELEASES / 2;
-            for (_, counter) in &order[..oldest] {
-                self.by_counter.remove(counter);
+    /// A recovery sent `leases` again and `node` confirmed them at `now`:
+    /// they are remembered from now, for a server that may fail over in
+    /// turn. Not the node's last release: a recovery cut off half way must
+    /// still find the rest. (One pass over the list per batch: recoveries
+    /// are rare, releases are not.)
+    pub(super) fn confirmed_again(&mut self, now: Instant, node: usize, leases: &[LeaseId]) {
+        let counters: HashSet<u64> = leases.iter().map(|lease| lease.parts().1).collect();
+        for release in self.released.iter_mut() {
+            if counters.contains(&release.lease.parts().1) {
+                release.at = now;
+                release.node = node;
             }
         }
-        self.swept_at = self.by_counter.len();
+    }
+
+    /// Whether `release` came more than `horizon` before its node's last
+    /// (or, `aged_from_now`, before now).
+    fn stale(&self, now: Instant, release: &Released, horizon: Duration) -> bool {
+        let last = match self.aged_from_now {
+            true => Some(now),
+            false => self.last_release.get(release.node).copied().flatten(),
+        };
+        last.is_some_and(|last| last.saturating_duration_since(release.at) > horizon)
     }
 
     /// Releases confirmed within `horizon` of their node's last (and whose
@@ -113,16 +115,15 @@ impl RecentReleases {
         horizon: Duration,
         owns: impl Fn(&SubjectKeys) -> bool,
     ) -> Vec<(SubjectKeys, Vec<LeaseId>)> {
-        let (last, aged) = (&self.last_release, self.aged_from_now);
-        let mut recent: Vec<(&u64, &Released)> = self
-            .by_counter
+        let mut recent: Vec<&Released> = self
+            .released
             .iter()
-            .filter(|(_, r)| !stale(last, aged, now, r, horizon) && r.until > now && owns(&r.keys))
+            .filter(|r| !self.stale(now, r, horizon) && r.until > now && owns(&r.keys))
             .collect();
-        // The map's order is not reproducible; this is.
-        recent.sort_unstable_by_key(|(counter, release)| (release.at, **counter));
+        // Repeats renewed in place are out of order; this order is reproducible.
+        recent.sort_by_key(|release| (release.at, release.lease.parts().1));
         let mut groups: Vec<(SubjectKeys, Vec<LeaseId>)> = Vec::new();
-        for (_, Released { lease, keys, .. }) in recent {
+        for Released { lease, keys, .. } in recent {
             match groups
                 .iter_mut()
                 .find(|(k, ids)| k.leases() == keys.leases() && ids.len() < crate::scripts::MAX_RELEASE_BATCH)
@@ -144,25 +145,8 @@ impl RecentReleases {
 
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.by_counter.len()
+        self.released.len()
     }
-}
-
-/// Whether `release` came more than `horizon` before its node's last (or,
-/// `aged_from_now`, before now).
-fn stale(
-    last: &HashMap<usize, Instant>,
-    aged_from_now: bool,
-    now: Instant,
-    release: &Released,
-    horizon: Duration,
-) -> bool {
-    let last = if aged_from_now {
-        Some(&now)
-    } else {
-        last.get(&release.node)
-    };
-    last.is_some_and(|last| last.saturating_duration_since(release.at) > horizon)
 }
 
 #[cfg(test)]
@@ -196,7 +180,7 @@ mod tests {
         assert_eq!(ids(&recent.on(ms(2_200), horizon, |_| true)), [1, 2, 3]);
         // A recovery's repeat does not move the node's last release either,
         // and the lease is remembered once, from the repeat.
-        recent.confirmed_again(ms(2_100), 0, &id(2));
+        recent.confirmed_again(ms(2_100), 0, &[id(2)]);
         assert_eq!(ids(&recent.on(ms(2_200), horizon, |_| true)), [1, 3, 2]);
         // A caller's release on node 0 does: what came before it by more
         // than the horizon is left out.
