@@ -337,10 +337,12 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
 /// prints every request to a data host that holds the text, with its
 /// replies: one lease followed through a seed.
 fn watch(state: &ServerState, host: usize, role: &str, request: &[u8], replies: &[bytes::Bytes]) {
-    let Some(text) = std::env::var_os("INFLIGHT_SIM_WATCH") else {
+    // Read once: this runs for every request.
+    static WATCHED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let watched = WATCHED.get_or_init(|| std::env::var("INFLIGHT_SIM_WATCH").ok());
+    let Some(text) = watched else {
         return;
     };
-    let text = text.to_string_lossy();
     let request = String::from_utf8_lossy(request);
     if !request.contains(&*text) {
         return;

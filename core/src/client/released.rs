@@ -153,6 +153,14 @@ impl RecentReleases {
 mod tests {
     use super::*;
 
+    /// One subject's keys, and an arbitrary starting instant.
+    fn subject_and_start() -> (SubjectKeys, Instant) {
+        let keys = SubjectKeys::new("t", &crate::key::Key::new("ns", "s").unwrap());
+        #[allow(clippy::disallowed_methods)] // an arbitrary starting instant
+        let start = Instant::now();
+        (keys, start)
+    }
+
     fn ids(groups: &[(SubjectKeys, Vec<LeaseId>)]) -> Vec<u64> {
         groups
             .iter()
@@ -165,10 +173,8 @@ mod tests {
         // A failover loses the old primary's last writes, found whenever the
         // client reaches the new primary: a stale sentinel, or a handshake
         // cut off by a second switch, may make that later than the horizon.
-        let keys = SubjectKeys::new("t", &crate::key::Key::new("ns", "s").unwrap());
+        let (keys, start) = subject_and_start();
         let horizon = Duration::from_millis(500);
-        #[allow(clippy::disallowed_methods)] // an arbitrary starting instant
-        let start = Instant::now();
         let ms = |n| start + Duration::from_millis(n);
         let until = ms(600_000);
         let mut recent = RecentReleases::default();
@@ -192,10 +198,8 @@ mod tests {
 
     #[test]
     fn memory_is_bounded_by_the_cap_whatever_a_quiet_node_keeps() {
-        let keys = SubjectKeys::new("t", &crate::key::Key::new("ns", "s").unwrap());
+        let (keys, start) = subject_and_start();
         let horizon = Duration::from_secs(3_600);
-        #[allow(clippy::disallowed_methods)] // an arbitrary starting instant
-        let start = Instant::now();
         let until = start + Duration::from_secs(7_200);
         let mut recent = RecentReleases::default();
         // One release on a node that then goes quiet, and many on another,

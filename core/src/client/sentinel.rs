@@ -135,11 +135,7 @@ impl Settings {
 impl Sentinels {
     pub(super) fn new(settings: Settings) -> Self {
         let mut endpoints = Vec::new();
-        for endpoint in settings.sentinels {
-            if !endpoints.contains(&endpoint) && endpoints.len() < MAX_SENTINELS {
-                endpoints.push(endpoint);
-            }
-        }
+        add_sentinels(&mut endpoints, settings.sentinels);
         Self {
             master: Bytes::from(settings.master),
             credentials: settings.credentials,
@@ -343,11 +339,7 @@ impl Sentinels {
 
     /// Adds the sentinels a `SENTINEL sentinels` reply named.
     fn learn(&mut self, named: Vec<Endpoint>) {
-        for sentinel in named {
-            if !self.endpoints.contains(&sentinel) && self.endpoints.len() < MAX_SENTINELS {
-                self.endpoints.push(sentinel);
-            }
-        }
+        add_sentinels(&mut self.endpoints, named);
     }
 
     /// The watch's connection closed or failed (`error`).
@@ -439,5 +431,14 @@ impl Sentinels {
             return (self.ask_again(now), Vec::new());
         }
         (None, Vec::new())
+    }
+}
+
+/// Adds each of `more` not in `endpoints` yet, up to [`MAX_SENTINELS`].
+fn add_sentinels(endpoints: &mut Vec<Endpoint>, more: impl IntoIterator<Item = Endpoint>) {
+    for endpoint in more {
+        if !endpoints.contains(&endpoint) && endpoints.len() < MAX_SENTINELS {
+            endpoints.push(endpoint);
+        }
     }
 }

@@ -80,7 +80,7 @@ pub(super) fn answer(
         }
         (Question::Sentinels, Frame::Array(items)) => Ok(Answer::Sentinels(sentinels(&items).collect())),
         // A sentinel that will not list the others (an ACL) is still of
-        // use; the list is only ever grown.
+        // use; the list is left as it is.
         (Question::Sentinels, Frame::Error(_)) => Ok(Answer::Nothing),
         (Question::Subscribed, Frame::Array(items)) if kind(&items) == Some(&b"subscribe"[..]) => {
             Ok(Answer::Subscribed)
