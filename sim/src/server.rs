@@ -344,7 +344,7 @@ fn watch(state: &ServerState, host: usize, role: &str, request: &[u8], replies: 
         return;
     };
     let request = String::from_utf8_lossy(request);
-    if !request.contains(&*text) {
+    if !request.contains(text.as_str()) {
         return;
     }
     let flat = |s: &str| s.replace("\r\n", " ");
