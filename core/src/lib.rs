@@ -16,6 +16,7 @@ mod address;
 pub mod client;
 #[doc(hidden)]
 pub mod cluster;
+pub mod composite;
 pub mod config;
 pub mod event;
 mod fault;
@@ -38,6 +39,7 @@ pub mod slot;
 
 pub use address::{redact_url, Endpoint, ServerAddress};
 pub use client::{Client, Timer};
+pub use composite::CompositeError;
 pub use config::{Config, ConfigError, Credentials, Recovery, ReleasePolicy, ReplicaAcks, Servers, UnavailablePolicy};
 pub use event::{
     Action, ConnectionError, ConnectionId, DataLoss, Event, Holder, Inspection, KeysPage, Lease, LeaseLost, Outcome,

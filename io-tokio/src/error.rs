@@ -3,7 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use inflight_core::{ClaimError, ConfigError, ConnectionError, LabelError, ReleaseFailure, SentinelError, Unavailable};
+use inflight_core::{
+    ClaimError, CompositeError, ConfigError, ConnectionError, LabelError, ReleaseFailure, SentinelError, Unavailable,
+};
 
 /// Why an acquire did not return a permit.
 ///
@@ -29,6 +31,11 @@ pub enum Error {
         /// Redis expected the wait to outlast it: at once, or at a later
         /// check when the queue ahead moved slower than expected.
         shed: bool,
+        /// For [`Limiter::acquire_all`](crate::Limiter::acquire_all): which
+        /// of its keys was full (its index in the order given), so a
+        /// gateway can say "tenant over its limit" or "service busy";
+        /// `None` for an acquire of one key.
+        key: Option<usize>,
     },
     /// Redis gave no trustworthy answer in time, and the policy is `Deny`.
     /// Shed the request (e.g. HTTP 503); the limiter recovers on its own.
@@ -45,6 +52,9 @@ pub enum Error {
     /// A holder label that cannot be stored (empty, too long, a character
     /// outside the accepted set).
     Label(LabelError),
+    /// Keys [`Limiter::acquire_all`](crate::Limiter::acquire_all) cannot
+    /// take together (none, too many, one repeated).
+    Composite(CompositeError),
 }
 
 impl Error {
@@ -77,6 +87,7 @@ impl fmt::Display for Error {
             Error::Config(error) => error.fmt(f),
             Error::Claim(error) => error.fmt(f),
             Error::Label(error) => error.fmt(f),
+            Error::Composite(error) => error.fmt(f),
         }
     }
 }
@@ -89,6 +100,7 @@ impl std::error::Error for Error {
             Error::Config(error) => error.source(),
             Error::Claim(error) => error.source(),
             Error::Label(error) => error.source(),
+            Error::Composite(error) => error.source(),
             Error::Exceeded { .. } | Error::Stopped => None,
         }
     }

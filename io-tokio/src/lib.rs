@@ -116,6 +116,7 @@ mod limiter;
 mod mailbox;
 mod news;
 mod permit;
+mod permits;
 mod socket;
 mod telemetry;
 mod throttle;
@@ -133,14 +134,15 @@ pub use connector::{tcp_endpoint, Connector, TcpConnector};
 pub use drained::Drained;
 pub use error::{ConnectError, Error, ReleaseError, RenewError};
 pub use inflight_core::{
-    ClaimError, ConfigError, ConnectionError, DataLoss, Endpoint, Holder, Key, KeyError, Label, LabelError, LeaseId,
-    ProtocolError, Reassertion, Recovery, ReleaseFailure, ReleasePolicy, ReplicaAcks, SentinelError, ServerError,
-    ServerErrorKind, Stats, Unavailable, UnavailablePolicy, MAX_LABEL_LEN, MAX_WEIGHT,
+    ClaimError, CompositeError, ConfigError, ConnectionError, DataLoss, Endpoint, Holder, Key, KeyError, Label,
+    LabelError, LeaseId, ProtocolError, Reassertion, Recovery, ReleaseFailure, ReleasePolicy, ReplicaAcks,
+    SentinelError, ServerError, ServerErrorKind, Stats, Unavailable, UnavailablePolicy, MAX_LABEL_LEN, MAX_WEIGHT,
 };
 pub use limiter::reads::{BusyKeys, Usage, MAX_HOLDERS, MAX_SCANNED_KEYS};
 pub use limiter::{Acquire, Limiter};
 pub use news::Lost;
 pub use permit::Permit;
+pub use permits::Permits;
 
 /// The crate README's code compiles as written.
 #[cfg(doctest)]

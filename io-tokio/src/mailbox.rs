@@ -34,6 +34,15 @@ pub(crate) enum Command {
         /// `Ok(None)`: let through unenforced (fail open).
         reply: oneshot::Sender<Result<Option<HeldLease>, Error>>,
     },
+    /// One lease on each subject, all or nothing (one slot in a cluster).
+    AcquireAll {
+        ticket: u64,
+        parts: Vec<(SubjectKeys, NonZeroU32)>,
+        claim: Claim,
+        keep_alive: bool,
+        /// `Ok(None)`: let through unenforced (fail open).
+        reply: oneshot::Sender<Result<Option<Vec<HeldLease>>, Error>>,
+    },
     Renew {
         ticket: u64,
         lease: Lease,

@@ -9,7 +9,7 @@ use bytes::BytesMut;
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::resp::{encode_command, Frame, ReplyLimits, ReplyReader};
-use inflight_core::scripts::{Eval, LeaseCall, ScriptKind, Scripts, WaitArgs};
+use inflight_core::scripts::{Eval, LeaseCall, ScriptKind, Scripts, WaitArgs, WITHHELD};
 use inflight_testkit::model::{ModelConnection, RedisModel};
 use inflight_tests::{RedisServer, Rng};
 
@@ -93,7 +93,11 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
                     })
                     .collect();
                 token_keys = picked.iter().map(|(s, ..)| subjects[*s].leases().to_vec()).collect();
-                scripts.encode_acquire_across(&mut command, &calls, hold);
+                // Half of them all or nothing (a repeated subject is refused).
+                match rng.below(2) {
+                    0 => scripts.encode_acquire_across(&mut command, &calls, hold),
+                    _ => scripts.encode_acquire_all(&mut command, text_sometimes(&mut rng), &calls, hold),
+                }
             }
             5..=6 => {
                 // The plain release (during a slot migration): every unit.
@@ -172,11 +176,19 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
         let acquire = matches!(
             kind,
             Some(
-                ScriptKind::Acquire | ScriptKind::AcquireMany | ScriptKind::AcquireAcross | ScriptKind::AcquireWaiting
+                ScriptKind::Acquire
+                    | ScriptKind::AcquireMany
+                    | ScriptKind::AcquireAcross
+                    | ScriptKind::AcquireAll
+                    | ScriptKind::AcquireWaiting
             )
         );
         // Only the fail-fast scripts take the fencing argument.
-        let tokens = !fenced && matches!(kind, Some(ScriptKind::Acquire | ScriptKind::AcquireAcross));
+        let tokens = !fenced
+            && matches!(
+                kind,
+                Some(ScriptKind::Acquire | ScriptKind::AcquireAcross | ScriptKind::AcquireAll)
+            );
         let tokens = if tokens { Tokens::None } else { Tokens::OnGrants };
         let inspect = String::from_utf8_lossy(&command).contains(scripts.inspect.text);
         let (real, modelled) = if inspect {
@@ -199,6 +211,9 @@ fn the_model_answers_every_command_exactly_as_redis_does() {
     // The queue was exercised: waiters queued, and some shed.
     let queued = model.acquires.iter().filter(|a| a.status == 2).count();
     assert!(queued > 100, "only {queued} waits were queued");
+    // And all-or-nothing calls held back subjects that had room.
+    let withheld = model.acquires.iter().filter(|a| a.status == WITHHELD).count();
+    assert!(withheld >= 5, "only {withheld} subjects were withheld");
     // And the lease sets and wait queues agree at the end.
     for keys in &subjects {
         let queued = match redis.call(&[b"ZRANGE", &keys.queue(), b"0", b"-1"]).unwrap() {
@@ -273,6 +288,7 @@ fn rng_kind(command: &[u8], scripts: &Scripts) -> Option<ScriptKind> {
         ScriptKind::Acquire,
         ScriptKind::AcquireMany,
         ScriptKind::AcquireAcross,
+        ScriptKind::AcquireAll,
         ScriptKind::AcquireWaiting,
     ]
     .into_iter()

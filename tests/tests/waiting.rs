@@ -332,6 +332,7 @@ async fn a_wait_that_cannot_be_served_in_time_is_shed_at_once() {
         Err(Error::Exceeded {
             retry_after: expected,
             shed: true,
+            key: None,
         }) => {
             assert!(expected >= Duration::from_millis(100), "{expected:?}");
         }

@@ -10,7 +10,7 @@ use super::request::{AcquireOp, ReleaseJob, RenewOp};
 use crate::event::{ConnectionError, Holder, Inspection, KeysPage};
 use crate::key::Key;
 use crate::resp::Frame;
-use crate::scripts::{RECOVERING, STALE};
+use crate::scripts::{RECOVERING, STALE, WITHHELD};
 
 /// A reply that is not an answer to believe.
 #[derive(Debug)]
@@ -108,6 +108,38 @@ pub(super) fn batch(
     frame: Frame,
     check_echo: bool,
 ) -> Result<(Vec<Result<AcquireAnswer, ConnectionError>>, u64), Misread> {
+    triples(ops, frame, check_echo, acquire_status)
+}
+
+/// What a trusted reply says of one part of an `ACQUIRE_ALL`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PartAnswer {
+    /// As `ACQUIRE` would answer it.
+    Own(AcquireAnswer),
+    /// It had room, and was not taken because another part refused.
+    Withheld,
+}
+
+/// `ACQUIRE_ALL`'s reply: `ACQUIRE_ACROSS`'s shape, with one more status.
+pub(super) fn bundle(
+    parts: &[AcquireOp],
+    frame: Frame,
+    check_echo: bool,
+) -> Result<(Vec<Result<PartAnswer, ConnectionError>>, u64), Misread> {
+    triples(parts, frame, check_echo, |op, status, token| match status {
+        WITHHELD => Ok(PartAnswer::Withheld),
+        status => acquire_status(op, status, token).map(PartAnswer::Own),
+    })
+}
+
+/// A triple `{status, id, token}` per acquire, then the units reclaimed,
+/// each status read by `status`.
+fn triples<T>(
+    ops: &[AcquireOp],
+    frame: Frame,
+    check_echo: bool,
+    status: impl Fn(&AcquireOp, i64, i64) -> Result<T, ConnectionError>,
+) -> Result<(Vec<Result<T, ConnectionError>>, u64), Misread> {
     let items = match frame {
         Frame::Error(message) => return Err(Misread::Refused(message.to_string())),
         Frame::Array(items) if items.len() == 3 * ops.len() + 1 => items,
@@ -132,7 +164,7 @@ pub(super) fn batch(
     let answers = triples()
         .zip(ops)
         .map(|(triple, op)| match triple {
-            [Frame::Integer(status), _, Frame::Integer(token)] => acquire_status(op, *status, *token),
+            [Frame::Integer(code), _, Frame::Integer(token)] => status(op, *code, *token),
             _ => unreachable!("checked above"),
         })
         .collect();

@@ -5,8 +5,9 @@
 
 use std::time::{Duration, Instant};
 
+use super::effect::{compensate, Effect};
 use super::identity::Identity;
-use super::request::{AcquireOp, Op, Request};
+use super::request::{AcquireOp, Bundle, Op, Ran, Request};
 use crate::event::{ConnectionError, ConnectionId, RequestId};
 use crate::pipeline::Pipeline;
 use crate::resp::ReplyLimits;
@@ -57,7 +58,7 @@ pub(super) struct Connection {
     pub(super) replica: Option<String>,
     /// Grants read and not yet confirmed by a `WAIT` (with `replica_acks`),
     /// with their fencing tokens.
-    pub(super) unreplicated: Vec<(AcquireOp, u64)>,
+    pub(super) unreplicated: Vec<Unconfirmed>,
     /// When the server was last heard from (a reply, or the connection
     /// becoming ready): an idle connection is probed `idle_probe` after.
     heard_at: Instant,
@@ -134,7 +135,9 @@ impl Connection {
     /// `request`'s reply was read: it no longer counts as in flight.
     pub(super) fn answered(&mut self, request: &Request) {
         match request {
-            Request::Acquire(_) | Request::Renew(_) | Request::Inspect(_) => self.in_flight -= 1,
+            Request::Acquire(_) | Request::AcquireAll(_) | Request::Renew(_) | Request::Inspect(_) => {
+                self.in_flight -= 1
+            }
             Request::AcquireMany(ops) | Request::AcquireAcross(ops) => self.in_flight -= ops.len(),
             _ => {}
         }
@@ -167,5 +170,40 @@ impl Connection {
             Phase::Connecting { .. } | Phase::Handshaking { .. } => Some(ConnectionError::ConnectTimeout),
             Phase::Ready => Some(ConnectionError::Stalled),
         }
+    }
+}
+
+/// A grant read and not yet confirmed replicated by a `WAIT`, with its
+/// fencing tokens.
+#[derive(Debug)]
+pub(super) enum Unconfirmed {
+    One(AcquireOp, u64),
+    All(Bundle, Vec<u64>),
+}
+
+impl Unconfirmed {
+    /// Its caller's request.
+    pub(super) fn request(&self) -> RequestId {
+        match self {
+            Unconfirmed::One(op, _) => op.call.request,
+            Unconfirmed::All(bundle, _) => bundle.call().request,
+        }
+    }
+
+    /// Replicated: the grant goes to its caller.
+    pub(super) fn confirmed(self) -> Effect {
+        match self {
+            Unconfirmed::One(op, token) => Effect::Grant(op, token),
+            Unconfirmed::All(bundle, tokens) => Effect::GrantAll(bundle, tokens),
+        }
+    }
+
+    /// Not replicated (or not known to be): what it took is given back.
+    pub(super) fn given_back(self, fx: &mut Vec<Effect>) {
+        let op = match self {
+            Unconfirmed::One(op, _) => Op::Acquire(op),
+            Unconfirmed::All(bundle, _) => Op::AcquireAll(bundle),
+        };
+        compensate(fx, op, Ran::Answered);
     }
 }

@@ -14,7 +14,7 @@ use super::held::HeldLeases;
 use super::keep_alive::{self, KeepAlive};
 use super::names::Names;
 use super::outbox::Outbox;
-use super::request::{AcquireOp, Op, Ran, ReleaseJob, ReleaseKind, RenewOp};
+use super::request::{AcquireOp, Bundle, Op, Ran, ReleaseJob, ReleaseKind, RenewOp};
 use super::waiters::{self, Waiters};
 use crate::config::Config;
 use crate::event::{Event, Lease, Outcome, Renewal, RequestId, Unavailable};
@@ -79,6 +79,28 @@ impl Delivery<'_> {
         let token = op.kept_token(token);
         let lease = op.call.into_lease(token, now, expires_at, expires_at);
         self.granted(request, lease, op.limit);
+    }
+
+    /// A bundle's grant: every part's lease held, and delivered together,
+    /// or each released if the caller is gone.
+    pub(super) fn grant_all(&mut self, bundle: Bundle, tokens: Vec<u64>) {
+        let (request, now) = (bundle.call().request, self.now);
+        if !self.callers.contains(request) {
+            let parts = bundle.into_parts().into_iter();
+            return self.fx.extend(parts.map(|op| Effect::Compensate(op, Ran::Answered)));
+        }
+        let mut leases = Vec::with_capacity(tokens.len());
+        for (op, token) in bundle.into_parts().into_iter().zip(tokens) {
+            let expires_at = lease_expiry(op.call.sent_at.unwrap_or(now), self.config.lease_ttl);
+            let token = op.kept_token(token);
+            let limit = op.limit;
+            let lease = op.call.into_lease(token, now, expires_at, expires_at);
+            self.held.insert(now, &lease, limit);
+            leases.push(lease);
+        }
+        if self.callers.remove(request).is_some() {
+            self.out.event(Event::Acquired(request, Outcome::GrantedAll(leases)));
+        }
     }
 
     /// `request`'s grant: it took the waiter (if any) out of its queue, so
@@ -187,7 +209,12 @@ impl Delivery<'_> {
     /// Takes back an outcome whose caller left before seeing it (never
     /// delivered, so never counted): the lease of a grant is compensated.
     pub(super) fn withdraw(&mut self, outcome: Outcome) {
-        if let Outcome::Granted(lease) = outcome {
+        let leases = match outcome {
+            Outcome::Granted(lease) => vec![lease],
+            Outcome::GrantedAll(leases) => leases,
+            _ => return,
+        };
+        for lease in leases {
             self.held.remove(&lease.id);
             self.out.stats.compensations += 1;
             let compensation = ReleaseKind::Compensation { tombstone_until_ms: 0 };

@@ -8,7 +8,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::error_class::Redirect;
-use super::request::{AcquireOp, Op, Ran, ReleaseJob, Request};
+use super::request::{AcquireOp, Bundle, Op, Ran, ReleaseJob, Request};
 use crate::event::{ConnectionError, Event, Renewal, RequestId, Unavailable};
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
@@ -41,6 +41,8 @@ pub(super) enum Effect {
     /// A grant Redis made and the client trusts: the caller's lease, or
     /// released if the caller is gone.
     Grant(AcquireOp, u64),
+    /// A bundle's grant (every part granted), with each part's token.
+    GrantAll(Bundle, Vec<u64>),
     /// A hand-over whose confirming renewal extended the slot: delivered
     /// once a `WAIT` says enough replicas have it.
     AwaitReplicas(AcquireOp, u64),
@@ -90,7 +92,18 @@ pub(super) fn ambiguous(fx: &mut Vec<Effect>, op: Op, error: &ConnectionError) {
         op.call().request,
         Unavailable::ConnectionLost(error.clone()),
     ));
-    if let Op::Acquire(op) = op {
-        fx.push(Effect::Compensate(op, Ran::MayStillRun));
+    compensate(fx, op, Ran::MayStillRun);
+}
+
+/// Releases what `op` may have taken (nothing for a renewal or an
+/// inspection; every part of a bundle).
+pub(super) fn compensate(fx: &mut Vec<Effect>, op: Op, ran: Ran) {
+    match op {
+        Op::Acquire(op) => fx.push(Effect::Compensate(op, ran)),
+        Op::AcquireAll(bundle) => {
+            let parts = bundle.into_parts().into_iter();
+            fx.extend(parts.map(|part| Effect::Compensate(part, ran)));
+        }
+        Op::Renew(_) | Op::Inspect(_) => {}
     }
 }

@@ -59,6 +59,14 @@ impl Request {
                     .collect();
                 scripts.encode_acquire_across(out, &calls, wire.hold)
             }
+            Request::AcquireAll(bundle) => {
+                let calls: Vec<_> = bundle
+                    .parts()
+                    .iter()
+                    .map(|op| (lease_call(&op.call, op.fenced), op.limit.get()))
+                    .collect();
+                scripts.encode_acquire_all(out, bundle.call().eval, &calls, wire.hold)
+            }
             Request::Reassert(job) => {
                 let call = LeaseCall {
                     keys: &job.keys,

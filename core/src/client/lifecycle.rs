@@ -8,7 +8,7 @@ use super::connection::{Connection, Phase};
 use super::effect::{ambiguous, Effect};
 use super::network::Network;
 use super::outbox::Outbox;
-use super::request::{Op, Ran, Request, Step};
+use super::request::{Op, Request, Step};
 use super::topology::Route;
 use crate::config::Config;
 use crate::event::{Action, ConnectionError, ConnectionId, Event, SentinelError, Unavailable};
@@ -168,16 +168,17 @@ impl Network {
             fx.push(Effect::Connect(node));
         }
         // Grants read but not confirmed replicated: they exist, unconfirmed.
-        for (op, _) in std::mem::take(&mut conn.unreplicated) {
+        for grant in std::mem::take(&mut conn.unreplicated) {
             fx.push(Effect::Fail(
-                op.call.request,
+                grant.request(),
                 Unavailable::ConnectionLost(error.clone()),
             ));
-            fx.push(Effect::Compensate(op, Ran::Answered));
+            grant.given_back(fx);
         }
         for request in conn.pipeline.drain() {
             match request {
                 Request::Acquire(op) => ambiguous(fx, Op::Acquire(op), &error),
+                Request::AcquireAll(bundle) => ambiguous(fx, Op::AcquireAll(bundle), &error),
                 Request::AcquireMany(ops) | Request::AcquireAcross(ops) => {
                     for op in ops {
                         ambiguous(fx, Op::Acquire(op), &error);

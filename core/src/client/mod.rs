@@ -9,11 +9,13 @@ use std::num::NonZeroU32;
 use std::time::Instant;
 
 use crate::address::Endpoint;
+use crate::composite::{self, CompositeError};
 use crate::config::{Config, ConfigError, Servers};
 use crate::event::{Action, ConnectionId, Event, Lease, RequestId, Stats, Transmit};
 use crate::key::{Key, SubjectKeys};
 use crate::lease_id::{Claim, ClaimError, LeaseId};
 use crate::resp::ReplyLimits;
+use crate::scripts::MAX_BATCH;
 use callers::{Awaits, Callers};
 use keep_alive::KeepAlive;
 use names::Names;
@@ -22,7 +24,7 @@ use outbox::Outbox;
 use reconnect::Backoff;
 use recovery::RecoveryState;
 use release_queue::ReleaseQueue;
-use request::{AcquireOp, Call, InspectOp, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Wait};
+use request::{AcquireOp, Bundle, Call, InspectOp, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Wait};
 use waiters::Waiters;
 
 pub use timer::Timer;
@@ -231,6 +233,45 @@ impl Client {
             self.waiters.start(&op);
         }
         self.submit(now, Op::Acquire(op));
+        Ok(request)
+    }
+
+    /// One lease on each of `parts` (a subject and its limit), all or
+    /// nothing, each of `claim.weight()` units: one `ACQUIRE_ALL` call, so
+    /// no subject is held while another refuses. Fail-fast. Exactly one
+    /// `Event::Acquired` follows: `GrantedAll` (the leases in the order
+    /// given), `ExceededAt(i)` naming a full subject, or why no answer can
+    /// be trusted; a grant whose caller left is released, every lease of
+    /// it. In a cluster the subjects must share a slot.
+    pub fn acquire_all(
+        &mut self,
+        now: Instant,
+        parts: Vec<(SubjectKeys, NonZeroU32)>,
+        claim: &Claim,
+    ) -> Result<RequestId, CompositeError> {
+        let most = MAX_BATCH.min(self.config.reply_limits.max_array_len.saturating_sub(1) / 3);
+        composite::check(
+            &parts,
+            claim,
+            most,
+            matches!(self.config.servers, Servers::Cluster { .. }),
+        )?;
+        let request = self.register(now, Awaits::Acquire);
+        let label = claim.label().or(self.config.holder_label.as_ref());
+        let ops = parts.into_iter().enumerate().map(|(i, (keys, limit))| {
+            // The caller's request names the first lease; fresh names the rest.
+            let name = if i == 0 { request } else { self.names.request() };
+            let lease = self.names.lease_id(name).with_claim(claim.weight(), label.cloned());
+            let (fenced, wait) = (self.config.fencing_tokens, None);
+            AcquireOp {
+                call: Call::new(name, lease, keys),
+                limit,
+                wait,
+                fenced,
+            }
+        });
+        let bundle = Bundle::new(ops.collect()).expect("checked: at least one subject");
+        self.submit(now, Op::AcquireAll(bundle));
         Ok(request)
     }
 

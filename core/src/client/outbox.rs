@@ -40,8 +40,9 @@ impl Outbox {
         let stats = &mut self.stats;
         match &event {
             Event::Acquired(_, outcome) => match outcome {
-                Outcome::Granted(_) => stats.granted += 1,
-                Outcome::Exceeded => stats.denied += 1,
+                // One acquire, whatever the number of its subjects.
+                Outcome::Granted(_) | Outcome::GrantedAll(_) => stats.granted += 1,
+                Outcome::Exceeded | Outcome::ExceededAt(_) => stats.denied += 1,
                 Outcome::Shed(_) => {
                     stats.denied += 1;
                     stats.shed += 1;

@@ -4,15 +4,16 @@
 
 use std::time::Instant;
 
-use super::answers::{self, AcquireAnswer, Misread, RenewAnswer};
+use super::answers::{self, AcquireAnswer, Misread, PartAnswer, RenewAnswer};
 use super::callers::Callers;
 use super::connection::Connection;
-use super::effect::{ambiguous, Effect, Redirected};
+use super::connection::Unconfirmed;
+use super::effect::{ambiguous, compensate, Effect, Redirected};
 use super::error_class::{classify, error_class, unexpected, ErrorClass};
 use super::handshake::Expect;
 use super::outbox::Outbox;
 use super::recovery::{self, RecoveryState};
-use super::request::{AcquireOp, Op, Ran, Reading, ReleaseJob, RenewOp, Request, Step};
+use super::request::{AcquireOp, Bundle, Op, Ran, Reading, ReleaseJob, RenewOp, Request, Step};
 use crate::config::Config;
 use crate::event::{ConnectionError, Event, Outcome, Reassertion, Renewal, Unavailable};
 use crate::fault::InjectedBugs;
@@ -50,6 +51,7 @@ impl Reader<'_> {
             Request::Inspect(op) => self.call(Op::Inspect(op), frame),
             Request::AcquireMany(ops) => self.batch(ops, frame, ScriptKind::AcquireMany),
             Request::AcquireAcross(ops) => self.batch(ops, frame, ScriptKind::AcquireAcross),
+            Request::AcquireAll(bundle) => self.bundle(bundle, frame),
             Request::Release(job) | Request::Compensate(job, _) => self.released([job], frame),
             Request::ReleaseMany(jobs) => self.released(jobs, frame),
             Request::QueueCheck(hand_over) => {
@@ -154,6 +156,7 @@ impl Reader<'_> {
                 }
                 Err(misread) => self.misread(Op::Acquire(op), misread),
             },
+            Op::AcquireAll(bundle) => self.bundle(bundle, frame),
             Op::Renew(op) => match answers::renew(&op, frame, check_echo) {
                 Ok((answer, reclaimed)) => {
                     self.out.stats.reclaimed += reclaimed;
@@ -204,7 +207,7 @@ impl Reader<'_> {
             }
             // Delivered (or released) when the `WAIT` after it answers.
             AcquireAnswer::Granted(token) if self.config.replica_acks.is_some() => {
-                return self.conn.unreplicated.push((op, token));
+                return self.conn.unreplicated.push(Unconfirmed::One(op, token));
             }
             AcquireAnswer::Granted(token) if waiting => Effect::Grant(op, token),
             AcquireAnswer::Granted(_) if self.bugs.skip_late_grant_compensation => return,
@@ -286,16 +289,96 @@ impl Reader<'_> {
         result
     }
 
+    /// `ACQUIRE_ALL`'s reply: every part granted, or none. The caller is
+    /// told of a full subject first (which one, so it can say so), else of
+    /// the first part's reason for not taking anything.
+    fn bundle(&mut self, bundle: Bundle, frame: Frame) -> Result<(), ConnectionError> {
+        let read = answers::bundle(bundle.parts(), frame, !self.bugs.skip_echo_check);
+        let answers =
+            match read.map(|(answers, reclaimed)| (answers.into_iter().collect::<Result<Vec<_>, _>>(), reclaimed)) {
+                Ok((Ok(answers), reclaimed)) => {
+                    self.out.stats.reclaimed += reclaimed;
+                    answers
+                }
+                Err(Misread::Refused(message)) => return self.refused(Op::AcquireAll(bundle), message),
+                Ok((Err(error), _)) | Err(Misread::Garbled(error)) => {
+                    ambiguous(self.fx, Op::AcquireAll(bundle), &error);
+                    return Err(error);
+                }
+            };
+        let tokens: Option<Vec<u64>> = answers
+            .iter()
+            .map(|answer| match answer {
+                PartAnswer::Own(AcquireAnswer::Granted(token)) => Some(*token),
+                _ => None,
+            })
+            .collect();
+        let request = bundle.call().request;
+        let waiting = self.callers.contains(request);
+        let granted = answers
+            .iter()
+            .filter(|answer| matches!(answer, PartAnswer::Own(AcquireAnswer::Granted(_))))
+            .count();
+        let effect = match tokens {
+            Some(tokens) if self.config.replica_acks.is_some() => {
+                self.conn.unreplicated.push(Unconfirmed::All(bundle, tokens));
+                return Ok(());
+            }
+            Some(tokens) if waiting => Effect::GrantAll(bundle, tokens),
+            Some(_) => {
+                compensate(self.fx, Op::AcquireAll(bundle), Ran::Answered);
+                return Ok(());
+            }
+            // Some granted and some not: the script never answers so.
+            None if granted > 0 => {
+                let error = ConnectionError::UnexpectedReply("ACQUIRE_ALL granted part of its subjects".into());
+                ambiguous(self.fx, Op::AcquireAll(bundle), &error);
+                return Err(error);
+            }
+            None => {
+                let full = answers
+                    .iter()
+                    .position(|answer| *answer == PartAnswer::Own(AcquireAnswer::Exceeded));
+                let other = answers.iter().find_map(|answer| match answer {
+                    PartAnswer::Own(AcquireAnswer::Tombstoned) => Some(Unavailable::Refused),
+                    PartAnswer::Own(AcquireAnswer::Stale) => Some(Unavailable::Stale),
+                    PartAnswer::Own(AcquireAnswer::Recovering) => Some(Unavailable::Recovering),
+                    _ => None,
+                });
+                match (full, other) {
+                    (Some(full), _) => {
+                        let outcome = Event::Acquired(request, Outcome::ExceededAt(full));
+                        Effect::Deliver(request, outcome)
+                    }
+                    (None, Some(reason)) => {
+                        if reason == Unavailable::Recovering {
+                            self.out.stats.recovering += 1;
+                        }
+                        Effect::Fail(request, reason)
+                    }
+                    // Every part withheld, none refused: not an answer.
+                    (None, None) => {
+                        let error = ConnectionError::UnexpectedReply("ACQUIRE_ALL refused without a reason".into());
+                        ambiguous(self.fx, Op::AcquireAll(bundle), &error);
+                        return Err(error);
+                    }
+                }
+            }
+        };
+        self.fx.push(effect);
+        Ok(())
+    }
+
     /// `WAIT`'s answer: enough replicas delivers the grants read since the
     /// last one; too few (or an error) releases them.
     fn replicated(&mut self, frame: Frame) -> Result<(), ConnectionError> {
         let grants = std::mem::take(&mut self.conn.unreplicated);
         let wanted = self.config.replica_acks.map_or(0, |acks| acks.replicas);
         let acked = answers::replicas_acked(frame);
-        for (op, token) in grants {
+        for grant in grants {
             let reason = match &acked {
                 Ok(acked) if *acked >= wanted => {
-                    self.fx.push(Effect::Grant(op, token));
+                    self.fx.push(grant.confirmed());
                     continue;
                 }
                 &Ok(acked) => {
@@ -304,8 +387,8 @@ impl Reader<'_> {
                 }
                 Err(error) => Unavailable::ConnectionLost(error.clone()),
             };
-            self.fx.push(Effect::Fail(op.call.request, reason));
-            self.fx.push(Effect::Compensate(op, Ran::Answered));
+            self.fx.push(Effect::Fail(grant.request(), reason));
+            grant.given_back(self.fx);
         }
         acked.map(drop)
     }
@@ -347,9 +430,7 @@ impl Reader<'_> {
             ErrorClass::Unknown => {
                 self.fx.push(refused);
                 // It was answered, so it will not run later: no tombstone.
-                if let Op::Acquire(op) = op {
-                    self.fx.push(Effect::Compensate(op, Ran::Answered));
-                }
+                compensate(self.fx, op, Ran::Answered);
                 Ok(())
             }
         }

@@ -30,6 +30,8 @@ pub(super) enum Request {
     /// Two or more fail-fast acquires of different subjects (or limits),
     /// each as `ACQUIRE` takes it, in one script call.
     AcquireAcross(Vec<AcquireOp>),
+    /// One caller's leases on several subjects, all or nothing (`ACQUIRE_ALL`).
+    AcquireAll(Bundle),
     Renew(RenewOp),
     /// An ordinary release: a plain `ZREM` of the lease's units.
     Release(ReleaseJob),
@@ -72,6 +74,7 @@ impl Request {
             Request::Acquire(AcquireOp { call, .. })
             | Request::Renew(RenewOp { call, .. })
             | Request::Inspect(InspectOp { call, .. }) => call.ask.take().is_some(),
+            Request::AcquireAll(bundle) => bundle.call_mut().ask.take().is_some(),
             _ => false,
         }
     }
@@ -185,6 +188,44 @@ pub(super) struct AcquireOp {
     pub(super) fenced: bool,
 }
 
+/// One caller's fail-fast acquires of several subjects (of one slot, in a
+/// cluster), taken all or nothing in one `ACQUIRE_ALL`. The first part's
+/// call is the caller's request: it carries the bundle's deadline, `ASK`
+/// mark, redirect count and script naming; each part names its own lease.
+#[derive(Debug)]
+pub(super) struct Bundle {
+    /// Never empty.
+    parts: Vec<AcquireOp>,
+}
+
+impl Bundle {
+    /// `None` for no parts.
+    pub(super) fn new(parts: Vec<AcquireOp>) -> Option<Self> {
+        (!parts.is_empty()).then_some(Self { parts })
+    }
+
+    /// The caller's call (the first part's).
+    pub(super) fn call(&self) -> &Call {
+        &self.parts[0].call
+    }
+
+    pub(super) fn call_mut(&mut self) -> &mut Call {
+        &mut self.parts[0].call
+    }
+
+    pub(super) fn parts(&self) -> &[AcquireOp] {
+        &self.parts
+    }
+
+    pub(super) fn parts_mut(&mut self) -> &mut [AcquireOp] {
+        &mut self.parts
+    }
+
+    pub(super) fn into_parts(self) -> Vec<AcquireOp> {
+        self.parts
+    }
+}
+
 /// What a waiting acquire sends besides an acquire's arguments.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Wait {
@@ -291,6 +332,7 @@ pub(super) enum Reading {
 #[derive(Debug)]
 pub(super) enum Op {
     Acquire(AcquireOp),
+    AcquireAll(Bundle),
     Renew(RenewOp),
     Inspect(InspectOp),
 }
@@ -299,6 +341,7 @@ impl Op {
     pub(super) fn call(&self) -> &Call {
         match self {
             Op::Acquire(op) => &op.call,
+            Op::AcquireAll(bundle) => bundle.call(),
             Op::Renew(op) => &op.call,
             Op::Inspect(op) => &op.call,
         }
@@ -307,6 +350,7 @@ impl Op {
     pub(super) fn call_mut(&mut self) -> &mut Call {
         match self {
             Op::Acquire(op) => &mut op.call,
+            Op::AcquireAll(bundle) => bundle.call_mut(),
             Op::Renew(op) => &mut op.call,
             Op::Inspect(op) => &mut op.call,
         }
@@ -317,15 +361,33 @@ impl Op {
         match self {
             Op::Acquire(AcquireOp { wait: Some(_), .. }) => ScriptKind::AcquireWaiting,
             Op::Acquire(_) => ScriptKind::Acquire,
+            Op::AcquireAll(_) => ScriptKind::AcquireAll,
             Op::Renew(_) => ScriptKind::Renew,
             Op::Inspect(_) => ScriptKind::Inspect,
         }
+    }
+
+    /// Every call it makes: one, or a bundle's parts (each dated when
+    /// written, each naming its lease).
+    pub(super) fn calls_mut(&mut self) -> impl Iterator<Item = &mut Call> {
+        let (one, parts) = match self {
+            Op::AcquireAll(bundle) => (None, bundle.parts_mut()),
+            op => (Some(op.call_mut()), &mut [][..]),
+        };
+        one.into_iter().chain(parts.iter_mut().map(|part| &mut part.call))
+    }
+
+    /// Whether it may take a lease (and is refused while a recovery holds
+    /// its node).
+    pub(super) fn acquires(&self) -> bool {
+        matches!(self, Op::Acquire(_) | Op::AcquireAll(_))
     }
 
     /// The request that writes it alone.
     pub(super) fn into_request(self) -> Request {
         match self {
             Op::Acquire(op) => Request::Acquire(op),
+            Op::AcquireAll(bundle) => Request::AcquireAll(bundle),
             Op::Renew(op) => Request::Renew(op),
             Op::Inspect(op) => Request::Inspect(op),
         }

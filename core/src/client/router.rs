@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use super::callers::Awaits;
+use super::connection::Unconfirmed;
 use super::delivery::Delivery;
 use super::effect::Effect;
 use super::encode::Wire;
@@ -63,6 +64,7 @@ impl Client {
                 op.fenced &= !self.bugs.drop_fencing_token;
                 self.delivering(now, |d| d.grant(op, token))
             }
+            Effect::GrantAll(bundle, tokens) => self.delivering(now, |d| d.grant_all(bundle, tokens)),
             Effect::AwaitReplicas(op, token) => self.await_replicas(now, op, token),
             Effect::Queued(op) => {
                 if let Some(effect) = self.waiters.queued(now, op) {
@@ -257,7 +259,7 @@ impl Client {
     /// for `poll_transmit` to write. While `node` holds grants after a data
     /// loss, an acquire is refused at once.
     fn send_call(&mut self, now: Instant, node: usize, op: Op) {
-        if matches!(op, Op::Acquire(_)) && self.net.holding(now, node) {
+        if op.acquires() && self.net.holding(now, node) {
             self.out.stats.recovering += 1;
             let request = op.call().request;
             return self.delivering(now, |d| d.fail(request, Unavailable::Recovering));
@@ -444,7 +446,7 @@ impl Client {
             return self.route_op(now, Op::Acquire(op.resend()));
         };
         let conn = self.net.nodes[node].connection.as_mut().expect("ready");
-        conn.unreplicated.push((op, token));
+        conn.unreplicated.push(Unconfirmed::One(op, token));
         self.send(node, Request::Wait, now + self.config.request_liveness + acks.timeout);
     }
 }

@@ -23,7 +23,6 @@ impl Connection {
     /// server's clock should be read again first: the caller then writes a
     /// `TIME`, which goes ahead of `op`.
     pub(super) fn stage_call(&mut self, now: Instant, mut op: Op, config: &Config, no_deadline: bool) -> bool {
-        op.call_mut().sent_at.get_or_insert(now);
         let valid_until = now + config.request_liveness;
         // Without a reading (never, on a ready connection) the request is
         // written as already stale: refused, never over-admitted. Each node
@@ -39,16 +38,18 @@ impl Connection {
         if let Op::Acquire(AcquireOp { wait: Some(wait), .. }) = &mut op {
             wait.patience_ms = wait.until.saturating_duration_since(now).as_millis() as u64;
         }
-        let call = op.call_mut();
-        call.valid_until_ms = valid_until_ms;
-        call.expiry_ms = expiry_ms;
-        if no_deadline {
-            // The injected bug: requests that may act a day late, on leases
-            // that live a day.
-            call.valid_until_ms = valid_until_ms.saturating_add(86_400_000);
-            call.expiry_ms = call.valid_until_ms;
+        for call in op.calls_mut() {
+            call.sent_at.get_or_insert(now);
+            call.valid_until_ms = valid_until_ms;
+            call.expiry_ms = expiry_ms;
+            if no_deadline {
+                // The injected bug: requests that may act a day late, on
+                // leases that live a day.
+                call.valid_until_ms = valid_until_ms.saturating_add(86_400_000);
+                call.expiry_ms = call.valid_until_ms;
+            }
+            call.runnable_until = Some(valid_until + margin);
         }
-        call.runnable_until = Some(valid_until + margin);
         // Read the server's clock again once the last reading has aged, so
         // that drift never builds up: only while requests flow (an idle
         // client needs no clock), one `TIME` at a time, ahead of this request.
@@ -82,7 +83,7 @@ impl Connection {
             let mut request = group.into_request();
             acquires |= matches!(
                 request,
-                Request::Acquire(_) | Request::AcquireMany(_) | Request::AcquireAcross(_)
+                Request::Acquire(_) | Request::AcquireMany(_) | Request::AcquireAcross(_) | Request::AcquireAll(_)
             );
             let asked = request.take_ask();
             self.send_asking_if(asked, request, deadline, wire);

@@ -64,9 +64,16 @@ impl Lease {
 pub enum Outcome {
     /// Redis recorded the lease: the caller holds a slot until it releases.
     Granted(Lease),
+    /// Redis recorded a lease on every subject of `Client::acquire_all`, in
+    /// the order they were given: the caller holds a slot of each until it
+    /// releases them (one `Client::release` per lease).
+    GrantedAll(Vec<Lease>),
     /// Redis, over a trusted connection, counted `limit` live leases (for a
     /// waiting acquire: no slot came before its deadline).
     Exceeded,
+    /// `Client::acquire_all` took nothing: its subject of this index (in
+    /// the order given) had `limit` live leases, over a trusted connection.
+    ExceededAt(usize),
     /// A waiting acquire was refused at once: the server expects the wait
     /// for a slot (the queue ahead of it, at the subject's average hold) to
     /// be about this long, longer than the caller may wait.

@@ -166,17 +166,33 @@ impl Scripts {
     /// with `ACQUIRE`'s six keys and six arguments, under its own limit
     /// (`EVALSHA`); `hold` is the recovery hold key (empty for none).
     pub fn encode_acquire_across(&self, out: &mut BytesMut, calls: &[(LeaseCall, u32)], hold: &[u8]) {
+        self.encode_acquires(out, ScriptKind::AcquireAcross, Eval::Sha, calls, hold);
+    }
+
+    /// `ACQUIRE_ALL`: one lease on each subject, all or nothing, with the
+    /// same keys and arguments as `ACQUIRE_ACROSS`.
+    pub fn encode_acquire_all(&self, out: &mut BytesMut, eval: Eval, calls: &[(LeaseCall, u32)], hold: &[u8]) {
+        self.encode_acquires(out, ScriptKind::AcquireAll, eval, calls, hold);
+    }
+
+    /// A script of `kind` over fail-fast acquires, each with `ACQUIRE`'s six
+    /// keys and six arguments.
+    fn encode_acquires(
+        &self,
+        out: &mut BytesMut,
+        kind: ScriptKind,
+        eval: Eval,
+        calls: &[(LeaseCall, u32)],
+        hold: &[u8],
+    ) {
         let parts: Vec<AcquireParts> = calls
             .iter()
             .map(|(call, limit)| AcquireParts::new(call, *limit))
             .collect();
         let numkeys = (6 * calls.len()).to_string();
+        let (verb, body) = self.get(kind).named(eval);
         let mut command: Vec<&[u8]> = Vec::with_capacity(3 + 12 * calls.len());
-        command.extend([
-            b"EVALSHA".as_slice(),
-            self.acquire_across.sha.as_bytes(),
-            numkeys.as_bytes(),
-        ]);
+        command.extend([verb, body, numkeys.as_bytes()]);
         for ((call, _), parts) in calls.iter().zip(&parts) {
             command.extend(parts.keys(call));
         }

@@ -59,6 +59,10 @@ pub const ACQUIRE: &str = fail_fast!("acquire");
 /// takes it (`scripts/acquire_across.lua`).
 pub const ACQUIRE_ACROSS: &str = fail_fast!("acquire_across");
 
+/// One lease on each of several subjects, all or nothing
+/// (`scripts/acquire_all.lua`).
+pub const ACQUIRE_ALL: &str = fail_fast!("acquire_all");
+
 /// Take a lease or wait for one in the subject's queue
 /// (`scripts/acquire_waiting.lua`).
 pub const ACQUIRE_WAITING: &str = lua!(
@@ -111,7 +115,7 @@ pub const HOLD: &str = lua!(["args"], "hold");
 /// What a subject holds, for operators (`scripts/inspect.lua`).
 pub const INSPECT: &str = lua!(["args", "clock"], "inspect");
 
-/// The most leases one `ACQUIRE_MANY` or `ACQUIRE_ACROSS` asks for: its
+/// The most leases one `ACQUIRE_MANY`, `ACQUIRE_ACROSS` or `ACQUIRE_ALL` asks for: its
 /// reply (three items per lease) stays within the default reply limits.
 pub const MAX_BATCH: usize = 16;
 
@@ -130,6 +134,10 @@ pub const STALE: i64 = -2;
 /// set (lease data was lost, and the fleet is writing back what it holds):
 /// no new lease was taken.
 pub const RECOVERING: i64 = -3;
+
+/// The status `ACQUIRE_ALL` answers for a subject that had room when
+/// another of the call's subjects refused: nothing was taken.
+pub const WITHHELD: i64 = -4;
 
 /// A script's text and its SHA1, the name `EVALSHA` knows it by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,6 +200,8 @@ pub enum ScriptKind {
     Release,
     /// Takes a waiter out of its queue.
     Leave,
+    /// One lease on each of several subjects, all or nothing.
+    AcquireAll,
     /// Writes back a held lease after lost data (sent as `EVAL`: rare).
     Reassert,
     /// Reads (or creates) the lease-data marker at each handshake (`EVAL`).
@@ -205,7 +215,7 @@ pub enum ScriptKind {
 impl ScriptKind {
     /// The scripts the handshake loads, in its order (the others run rarely,
     /// by text).
-    pub const LOADED: [ScriptKind; 8] = [
+    pub const LOADED: [ScriptKind; 9] = [
         ScriptKind::Acquire,
         ScriptKind::Compensate,
         ScriptKind::Renew,
@@ -214,6 +224,7 @@ impl ScriptKind {
         ScriptKind::AcquireWaiting,
         ScriptKind::Release,
         ScriptKind::Leave,
+        ScriptKind::AcquireAll,
     ];
 }
 
@@ -230,6 +241,8 @@ pub struct Scripts {
     pub acquire_many: Script,
     /// [`ScriptKind::AcquireAcross`].
     pub acquire_across: Script,
+    /// [`ScriptKind::AcquireAll`].
+    pub acquire_all: Script,
     /// [`ScriptKind::Reassert`].
     pub reassert: Script,
     /// [`ScriptKind::Mark`].
@@ -263,6 +276,7 @@ impl Default for Scripts {
             renew: Script::new(RENEW),
             acquire_many: Script::new(ACQUIRE_MANY),
             acquire_across: Script::new(ACQUIRE_ACROSS),
+            acquire_all: Script::new(ACQUIRE_ALL),
             reassert: Script::new(REASSERT),
             mark: Script::new(MARK),
             hold: Script::new(HOLD),
@@ -276,7 +290,7 @@ impl Default for Scripts {
 
 impl ScriptKind {
     /// Every script.
-    pub const EVERY: [ScriptKind; 12] = [
+    pub const EVERY: [ScriptKind; 13] = [
         ScriptKind::Acquire,
         ScriptKind::Compensate,
         ScriptKind::Renew,
@@ -285,6 +299,7 @@ impl ScriptKind {
         ScriptKind::AcquireWaiting,
         ScriptKind::Release,
         ScriptKind::Leave,
+        ScriptKind::AcquireAll,
         ScriptKind::Reassert,
         ScriptKind::Mark,
         ScriptKind::Hold,
@@ -303,6 +318,7 @@ impl Scripts {
             ScriptKind::Renew => &mut self.renew,
             ScriptKind::AcquireMany => &mut self.acquire_many,
             ScriptKind::AcquireAcross => &mut self.acquire_across,
+            ScriptKind::AcquireAll => &mut self.acquire_all,
             ScriptKind::Reassert => &mut self.reassert,
             ScriptKind::Mark => &mut self.mark,
             ScriptKind::Hold => &mut self.hold,
@@ -334,6 +350,7 @@ impl Scripts {
             ScriptKind::Renew => &self.renew,
             ScriptKind::AcquireMany => &self.acquire_many,
             ScriptKind::AcquireAcross => &self.acquire_across,
+            ScriptKind::AcquireAll => &self.acquire_all,
             ScriptKind::Reassert => &self.reassert,
             ScriptKind::Mark => &self.mark,
             ScriptKind::Hold => &self.hold,

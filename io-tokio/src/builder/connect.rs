@@ -254,6 +254,7 @@ impl Builder {
             reconnect_max_backoff: config.reconnect_max_backoff,
         };
         let key_prefix = config.key_prefix.clone();
+        let cluster = matches!(config.servers, inflight_core::Servers::Cluster { .. });
         telemetry::describe();
         let metric_labels = telemetry::labels(self.metrics_namespace.as_deref());
         #[allow(unused_mut)] // deliberate bugs are set only in simulator builds
@@ -272,6 +273,7 @@ impl Builder {
             hints,
             keep_alive: self.keep_alive,
             drain_timeout: self.drain_timeout,
+            cluster,
         };
         Ok(Limiter::new(spawned.commands, spawned.stats, settings))
     }

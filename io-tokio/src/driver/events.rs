@@ -94,8 +94,34 @@ impl<C: Connector> Driver<C> {
         }
     }
 
+    /// A full key's refusal, with the hint of when a slot frees.
+    fn exceeded(&self, key: Option<usize>) -> Error {
+        Error::Exceeded {
+            retry_after: self.news.holds.retry_after(),
+            shed: false,
+            key,
+        }
+    }
+
+    /// A lease granted to a caller: kept alive if it asked, owned by a
+    /// `HeldLease` whose drop releases it.
+    fn held(&mut self, lease: inflight_core::Lease, keep_alive: bool) -> Option<HeldLease> {
+        let Some(commands) = self.commands.upgrade() else {
+            self.client.release(now(), lease);
+            return None;
+        };
+        if keep_alive {
+            self.news.watch(lease.id(), lease.expires_at(), true);
+            self.client.keep_alive(now(), &lease);
+        }
+        Some(HeldLease::new(lease, commands, self.news.clone()))
+    }
+
     /// Hands an acquire's outcome to its caller.
     fn on_acquired(&mut self, request: RequestId, outcome: Outcome) {
+        if let Some((_, Caller::AcquireAll { .. })) = self.callers.get(&request) {
+            return self.on_acquired_all(request, outcome);
+        }
         let Some((ticket, Caller::Acquire { reply, keep_alive })) = self.callers.remove(&request) else {
             // Unreachable: a caller's entry goes only with its outcome or its
             // `abandon`, after which the core sends nothing for it. Should
@@ -108,44 +134,73 @@ impl<C: Connector> Driver<C> {
         };
         self.tickets.remove(&ticket);
         let result = match outcome {
-            Outcome::Granted(lease) => match self.commands.upgrade() {
-                Some(commands) => {
-                    if keep_alive {
-                        self.news.watch(lease.id(), lease.expires_at(), true);
-                        self.client.keep_alive(now(), &lease);
-                    }
-                    Ok(Some(HeldLease::new(lease, commands, self.news.clone())))
-                }
-                None => {
-                    self.client.release(now(), lease);
-                    Err(Error::Stopped)
-                }
-            },
-            Outcome::Exceeded => Err(Error::Exceeded {
-                retry_after: self.news.holds.retry_after(),
-                shed: false,
-            }),
+            Outcome::Granted(lease) => self.held(lease, keep_alive).map(Some).ok_or(Error::Stopped),
+            Outcome::Exceeded => Err(self.exceeded(None)),
             Outcome::Shed(expected) => Err(Error::Exceeded {
                 retry_after: expected,
                 shed: true,
+                key: None,
             }),
+            // Never for an acquire of one key; given back should it come.
+            Outcome::GrantedAll(leases) => {
+                leases.into_iter().for_each(|lease| self.client.release(now(), lease));
+                Err(Error::Stopped)
+            }
+            Outcome::ExceededAt(index) => Err(self.exceeded(Some(index))),
             Outcome::Unavailable(reason) => Err(Error::Unavailable { reason }),
             Outcome::FailOpen(reason) => {
-                if let Some(suppressed) = self.fail_open_log.admit(now()) {
-                    let reason = crate::error::chain(&reason);
-                    tracing::warn!(
-                        %reason,
-                        suppressed,
-                        "inflight: Redis unavailable; letting requests through unenforced (one line per {}s; `suppressed` counts those left out)",
-                        crate::throttle::EVERY.as_secs()
-                    );
-                }
+                self.failed_open(&reason);
                 Ok(None)
             }
         };
         // If the caller dropped its future just now, the lease inside comes
         // back here and its drop queues the release.
         let _ = reply.send(result);
+    }
+
+    /// Hands an acquire of several keys its outcome.
+    fn on_acquired_all(&mut self, request: RequestId, outcome: Outcome) {
+        let Some((ticket, Caller::AcquireAll { reply, keep_alive })) = self.callers.remove(&request) else {
+            return;
+        };
+        self.tickets.remove(&ticket);
+        let result = match outcome {
+            Outcome::GrantedAll(leases) => {
+                // Every lease taken into hand first (none left unreleased
+                // should the driver be stopping), then all or none given.
+                let held: Vec<Option<HeldLease>> =
+                    leases.into_iter().map(|lease| self.held(lease, keep_alive)).collect();
+                held.into_iter()
+                    .collect::<Option<Vec<_>>>()
+                    .map(Some)
+                    .ok_or(Error::Stopped)
+            }
+            Outcome::ExceededAt(index) => Err(self.exceeded(Some(index))),
+            Outcome::Exceeded | Outcome::Shed(_) => Err(self.exceeded(None)),
+            Outcome::Granted(lease) => {
+                self.client.release(now(), lease);
+                Err(Error::Stopped)
+            }
+            Outcome::Unavailable(reason) => Err(Error::Unavailable { reason }),
+            Outcome::FailOpen(reason) => {
+                self.failed_open(&reason);
+                Ok(None)
+            }
+        };
+        let _ = reply.send(result);
+    }
+
+    /// Logs a fail-open, at most once per throttle period.
+    fn failed_open(&mut self, reason: &inflight_core::Unavailable) {
+        if let Some(suppressed) = self.fail_open_log.admit(now()) {
+            let reason = crate::error::chain(reason);
+            tracing::warn!(
+                %reason,
+                suppressed,
+                "inflight: Redis unavailable; letting requests through unenforced (one line per {}s; `suppressed` counts those left out)",
+                crate::throttle::EVERY.as_secs()
+            );
+        }
     }
 
     /// Hands a renewal's outcome to its caller.

@@ -40,6 +40,10 @@ enum Caller {
         /// Keep its lease alive from its grant on.
         keep_alive: bool,
     },
+    AcquireAll {
+        reply: oneshot::Sender<Result<Option<Vec<HeldLease>>, Error>>,
+        keep_alive: bool,
+    },
     Renew(oneshot::Sender<Result<Lease, RenewError>>),
     Inspect(oneshot::Sender<Result<Inspection, Error>>),
     Scan(oneshot::Sender<Result<Option<KeysPage>, Error>>),
@@ -249,6 +253,24 @@ impl<C: Connector> Driver<C> {
                 self.tickets.insert(ticket, request);
                 self.callers
                     .insert(request, (ticket, Caller::Acquire { reply, keep_alive }));
+            }
+            Command::AcquireAll {
+                ticket,
+                parts,
+                claim,
+                keep_alive,
+                reply,
+            } => {
+                let request = match self.client.acquire_all(now, parts, &claim) {
+                    Ok(request) => request,
+                    Err(error) => {
+                        let _ = reply.send(Err(Error::Composite(error)));
+                        return;
+                    }
+                };
+                self.tickets.insert(ticket, request);
+                self.callers
+                    .insert(request, (ticket, Caller::AcquireAll { reply, keep_alive }));
             }
             Command::Renew { ticket, lease, reply } => {
                 let request = self.client.renew(now, &lease);

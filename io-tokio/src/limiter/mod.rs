@@ -14,6 +14,7 @@ use crate::mailbox::{answer, next_ticket, Command, Commands};
 use crate::permit::Permit;
 use crate::telemetry::{self, AcquireOutcome};
 
+mod composite;
 pub(crate) mod reads;
 
 /// A fleet-wide in-flight limiter. Cheap to clone; all clones share one driver
@@ -50,6 +51,8 @@ struct Shared {
     keep_alive: bool,
     /// How long `drain` waits for what is owed.
     drain_timeout: Duration,
+    /// The server is a cluster: keys of different slots cannot share a call.
+    cluster: bool,
 }
 
 /// How one acquire asks: the default is the limiter's default limit, weight
@@ -120,6 +123,7 @@ pub(crate) struct Settings {
     pub(crate) hints: RetryHints,
     pub(crate) keep_alive: bool,
     pub(crate) drain_timeout: Duration,
+    pub(crate) cluster: bool,
 }
 
 /// What the settings say about when a refused request may succeed.
@@ -142,6 +146,7 @@ impl Limiter {
             hints,
             keep_alive,
             drain_timeout,
+            cluster,
         } = settings;
         Self {
             shared: Arc::new(Shared {
@@ -154,6 +159,7 @@ impl Limiter {
                 hints,
                 keep_alive,
                 drain_timeout,
+                cluster,
             }),
         }
     }
@@ -213,6 +219,20 @@ impl Limiter {
         wait: Option<Duration>,
     ) -> Result<Permit, Error> {
         let started = tokio::time::Instant::now();
+        let result = self.ask_one(key, limit, claim, keep_alive, wait).await;
+        self.record(started, result.as_ref().map(Permit::is_enforced), wait.is_some());
+        result
+    }
+
+    /// One key's acquire, as the driver answers it.
+    async fn ask_one(
+        &self,
+        key: &Key,
+        limit: NonZeroU32,
+        claim: Claim,
+        keep_alive: bool,
+        wait: Option<Duration>,
+    ) -> Result<Permit, Error> {
         let ticket = next_ticket();
         let (reply, outcome) = oneshot::channel();
         let command = Command::Acquire {
@@ -228,15 +248,19 @@ impl Limiter {
         if self.shared.commands.send(command).is_err() {
             return self.stopped();
         }
-        let result = match answer(&self.shared.commands, ticket, outcome).await {
+        match answer(&self.shared.commands, ticket, outcome).await {
             Ok(Ok(Some(lease))) => Ok(Permit::enforced(lease)),
             Ok(Ok(None)) => Ok(Permit::unenforced()),
             Ok(Err(error)) => Err(error),
             Err(_) => self.stopped(),
-        };
-        let outcome = match &result {
-            Ok(permit) if permit.is_enforced() => AcquireOutcome::Granted,
-            Ok(_) => AcquireOutcome::FailOpen,
+        }
+    }
+
+    /// Counts an acquire's outcome (`Ok(enforced)`) in the metrics.
+    fn record(&self, started: tokio::time::Instant, result: Result<bool, &Error>, waited: bool) {
+        let outcome = match result {
+            Ok(true) => AcquireOutcome::Granted,
+            Ok(false) => AcquireOutcome::FailOpen,
             Err(Error::Exceeded { shed: true, .. }) => AcquireOutcome::Shed,
             Err(Error::Exceeded { .. }) => AcquireOutcome::Denied,
             Err(_) => AcquireOutcome::Unavailable,
@@ -245,9 +269,8 @@ impl Limiter {
             &self.shared.metric_labels,
             outcome,
             started.elapsed().as_secs_f64(),
-            wait.is_some(),
+            waited,
         );
-        result
     }
 
     fn stopped(&self) -> Result<Permit, Error> {

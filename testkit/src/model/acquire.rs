@@ -6,35 +6,148 @@ use super::scripts::{bulk, flag, int, integer, lua_number, text, weight, Stop};
 use super::store::ZaddFlags;
 use super::RedisModel;
 use inflight_core::resp::Frame;
-use inflight_core::scripts::{RECOVERING, STALE};
+use inflight_core::scripts::{RECOVERING, STALE, WITHHELD};
+
+/// One fail-fast acquire's six keys and six arguments, checked.
+#[derive(Clone, Copy)]
+struct Part<'a> {
+    leases: &'a Bytes,
+    tombstone: &'a Bytes,
+    fence: &'a Bytes,
+    queue: &'a Bytes,
+    waiters: &'a Bytes,
+    holds: &'a Bytes,
+    expiry: u64,
+    limit: u64,
+    id: &'a Bytes,
+    valid_until: u64,
+    hold: &'a Bytes,
+    fenced: bool,
+    w: u64,
+}
+
+impl<'a> Part<'a> {
+    fn read(keys: &'a [Bytes], argv: &'a [Bytes]) -> Result<Self, Stop> {
+        Ok(Self {
+            leases: &keys[0],
+            tombstone: &keys[1],
+            fence: &keys[2],
+            queue: &keys[3],
+            waiters: &keys[4],
+            holds: &keys[5],
+            expiry: integer(&argv[0], "expiry", 1)?,
+            limit: integer(&argv[1], "limit", 1)?,
+            id: &argv[2],
+            valid_until: integer(&argv[3], "valid-until", 0)?,
+            hold: &argv[4],
+            fenced: flag(&argv[5], "fencing")?,
+            w: weight(&argv[2])?,
+        })
+    }
+}
+
+/// What `admit_one` answers.
+struct Admitted {
+    status: i64,
+    reclaimed: usize,
+    /// The id holds no lease yet: the grant writes one.
+    fresh: bool,
+    /// Units owed to waiters that fit, and what a newcomer may take (the
+    /// record's).
+    ahead: u64,
+    free: u64,
+}
 
 impl RedisModel {
     pub(super) fn acquire(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {
-        let (leases, tombstone, fence, queue, waiters, holds) =
-            (&keys[0], &keys[1], &keys[2], &keys[3], &keys[4], &keys[5]);
-        let expiry = integer(&argv[0], "expiry", 1)?;
-        let limit = integer(&argv[1], "limit", 1)?;
-        let id = &argv[2];
-        let valid_until = integer(&argv[3], "valid-until", 0)?;
-        let hold = &argv[4];
-        let fenced = flag(&argv[5], "fencing")?;
-        let w = weight(id)?;
+        let part = Part::read(keys, argv)?;
         let now = self.time();
-        let reply = |status: i64, token: u64, reclaimed: usize| {
-            Ok(Frame::Array(vec![
-                int(status),
-                bulk(id),
-                int(token as i64),
-                int(reclaimed as i64),
-            ]))
+        let admitted = self.admit(&part, now);
+        let (status, token) = match admitted.status {
+            1 => (1, self.grant(&part, &admitted, now)),
+            status => (status, 0),
+        };
+        Ok(Frame::Array(vec![
+            int(status),
+            bulk(part.id),
+            int(token as i64),
+            int(admitted.reclaimed as i64),
+        ]))
+    }
+
+    /// `ACQUIRE_ALL` (`scripts/acquire_all.lua`): every subject admitted
+    /// before any is granted; all granted or none.
+    pub(super) fn acquire_all(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {
+        let n = argv.len() / 6;
+        if n == 0 || argv.len() != 6 * n || keys.len() != 6 * n {
+            return Err(Frame::Error(
+                "ERR inflight: ACQUIRE_ALL takes six keys and six arguments per subject".into(),
+            ));
+        }
+        let mut parts = Vec::with_capacity(n);
+        for (keys, args) in keys.chunks_exact(6).zip(argv.chunks_exact(6)) {
+            let part = Part::read(keys, args)?;
+            if parts.iter().any(|p: &Part| p.leases == part.leases) {
+                return Err(Frame::Error("ERR inflight: ACQUIRE_ALL takes each subject once".into()));
+            }
+            parts.push(part);
+        }
+        self.batches += 1;
+        let now = self.time();
+        let admitted: Vec<Admitted> = parts.iter().map(|part| self.admit(part, now)).collect();
+        let refused = admitted.iter().any(|a| a.status != 1) || self.grant_all_unchecked;
+        let mut reply = Vec::with_capacity(3 * n + 1);
+        let mut reclaimed = 0;
+        for (part, admitted) in parts.iter().zip(&admitted) {
+            reclaimed += admitted.reclaimed;
+            let (status, token) = match admitted.status {
+                // The injected bug grants what was admitted, refused or not.
+                1 if self.grant_all_unchecked => (1, self.grant(part, admitted, now)),
+                1 if refused => {
+                    self.record(part.leases, part.id, WITHHELD, 0, (0, 0));
+                    (WITHHELD, 0)
+                }
+                1 => (1, self.grant(part, admitted, now)),
+                status => (status, 0),
+            };
+            reply.extend([int(status), bulk(part.id), int(token as i64)]);
+        }
+        reply.push(int(reclaimed as i64));
+        Ok(Frame::Array(reply))
+    }
+
+    /// `admit_one` (`lib/acquire_one.lua`): whether one fail-fast acquire
+    /// may take its units, writing nothing but prunes. A refusal is
+    /// recorded here, a grant by [`RedisModel::grant`].
+    fn admit(&mut self, part: &Part, now: u64) -> Admitted {
+        let Part {
+            leases,
+            tombstone,
+            queue,
+            waiters,
+            holds,
+            expiry,
+            limit,
+            id,
+            valid_until,
+            hold,
+            w,
+            ..
+        } = *part;
+        let refused = |status, reclaimed| Admitted {
+            status,
+            reclaimed,
+            fresh: false,
+            ahead: 0,
+            free: 0,
         };
         if now > valid_until || expiry <= now {
             self.record(leases, id, STALE, 0, (0, 0));
-            return reply(STALE, 0, 0);
+            return refused(STALE, 0);
         }
         if self.store.exists(tombstone) {
             self.record(leases, id, -1, 0, (0, 0));
-            return reply(-1, 0, 0);
+            return refused(-1, 0);
         }
         // With no queue and no hold, expired units are pruned only when,
         // counted as held, they leave no room (`lib/acquire_one.lua`).
@@ -49,15 +162,16 @@ impl RedisModel {
             self.store.zremrangebyscore(leases, now)
         };
         let (mut ahead, mut free) = (0, 0);
-        if self.store.zscore(leases, id).is_none() {
+        let fresh = self.store.zscore(leases, id).is_none();
+        if fresh {
             if !hold.is_empty() && self.store.exists(hold) {
                 self.record(leases, id, RECOVERING, 0, (0, 0));
-                return reply(RECOVERING, 0, reclaimed);
+                return refused(RECOVERING, reclaimed);
             }
             let live = self.store.zcard(leases) as u64;
             if live + w > limit {
                 self.record(leases, id, 0, 0, (0, 0));
-                return reply(0, 0, reclaimed);
+                return refused(0, reclaimed);
             }
             free = limit - live;
             if self.store.exists(queue) {
@@ -71,12 +185,34 @@ impl RedisModel {
                 // doing so: the record keeps what they were owed).
                 if !fits && !self.ignore_queue {
                     self.record(leases, id, 0, 0, (0, 0));
-                    return reply(0, 0, reclaimed);
+                    return refused(0, reclaimed);
                 }
                 if !fits {
                     ahead = ahead.max(free);
                 }
             }
+        }
+        Admitted {
+            status: 1,
+            reclaimed,
+            fresh,
+            ahead,
+            free,
+        }
+    }
+
+    /// `grant_one`: writes what [`RedisModel::admit`] admitted; returns
+    /// the token (0 unless fenced).
+    fn grant(&mut self, part: &Part, admitted: &Admitted, now: u64) -> u64 {
+        let Part {
+            leases,
+            fence,
+            expiry,
+            id,
+            fenced,
+            ..
+        } = *part;
+        if admitted.fresh {
             self.add_units(leases, expiry, id, ZaddFlags::default());
             self.cover(leases, (expiry - now) as i64);
         }
@@ -85,8 +221,8 @@ impl RedisModel {
         } else {
             0
         };
-        self.record(leases, id, 1, token, (ahead, free));
-        reply(1, token, reclaimed)
+        self.record(leases, id, 1, token, (admitted.ahead, admitted.free));
+        token
     }
 
     #[allow(clippy::too_many_lines)] // the script, line by line

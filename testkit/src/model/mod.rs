@@ -84,7 +84,10 @@ pub struct RedisModel {
     /// Another: a grant may take units a waiter ahead under a lower limit
     /// is owed (`claim` forgets the waiters' `room`).
     pub ignore_room: bool,
-    /// `ACQUIRE_MANY` and `ACQUIRE_ACROSS` calls executed.
+    /// Another: `ACQUIRE_ALL` grants each subject that has room, whether
+    /// or not the others do (as separate acquires, one per key, would).
+    pub grant_all_unchecked: bool,
+    /// `ACQUIRE_MANY`, `ACQUIRE_ACROSS` and `ACQUIRE_ALL` calls executed.
     pub batches: usize,
     /// Release commands executed (`RELEASE` scripts and `ZREM`s).
     pub zrems: usize,

@@ -120,11 +120,11 @@ impl RedisModel {
             ScriptKind::Hold => (1, 1),
             ScriptKind::Inspect => (3, 1),
             ScriptKind::AcquireMany => (5, 4),
-            ScriptKind::AcquireAcross => (6, 6),
+            ScriptKind::AcquireAcross | ScriptKind::AcquireAll => (6, 6),
         };
         let at_least = matches!(
             kind,
-            ScriptKind::Release | ScriptKind::AcquireMany | ScriptKind::AcquireAcross
+            ScriptKind::Release | ScriptKind::AcquireMany | ScriptKind::AcquireAcross | ScriptKind::AcquireAll
         );
         if keys.len() < arity.0 || argv.len() < arity.1 || (!at_least && (keys.len(), argv.len()) != arity) {
             // The scripts index past what they were given: nil arguments,
@@ -136,6 +136,7 @@ impl RedisModel {
             ScriptKind::AcquireWaiting => self.acquire_waiting(keys, argv),
             ScriptKind::AcquireMany => self.acquire_many(keys, argv),
             ScriptKind::AcquireAcross => self.acquire_across(keys, argv),
+            ScriptKind::AcquireAll => self.acquire_all(keys, argv),
             ScriptKind::Release => self.release(keys, argv),
             ScriptKind::Compensate => self.compensate(keys, argv),
             ScriptKind::Leave => self.leave(keys, argv),

@@ -119,6 +119,9 @@ impl Pair {
                         assert!(shed, "Shed without the server shedding it");
                     }
                     Outcome::Unavailable(_) | Outcome::FailOpen(_) => {}
+                    Outcome::GrantedAll(_) | Outcome::ExceededAt(_) => {
+                        panic!("{request:?}: the pair makes no acquire of several keys")
+                    }
                 }
             }
             Event::Renewed(request, renewal) => {

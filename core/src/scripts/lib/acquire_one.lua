@@ -1,13 +1,19 @@
 -- One fail-fast acquire as `ACQUIRE` takes it (the contract and the
 -- fairness rule are in `acquire.lua`), at the server instant `now` (`time`
 -- is the raw `TIME` reply the token is drawn from), its arguments checked
--- already. Returns the status, the token (0 unless granted and `fenced`)
--- and the units the prune reclaimed. Needs `weight`, `add_units`, `cover`,
--- `queue` and `fence`.
-local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expiry, limit, id, valid_until, hold, fenced, now, time)
+-- already, in two steps: `admit_one` decides, writing nothing but the
+-- prunes of what has expired; `grant_one` writes the lease it admitted.
+-- `ACQUIRE_ALL` admits every subject before it grants any. Needs `weight`,
+-- `add_units`, `cover`, `queue` and `fence`.
+
+-- Returns the status (1: admitted; else the refusal, as `ACQUIRE` answers
+-- it), the units the prune reclaimed, and how the grant writes: the live
+-- units counted on the fast path (-1 on the slow one) and, on the slow
+-- one, whether the id is fresh (not holding a lease already).
+local function admit_one(leases, tombstone, queue, waiters, holds, limit, id, valid_until, expiry, hold, now)
   local w = weight(id)
   if now > valid_until or expiry <= now then
-    return -2, 0, 0
+    return -2, 0, -1, false
   end
   -- The common case costs one `EXISTS`: no tombstone, no recovery hold, no
   -- queue. Then the limit is checked first, and `ZSCORE` runs only when
@@ -28,59 +34,79 @@ local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expi
       reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
       live = live - reclaimed
       if live + w > limit and not redis.call('ZSCORE', leases, id) then
-        return 0, 0, reclaimed
+        return 0, reclaimed, -1, false
       end
     end
-    -- The token first: a fence key of a foreign type fails the call before
-    -- anything else is written.
-    local token = fenced and next_tokens(fence, time, expiry - now, 1) or 0
-    -- `NX`: an id that holds its lease already keeps its expiry.
-    local added = add_units(leases, expiry, id, 'NX')
-    if added == 0 and tonumber(redis.call('ZSCORE', leases, id)) <= now then
-      -- The id's own earlier lease, expired and not pruned yet (its units
-      -- were counted as held, so there is room without them): pruned, and
-      -- the id takes a fresh lease.
-      local pruned = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-      reclaimed, live = reclaimed + pruned, live - pruned
-      added = add_units(leases, expiry, id, 'NX')
-    end
-    if added > 0 then
-      if live == 0 then
-        -- The set was empty, so it is new: no expiry to compare with.
-        redis.call('PEXPIRE', leases, expiry - now + 1)
-      else
-        -- Every lease set our scripts write has an expiry: `GT` extends
-        -- it, never shortens it, in one command.
-        redis.call('PEXPIRE', leases, expiry - now + 1, 'GT')
-      end
-    end
-    return 1, token, reclaimed
+    return 1, reclaimed, live, false
   end
   if redis.call('EXISTS', tombstone) == 1 then
-    return -1, 0, 0
+    return -1, 0, -1, false
   end
   local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
   local fresh = not redis.call('ZSCORE', leases, id)
   if fresh then
     if hold ~= '' and redis.call('EXISTS', hold) == 1 then
-      return -3, 0, reclaimed
+      return -3, reclaimed, -1, false
     end
     local live = redis.call('ZCARD', leases)
     if live + w > limit then
-      return 0, 0, reclaimed
+      return 0, reclaimed, -1, false
     end
     if redis.call('EXISTS', queue) == 1 then
       local queued = prune_waiters(queue, waiters, holds, now)
       if not claim(queue, holds, live, queued, w, limit) then
-        return 0, 0, reclaimed
+        return 0, reclaimed, -1, false
       end
     end
   end
-  -- The token before the lease, as on the fast path.
+  return 1, reclaimed, -1, fresh
+end
+
+-- Writes what `admit_one` admitted (`live` and `fresh` are its answers).
+-- Returns the token (0 unless `fenced`) and the units a prune reclaimed here.
+local function grant_one(leases, fence, expiry, id, fenced, now, time, live, fresh)
+  -- The token first: a fence key of a foreign type fails the call before
+  -- anything else is written.
   local token = fenced and next_tokens(fence, time, expiry - now, 1) or 0
-  if fresh then
-    add_units(leases, expiry, id)
-    cover(leases, expiry - now)
+  if live < 0 then
+    if fresh then
+      add_units(leases, expiry, id)
+      cover(leases, expiry - now)
+    end
+    return token, 0
   end
-  return 1, token, reclaimed
+  -- `NX`: an id that holds its lease already keeps its expiry.
+  local reclaimed = 0
+  local added = add_units(leases, expiry, id, 'NX')
+  if added == 0 and tonumber(redis.call('ZSCORE', leases, id)) <= now then
+    -- The id's own earlier lease, expired and not pruned yet (its units
+    -- were counted as held, so there is room without them): pruned, and
+    -- the id takes a fresh lease.
+    reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+    live = live - reclaimed
+    added = add_units(leases, expiry, id, 'NX')
+  end
+  if added > 0 then
+    if live == 0 then
+      -- The set was empty, so it is new: no expiry to compare with.
+      redis.call('PEXPIRE', leases, expiry - now + 1)
+    else
+      -- Every lease set our scripts write has an expiry: `GT` extends
+      -- it, never shortens it, in one command.
+      redis.call('PEXPIRE', leases, expiry - now + 1, 'GT')
+    end
+  end
+  return token, reclaimed
+end
+
+-- Both steps: returns the status, the token (0 unless granted and
+-- `fenced`) and the units the prunes reclaimed.
+local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expiry, limit, id, valid_until, hold, fenced, now, time)
+  local status, reclaimed, live, fresh =
+    admit_one(leases, tombstone, queue, waiters, holds, limit, id, valid_until, expiry, hold, now)
+  if status ~= 1 then
+    return status, 0, reclaimed
+  end
+  local token, pruned = grant_one(leases, fence, expiry, id, fenced, now, time, live, fresh)
+  return 1, token, reclaimed + pruned
 end
