@@ -1,8 +1,12 @@
 //! Redis key layout for lease sets.
 //!
-//! A subject's leases live at `{prefix}:{{ns|subject}}:leases`. Both components
-//! are percent-encoded for `%`, `|`, `{` and `}` so that:
-//! - the encoding is injective: `("a|b", "c")` and `("a", "b|c")` never share a key;
+//! A subject's leases live at `{prefix}:{{ns|subject}}:leases`, or, for a key
+//! kept in a group's slot ([`Key::in_group`]), at
+//! `{prefix}:{{group}}ns|subject:leases`. Every component is percent-encoded
+//! for `%`, `|`, `{` and `}` so that:
+//! - the encoding is injective: `("a|b", "c")` and `("a", "b|c")` never share a key,
+//!   and a grouped key (whose tag holds no `|`) never shares one with a key
+//!   without a group;
 //! - the key holds exactly one `{...}` section, so Redis Cluster hashes every key
 //!   of a subject (its lease set and its tombstones) to one slot, and a script
 //!   that touches both never fails with `CROSSSLOT`.
@@ -23,6 +27,8 @@ pub const MAX_COMPONENT_LEN: usize = 512;
 pub struct Key {
     namespace: String,
     subject: String,
+    /// Whose Redis Cluster slot the key lives in (`None`: its own).
+    group: Option<String>,
 }
 
 /// Why a [`Key`] was refused.
@@ -49,7 +55,31 @@ impl Key {
         let subject = subject.into();
         check_component("namespace", &namespace)?;
         check_component("subject", &subject)?;
-        Ok(Self { namespace, subject })
+        Ok(Self {
+            namespace,
+            subject,
+            group: None,
+        })
+    }
+
+    /// The same key, kept in `group`'s Redis Cluster slot: keys of one
+    /// group share a slot, so an acquire over several of them is one
+    /// all-or-nothing call in a cluster too, as it always is on a standalone
+    /// server (say the group `acme` for `tenant/acme` and `route/acme:/upload`).
+    /// Every key of a group lives on one node: group keys that are used
+    /// together, not a whole fleet's. A grouped key is another key than the
+    /// same one without a group (another lease set). `group` is checked as
+    /// a namespace is.
+    pub fn in_group(mut self, group: impl Into<String>) -> Result<Self, KeyError> {
+        let group = group.into();
+        check_component("group", &group)?;
+        self.group = Some(group);
+        Ok(self)
+    }
+
+    /// The group whose slot the key lives in, if it was given one.
+    pub fn group(&self) -> Option<&str> {
+        self.group.as_deref()
     }
 
     /// What kind of thing is limited (`tenant`, `route`…).
@@ -66,12 +96,18 @@ impl Key {
     /// is not one (a key written by someone else that a scan matched).
     pub fn of_leases_key(prefix: &str, name: &[u8]) -> Option<Self> {
         let name = std::str::from_utf8(name).ok()?;
-        let tag = name
-            .strip_prefix(prefix)?
-            .strip_prefix(":{")?
-            .strip_suffix("}:leases")?;
-        let (namespace, subject) = tag.split_once('|')?;
-        let key = Self::new(decode_component(namespace)?, decode_component(subject)?).ok()?;
+        let rest = name.strip_prefix(prefix)?.strip_prefix(":{")?.strip_suffix(":leases")?;
+        let (tag, after) = rest.split_once('}')?;
+        let (group, pair) = match tag.contains('|') {
+            true if after.is_empty() => (None, tag),
+            false => (Some(tag), after),
+            true => return None,
+        };
+        let (namespace, subject) = pair.split_once('|')?;
+        let mut key = Self::new(decode_component(namespace)?, decode_component(subject)?).ok()?;
+        if let Some(group) = group {
+            key = key.in_group(decode_component(group)?).ok()?;
+        }
         // Only what this library writes: the encoding round-trips.
         (SubjectKeys::new(prefix, &key).leases() == name.as_bytes()).then_some(key)
     }
@@ -87,7 +123,7 @@ pub fn leases_pattern(prefix: &str) -> Bytes {
         }
         pattern.push(character);
     }
-    pattern.push_str(":{*}:leases");
+    pattern.push_str(":{*:leases");
     Bytes::from(pattern)
 }
 
@@ -141,10 +177,16 @@ impl SubjectKeys {
         let mut text = String::with_capacity(prefix.len() + key.namespace.len() + key.subject.len() + 12);
         text.push_str(prefix);
         text.push_str(":{");
+        if let Some(group) = &key.group {
+            push_encoded(&mut text, group);
+            text.push('}');
+        }
         push_encoded(&mut text, &key.namespace);
         text.push('|');
         push_encoded(&mut text, &key.subject);
-        text.push('}');
+        if key.group.is_none() {
+            text.push('}');
+        }
         let base_len = text.len();
         text.push_str(":leases");
         let slot = slot_of(text.as_bytes());
@@ -283,7 +325,31 @@ mod tests {
         ] {
             assert_eq!(Key::of_leases_key("inflight", stranger), None, "{stranger:?}");
         }
-        assert_eq!(&leases_pattern("p*[x]")[..], &b"p\\*\\[x\\]:{*}:leases"[..]);
+        assert_eq!(&leases_pattern("p*[x]")[..], &b"p\\*\\[x\\]:{*:leases"[..]);
+    }
+
+    #[test]
+    fn keys_of_one_group_share_a_slot_and_name_themselves_back() {
+        let tenant = Key::new("tenant", "acme").unwrap().in_group("acme").unwrap();
+        let route = Key::new("route", "acme:/upload").unwrap().in_group("acme").unwrap();
+        let (t, r) = (
+            SubjectKeys::new("inflight", &tenant),
+            SubjectKeys::new("inflight", &route),
+        );
+        assert_eq!(&t.leases()[..], b"inflight:{acme}tenant|acme:leases");
+        assert_eq!(t.slot(), r.slot());
+        assert_eq!(t.slot(), slot_of(b"{acme}"));
+        assert_eq!(hash_tag(&t.tombstone(&LeaseId::from_parts(1, 2))), Some(&b"acme"[..]));
+        for key in [tenant, route, Key::new("a|b", "{c}").unwrap().in_group("g|{}").unwrap()] {
+            let keys = SubjectKeys::new("inflight", &key);
+            assert_eq!(Key::of_leases_key("inflight", keys.leases()), Some(key.clone()));
+            assert_eq!(SubjectKeys::of_wake_channel(&keys.wake_channel()), Some(keys));
+        }
+        // Grouped or not, never one key for two.
+        let plain = SubjectKeys::new("inflight", &Key::new("g", "a|b").unwrap());
+        let grouped = SubjectKeys::new("inflight", &Key::new("a", "b").unwrap().in_group("g").unwrap());
+        assert_ne!(plain.leases(), grouped.leases());
+        assert_eq!(Key::new("a", "b").unwrap().in_group(""), Err(KeyError::Empty("group")));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub mod alloc_counter;
 pub mod bench;
+pub mod composite_load;
 pub mod cpu;
 pub mod hostile;
 pub mod http_client;

@@ -5,7 +5,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use inflight_core::key::SubjectKeys;
-use inflight_core::{Claim, ConfigError, Key, Label};
+use inflight_core::{Claim, CompositeError, ConfigError, Key, Label};
 use tokio::sync::oneshot;
 
 use super::{Acquire, Limiter};
@@ -85,6 +85,15 @@ impl Limiter {
         let mut order: Vec<usize> = (0..parts.len()).collect();
         let slot = |i: &usize| if self.shared.cluster { parts[*i].0.slot() } else { 0 };
         order.sort_by_key(slot);
+        // Every slot's share checked before anything is taken.
+        let most = inflight_core::scripts::MAX_BATCH;
+        if let Some(group) = order
+            .chunk_by(|a, b| slot(a) == slot(b))
+            .find(|group| group.len() > most)
+        {
+            let given = group.len();
+            return Err(Error::Composite(CompositeError::TooMany { given, most }));
+        }
         let mut held: Vec<Option<Permit>> = parts.iter().map(|_| None).collect();
         for group in order.chunk_by(|a, b| slot(a) == slot(b)) {
             let group_parts = group.iter().map(|i| parts[*i].clone()).collect();
