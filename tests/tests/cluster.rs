@@ -605,3 +605,116 @@ async fn tls_reaches_every_primary_at_its_tls_port() {
     drop(held);
     limiter.drain().await;
 }
+
+/// Units the owner of `key`'s slot holds for it now.
+fn live_key(cluster: &RedisCluster, prefix: &str, key: &Key) -> i64 {
+    let keys = inflight_core::key::SubjectKeys::new(prefix, key);
+    let owner = cluster.owner(keys.slot());
+    match cluster.node(owner).client().call(&[b"ZCARD", keys.leases()]).unwrap() {
+        Frame::Integer(n) => n,
+        other => panic!("ZCARD answered {other:?}"),
+    }
+}
+
+/// Composite limits on the cluster, keys of one group (one slot, so one
+/// all-or-nothing call) and keys on three primaries (taken slot after slot,
+/// given back on a refusal): under load from two limiters no key goes over
+/// its limit, every refusal names a key that was (possibly) full, and
+/// nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn composite_limits_hold_in_one_slot_and_across_slots() {
+    use inflight_tests::composite_load::{self, Limited};
+    let cluster = cluster();
+    let prefix = "c-composite";
+    let url = cluster.url();
+    let limiters = [
+        builder(&url, prefix).connect().await.unwrap(),
+        builder(&url, prefix).connect().await.unwrap(),
+    ];
+    let grouped: Vec<Limited> = [
+        ("tenant", "acme", 3),
+        ("route", "acme:/upload", 5),
+        ("service", "acme", 10),
+    ]
+    .into_iter()
+    .map(|(ns, subject, limit)| Limited {
+        key: Key::new(ns, subject).unwrap().in_group("acme").unwrap(),
+        limit,
+    })
+    .collect();
+    let slots: Vec<u16> = grouped
+        .iter()
+        .map(|l| inflight_core::key::SubjectKeys::new(prefix, &l.key).slot())
+        .collect();
+    assert!(slots.iter().all(|s| *s == slots[0]), "one slot: {slots:?}");
+    // One subject on each primary.
+    let spread_over = spread(&cluster, prefix, 1);
+    let across: Vec<Limited> = spread_over
+        .values()
+        .zip([3, 5, 10])
+        .map(|(subjects, limit)| Limited {
+            key: key(&subjects[0]),
+            limit,
+        })
+        .collect();
+    for (keys, atomic) in [(&grouped, true), (&across, false)] {
+        let seen = composite_load::run(&limiters, keys, 64, Duration::from_secs(2), 8, atomic).await;
+        println!(
+            "atomic {atomic}: granted {}, refused by key {:?}, of them explained only by partial holds {}, cancelled {}, errors {:?}, peaks {:?}",
+            seen.granted, seen.refused, seen.by_partial_holds, seen.cancelled, seen.errors, seen.peaks
+        );
+        for (limited, peak) in keys.iter().zip(&seen.peaks) {
+            assert!(*peak <= limited.limit as usize, "{:?}: {peak} holders", limited.key);
+        }
+        assert!(seen.peaks.iter().zip(keys.iter()).any(|(p, l)| *p == l.limit as usize));
+        assert!(seen.granted > 200, "only {} grants", seen.granted);
+        assert_eq!(seen.unfounded, 0, "refusals of keys that were not full");
+        assert!(seen.errors.is_empty(), "{:?}", seen.errors);
+        if atomic {
+            assert_eq!(seen.by_partial_holds, 0, "one slot: no partial holds");
+        }
+    }
+    for limiter in limiters {
+        let drained = limiter.drain().await;
+        assert!(drained.is_complete(), "{drained}");
+    }
+    for limited in grouped.iter().chain(&across) {
+        assert_eq!(live_key(&cluster, prefix, &limited.key), 0, "{:?}", limited.key);
+    }
+}
+
+/// On the cluster, a refusal names the full key and leaves nothing on the
+/// others, in one slot (nothing taken) and across slots (what an earlier
+/// slot gave is given back at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_composite_refusal_on_the_cluster_takes_nothing() {
+    let cluster = cluster();
+    let prefix = "c-composite-refusal";
+    let limiter = builder(&cluster.url(), prefix).connect().await.unwrap();
+    let spread_over = spread(&cluster, prefix, 1);
+    let keys: Vec<Key> = spread_over.values().map(|subjects| key(&subjects[0])).collect();
+    let grouped: Vec<Key> = ["a", "b", "c"]
+        .iter()
+        .map(|s| Key::new("tenant", *s).unwrap().in_group("g1").unwrap())
+        .collect();
+    for set in [&keys, &grouped] {
+        let full = limiter.acquire_with(&set[1], 1).await.unwrap();
+        let asked: Vec<(&Key, u32)> = set.iter().map(|k| (k, 1)).collect();
+        let refused = limiter.acquire_all(&asked).await;
+        assert!(
+            matches!(refused, Err(Error::Exceeded { key: Some(1), .. })),
+            "{refused:?}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while live_key(&cluster, prefix, &set[0]) + live_key(&cluster, prefix, &set[2]) > 0 {
+            assert!(Instant::now() < deadline, "a refused composite left a slot behind");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        full.release().await.unwrap();
+        let permits = limiter.acquire_all(&asked).await.unwrap();
+        for k in set.iter() {
+            assert_eq!(live_key(&cluster, prefix, k), 1);
+        }
+        permits.release().await.unwrap();
+    }
+}

@@ -55,7 +55,7 @@ async fn three_keys_under_load_from_two_limiters_stay_within_every_limit() {
             limit: 10,
         },
     ];
-    let seen = composite_load::run(&limiters, &keys, 64, Duration::from_secs(3), 8).await;
+    let seen = composite_load::run(&limiters, &keys, 64, Duration::from_secs(3), 8, true).await;
     println!(
         "granted {}, refused by key {:?}, cancelled {}, errors {:?}, peaks {:?}",
         seen.granted, seen.refused, seen.cancelled, seen.errors, seen.peaks
