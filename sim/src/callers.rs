@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use inflight_core::InjectedBugs;
 use inflight_tokio::{
-    Acquire, Builder, Connector, Error, Key, Limiter, Permit, Recovery, ReleasePolicy, RenewError, UnavailablePolicy,
+    Acquire, Builder, Connector, Error, Key, Limiter, Permit, Permits, Recovery, ReleasePolicy, RenewError,
+    UnavailablePolicy,
 };
 use tokio::time::Instant;
 
@@ -264,6 +265,12 @@ struct Caller {
 impl Caller {
     async fn run(mut self) {
         while Instant::now() < self.end {
+            // One acquire in eight takes a slot of two or three keys at once.
+            if self.keys.len() >= 2 && self.rng.chance(1, 8) {
+                self.composite().await;
+                tokio::time::sleep(Duration::from_millis(self.rng.range(1, 30))).await;
+                continue;
+            }
             let (key, mut limit) = self.keys[self.rng.range(0, self.keys.len() as u64) as usize];
             if self.call_limits && limit > 1 && self.rng.chance(1, 3) {
                 limit -= 1;
@@ -476,6 +483,163 @@ impl Caller {
                     .unwrap()
                     .kept_alive_lost((self.at)(), &self.who, key, &reason, self.calm);
             }
+        }
+    }
+
+    /// An acquire over two or three distinct keys (`acquire_all`), each
+    /// under its limit (or one below), of one weight, failing fast or (three
+    /// in ten) waiting; dropped or aborted as often as single acquires.
+    async fn composite(&mut self) {
+        let mut order: Vec<usize> = (0..self.keys.len()).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, self.rng.range(0, i as u64 + 1) as usize);
+        }
+        order.truncate(self.rng.range(2, self.keys.len().min(3) as u64 + 1) as usize);
+        let chosen: Vec<(&'static str, u32)> = order
+            .iter()
+            .map(|i| {
+                let (key, limit) = self.keys[*i];
+                let lower = self.call_limits && limit > 1 && self.rng.chance(1, 3);
+                (key, limit - u32::from(lower))
+            })
+            .collect();
+        let subjects: Vec<Key> = chosen
+            .iter()
+            .map(|(key, _)| Key::new("load", *key).expect("valid key"))
+            .collect();
+        let least = chosen.iter().map(|(_, limit)| *limit).min().expect("two keys");
+        let weight = if self.rng.chance(1, 5) {
+            (self.rng.range(2, u64::from(MAX_WEIGHT) + 1) as u32).min(least)
+        } else {
+            1
+        };
+        let wait = self
+            .rng
+            .chance(3, 10)
+            .then(|| Duration::from_millis(self.rng.range(20, 400)));
+        let mut options = Acquire::default().weight(weight);
+        if let Some(wait) = wait {
+            options = options.wait(wait);
+        }
+        {
+            let mut ledger = self.ledger.lock().unwrap();
+            ledger.counters.acquires += 1;
+            ledger.counters.composites += 1;
+            if wait.is_some() {
+                ledger.counters.waits += 1;
+            }
+        }
+        let limiter = self.limiter.clone();
+        let asked: Vec<(Key, u32)> = subjects.into_iter().zip(chosen.iter().map(|(_, l)| *l)).collect();
+        let acquire = async move {
+            let asked: Vec<(&Key, u32)> = asked.iter().map(|(k, l)| (k, *l)).collect();
+            limiter.acquire_all_opts(&asked, options).await
+        };
+        let started = Instant::now();
+        let outcome = match self.rng.range(0, 10) {
+            0 => {
+                let patience = Duration::from_millis(self.rng.range(1, 60));
+                tokio::time::timeout(patience, acquire).await.ok()
+            }
+            1 => {
+                let task = tokio::spawn(acquire);
+                tokio::time::sleep(Duration::from_millis(self.rng.range(0, 40))).await;
+                task.abort();
+                task.await.ok()
+            }
+            _ => {
+                let outcome = acquire.await;
+                let took = started.elapsed();
+                // Keys of different slots go one slot after another: each
+                // may take a whole timeout, and a wait its whole wait.
+                let budget = wait.unwrap_or_default() + ACQUIRE_TIMEOUT * chosen.len() as u32;
+                if took > budget + self.slack {
+                    let detail = format!(
+                        "{} waited {took:?} for an acquire of {chosen:?} (wait {wait:?})",
+                        self.who
+                    );
+                    self.ledger
+                        .lock()
+                        .unwrap()
+                        .violate((self.at)(), "S3 bounded latency", detail);
+                }
+                Some(outcome)
+            }
+        };
+        self.settle_all(&chosen, outcome, wait.is_some()).await;
+    }
+
+    async fn settle_all(
+        &mut self,
+        chosen: &[(&'static str, u32)],
+        outcome: Option<Result<Permits, Error>>,
+        waited: bool,
+    ) {
+        let (who, at) = (self.who.clone(), self.at);
+        let keys: Vec<&'static str> = chosen.iter().map(|(key, _)| *key).collect();
+        match outcome {
+            Some(Ok(permits)) if permits.is_enforced() => {
+                let held: Vec<(&'static str, Option<String>, u32)> = keys
+                    .iter()
+                    .zip(permits.parts())
+                    .map(|(key, permit)| (*key, permit.lease_id().map(|id| id.to_string()), permit.weight()))
+                    .collect();
+                {
+                    let mut ledger = self.ledger.lock().unwrap();
+                    if self.fencing && permits.fencing_tokens().iter().any(Option::is_none) {
+                        let detail = format!("{who} holds leases on {keys:?} without a fencing token each");
+                        ledger.violate(at(), "S7 fencing", detail);
+                    }
+                    ledger.counters.granted += 1;
+                    ledger.counters.composites_granted += 1;
+                    if waited {
+                        ledger.counters.waits_granted += 1;
+                    }
+                    for (key, lease, weight) in &held {
+                        ledger.hold(at(), &who, key, lease.clone(), *weight);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(self.rng.range(1, 300))).await;
+                {
+                    let mut ledger = self.ledger.lock().unwrap();
+                    for (key, lease, weight) in held {
+                        ledger.unhold(at(), &who, key, lease, weight);
+                    }
+                }
+                if self.rng.chance(1, 2) {
+                    if let Err(error) = permits.release().await {
+                        self.note(format!("{who}'s release of {keys:?}: {error}"));
+                    }
+                } else {
+                    drop(permits);
+                }
+            }
+            Some(Ok(_unenforced)) => {
+                let mut ledger = self.ledger.lock().unwrap();
+                ledger.counters.fail_open += 1;
+                ledger.note(at(), format!("{who} fails open on {keys:?}"));
+            }
+            Some(Err(Error::Exceeded { key: Some(i), shed, .. })) if i < keys.len() => {
+                if waited && !shed {
+                    let bound = self.calm.then_some(WAKE_BOUND);
+                    return self.ledger.lock().unwrap().wait_timed_out(at(), &who, keys[i], bound);
+                }
+                let mut ledger = self.ledger.lock().unwrap();
+                ledger.counters.denied += 1;
+                ledger.counters.shed += u64::from(shed);
+                ledger.exceeded(keys[i]);
+                ledger.note(at(), format!("{who} exceeded on {} of {keys:?}", keys[i]));
+            }
+            Some(Err(Error::Unavailable { reason })) => {
+                let mut ledger = self.ledger.lock().unwrap();
+                ledger.counters.unavailable += 1;
+                ledger.note(at(), format!("{who} unavailable on {keys:?}: {reason}"));
+            }
+            Some(Err(other)) => {
+                let detail = format!("{who}: acquire of {keys:?}: {other}");
+                self.ledger.lock().unwrap().violate(at(), "S6 no panic", detail);
+            }
+            None => self.note(format!("{who} gave up on {keys:?}")),
         }
     }
 

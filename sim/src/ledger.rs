@@ -43,6 +43,9 @@ pub struct Counters {
     /// Grants that took a slot owed to an earlier waiter (S8; counted, and
     /// a violation, in every scenario: the server's queue has no excuse).
     pub overtakes: u64,
+    /// Acquires over several keys at once (`acquire_all`), and their grants.
+    pub composites: u64,
+    pub composites_granted: u64,
 }
 
 #[derive(Debug, Default)]

@@ -80,10 +80,14 @@ pub enum Bug {
     /// the recovery itself: one a failover lost stays if the new primary is
     /// found late.
     ReleasesAgedFromRecovery,
+    /// `ACQUIRE_ALL` grants each subject that has room, whether or not
+    /// the others do, as one acquire per key would (injected into the
+    /// simulated Redis).
+    CompositeGrantsPartly,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 15] = [
+    pub const ALL: [Bug; 16] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
@@ -99,6 +103,7 @@ impl Bug {
         Bug::NewcomerTakesOwedUnit,
         Bug::SwitchForgetsIdentity,
         Bug::ReleasesAgedFromRecovery,
+        Bug::CompositeGrantsPartly,
     ];
 
     pub fn name(self) -> &'static str {
@@ -118,6 +123,7 @@ impl Bug {
             Bug::NewcomerTakesOwedUnit => "newcomer-takes-owed-unit",
             Bug::SwitchForgetsIdentity => "switch-forgets-identity",
             Bug::ReleasesAgedFromRecovery => "releases-aged-from-recovery",
+            Bug::CompositeGrantsPartly => "composite-grants-partly",
         }
     }
 
@@ -129,6 +135,7 @@ impl Bug {
             Bug::LastLimitForAll => model.last_limit_for_all = true,
             Bug::AcrossFirstLimit => model.across_first_limit = true,
             Bug::NewcomerTakesOwedUnit => model.ignore_room = true,
+            Bug::CompositeGrantsPartly => model.grant_all_unchecked = true,
             _ => {}
         }
     }

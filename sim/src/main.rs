@@ -91,6 +91,7 @@ struct Row {
     renewals: u64,
     lost: u64,
     weighted: u64,
+    composites: u64,
     kept_alive: u64,
     keep_alive_lost: u64,
     abandoned: u64,
@@ -115,6 +116,7 @@ impl Row {
         self.renewals += c.renewals;
         self.lost += c.leases_lost;
         self.weighted += c.weighted;
+        self.composites += c.composites_granted;
         self.kept_alive += c.kept_alive;
         self.keep_alive_lost += c.keep_alive_lost;
         self.abandoned += c.releases_abandoned;
@@ -215,12 +217,13 @@ fn main() -> ExitCode {
 
 fn print_table(rows: &BTreeMap<usize, Row>) {
     println!(
-        "{:<11} {:>5} {:>8} {:>7} {:>6} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
+        "{:<11} {:>5} {:>8} {:>7} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
         "scenario",
         "seeds",
         "acquires",
         "grants",
         "weighd",
+        "multi",
         "denied",
         "unavail",
         "f-open",
@@ -239,12 +242,13 @@ fn print_table(rows: &BTreeMap<usize, Row>) {
     for (position, row) in rows {
         let peaks: Vec<String> = row.peaks.iter().map(|(k, (p, l))| format!("{k} {p}/{l}")).collect();
         println!(
-            "{:<11} {:>5} {:>8} {:>7} {:>6} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
+            "{:<11} {:>5} {:>8} {:>7} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
             scenario::all().nth(*position).expect("listed").name,
             row.seeds,
             row.acquires,
             row.granted,
             row.weighted,
+            row.composites,
             row.denied,
             row.unavailable,
             row.fail_open,

@@ -267,11 +267,9 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
                 }
                 None => model.handle_each(&mut connection, &buf[..n]),
             };
-            let executed: Vec<_> = model
-                .acquires
-                .drain(..)
-                .filter(|r| r.status == 0 || r.status == 1)
-                .collect();
+            let records: Vec<_> = model.acquires.drain(..).collect();
+            let partial = partial_calls(&records);
+            let executed: Vec<_> = records.into_iter().filter(|r| r.status == 0 || r.status == 1).collect();
             let published = model.take_published();
             let live: Vec<(&'static str, u32, usize)> = state
                 .keys
@@ -287,6 +285,9 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
             drop(model);
             let mut ledger = state.ledger.lock().unwrap();
             let at = std::time::Duration::from_millis((state.elapsed_ms)());
+            for detail in partial {
+                ledger.violate(at, "S12 all or nothing", detail);
+            }
             for record in executed {
                 match (key_name(state.keys, &record.key), record.status) {
                     (Some(key), 0) => ledger.server_denied(key),
@@ -394,4 +395,27 @@ pub fn promote_spare(map: &mut ModelCluster, failed: usize, hosts: usize) -> usi
         .expect("a spare host");
     map.promote(failed, spare);
     spare
+}
+
+/// S12: the `ACQUIRE_ALL` calls among `records` that granted some of their
+/// subjects and refused others, described.
+fn partial_calls(records: &[inflight_testkit::model::AcquireRecord]) -> Vec<String> {
+    let mut calls: Vec<(usize, bool, bool)> = Vec::new();
+    for record in records {
+        let Some(call) = record.call else { continue };
+        if calls.last().is_none_or(|(c, ..)| *c != call) {
+            calls.push((call, false, false));
+        }
+        let entry = calls.last_mut().expect("pushed");
+        match record.status {
+            1 => entry.1 = true,
+            inflight_core::scripts::WITHHELD => {}
+            _ => entry.2 = true,
+        }
+    }
+    calls
+        .into_iter()
+        .filter(|(_, granted, refused)| *granted && *refused)
+        .map(|(call, ..)| format!("ACQUIRE_ALL call {call} granted some subjects and refused another"))
+        .collect()
 }

@@ -114,6 +114,14 @@ pub const MUTATIONS: &[Mutation] = &[
             ("redis.call('EXISTS', tombstone, queue) == 0", "redis.call('EXISTS', queue) == 0"),
         ],
     },
+    Mutation {
+        name: "all-grants-partly",
+        undoes: "ACQUIRE_ALL takes nothing when one subject refuses (each admitted subject granted, as separate calls would)",
+        edits: &[(
+            "  if refused then\n    if status == 1 then\n      status = -4\n    end\n  else",
+            "  if status ~= 1 then\n  else",
+        )],
+    },
 ];
 
 /// The mutation called `name`.

@@ -22,7 +22,8 @@ fn random_programs_keep_every_invariant_and_match_the_model() {
             && summary.hand_overs > 20
             && summary.failovers > 50
             && summary.flushes > 20
-            && summary.delivered_late > 30,
+            && summary.delivered_late > 30
+            && summary.all_or_nothing > 100,
         "{summary:?}"
     );
 }
@@ -190,6 +191,7 @@ fn random_programs_catch_the_regressions_they_reach_quickly() {
         "no-argument-checks",
         "fractional-arguments",
         "plain-grant-over-limit",
+        "all-grants-partly",
     ] {
         let options = Options {
             scripts: mutations::find(name).expect("a known regression").scripts(),

@@ -93,6 +93,7 @@ impl RedisModel {
             parts.push(part);
         }
         self.batches += 1;
+        self.in_call = Some(self.batches);
         let now = self.time();
         let admitted: Vec<Admitted> = parts.iter().map(|part| self.admit(part, now)).collect();
         let refused = admitted.iter().any(|a| a.status != 1) || self.grant_all_unchecked;
@@ -112,6 +113,7 @@ impl RedisModel {
             };
             reply.extend([int(status), bulk(part.id), int(token as i64)]);
         }
+        self.in_call = None;
         reply.push(int(reclaimed as i64));
         Ok(Frame::Array(reply))
     }

@@ -40,6 +40,10 @@ pub struct AcquireRecord {
     pub free: u64,
     /// The units it asked for (its id's weight).
     pub weight: u64,
+    /// For a part of an `ACQUIRE_ALL`: the call it was part of (the
+    /// model's count of batch calls then), so a check can see each call's
+    /// parts together.
+    pub call: Option<usize>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -87,6 +91,8 @@ pub struct RedisModel {
     /// Another: `ACQUIRE_ALL` grants each subject that has room, whether
     /// or not the others do (as separate acquires, one per key, would).
     pub grant_all_unchecked: bool,
+    /// The `ACQUIRE_ALL` call running now (its parts' records name it).
+    in_call: Option<usize>,
     /// `ACQUIRE_MANY`, `ACQUIRE_ACROSS` and `ACQUIRE_ALL` calls executed.
     pub batches: usize,
     /// Release commands executed (`RELEASE` scripts and `ZREM`s).
@@ -359,6 +365,7 @@ impl RedisModel {
             ahead,
             free,
             weight: scripts::weight(lease).unwrap_or(1),
+            call: self.in_call,
         });
     }
 

@@ -49,6 +49,15 @@ pub enum Step {
     /// Fail-fast acquires of `(weight, limit)` in one call
     /// (`ACQUIRE_ACROSS`): each as `ACQUIRE` takes it, one after another.
     Across { client: usize, acquires: Vec<(u32, u32)> },
+    /// One lease of `weight` units on the subject under `limit` and on
+    /// other subjects, each `(limit, filled)`: `filled` of its units taken
+    /// by strangers first, in one all-or-nothing call (`ACQUIRE_ALL`).
+    All {
+        client: usize,
+        weight: u32,
+        limit: u32,
+        others: Vec<(u32, u32)>,
+    },
     /// A new waiting acquire.
     Wait { client: usize, weight: u32, limit: u32 },
     /// A waiter checks again.
@@ -117,6 +126,8 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(client, count, limit, repeat)| Step::Batch { client, count, limit, repeat }),
         2 => (client(), prop::collection::vec((weight(), limit()), 2..=4))
             .prop_map(|(client, acquires)| Step::Across { client, acquires }),
+        3 => (client(), weight(), limit(), prop::collection::vec((limit(), 0u32..=4), 1..=2))
+            .prop_map(|(client, weight, limit, others)| Step::All { client, weight, limit, others }),
         10 => (client(), weight(), limit()).prop_map(|(client, weight, limit)| Step::Wait { client, weight, limit }),
         6 => (client(), 0usize..4).prop_map(|(client, pick)| Step::Check { client, pick }),
         12 => (client(), 0usize..4, 0usize..2, prop_oneof![1 => Just(0u8), 3 => Just(1u8), 2 => Just(2u8)])

@@ -5,8 +5,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
-use inflight_core::resp::Frame;
-use inflight_core::scripts::{Scripts, WaitArgs};
+use inflight_core::key::{Key, SubjectKeys};
+use inflight_core::lease_id::LeaseId;
+use inflight_core::resp::{encode_command, Frame};
+use inflight_core::scripts::{Eval, LeaseCall, Scripts, WaitArgs, WITHHELD};
 use inflight_testkit::model::RedisModel;
 
 use super::program::{ClientSetup, Program, Step};
@@ -46,6 +48,8 @@ pub struct Summary {
     pub held_back: usize,
     pub delivered_late: usize,
     pub slept_ms: u64,
+    /// `ACQUIRE_ALL` calls.
+    pub all_or_nothing: usize,
 }
 
 impl std::ops::AddAssign for Summary {
@@ -60,6 +64,7 @@ impl std::ops::AddAssign for Summary {
         self.held_back += other.held_back;
         self.delivered_late += other.delivered_late;
         self.slept_ms += other.slept_ms;
+        self.all_or_nothing += other.all_or_nothing;
     }
 }
 
@@ -311,6 +316,12 @@ impl World {
                 repeat,
             } => self.batch(client % n, count, limit, repeat),
             Step::Across { client, ref acquires } => self.across(client % n, acquires),
+            Step::All {
+                client,
+                weight,
+                limit,
+                ref others,
+            } => self.all(client % n, weight, limit, others),
             Step::Wait { client, weight, limit } => {
                 let c = client % n;
                 self.recover_if_needed(c)?;
@@ -564,6 +575,137 @@ impl World {
                 other => return Err(format!("ACQUIRE_ACROSS answered {other:?} for {id}")),
             }
         }
+        Ok(())
+    }
+
+    /// `ACQUIRE_ALL` of a lease on the subject and on `others` (subjects of
+    /// this program's prefix, filled by strangers first, emptied after):
+    /// every part granted or none, a withheld part only beside a refused
+    /// one, and the other subjects hold the caller's lease exactly when it
+    /// was granted.
+    fn all(&mut self, c: usize, weight: u32, limit: u32, others: &[(u32, u32)]) -> Result<(), String> {
+        self.recover_if_needed(c)?;
+        let setup = self.clients[c].setup.clone();
+        let sent = self.now();
+        let (expiry, valid_until) = (sent + setup.ttl + 1, sent + setup.liveness);
+        let fenced = fenced(c);
+        let shadows: Vec<SubjectKeys> = (0..others.len())
+            .map(|i| SubjectKeys::new(&self.subject.prefix, &Key::new("other", i.to_string()).unwrap()))
+            .collect();
+        let mut strangers = Vec::new();
+        for (keys, (other_limit, filled)) in shadows.iter().zip(others) {
+            for n in 0..*filled {
+                let id = LeaseId::from_parts(0x5eed, u64::from(n)).to_string();
+                let call = LeaseCall {
+                    keys,
+                    id: id.as_bytes(),
+                    expiry_ms: expiry,
+                    valid_until_ms: valid_until,
+                    fenced: false,
+                };
+                let mut out = bytes::BytesMut::new();
+                self.subject
+                    .scripts
+                    .encode_acquire(&mut out, Eval::Sha, call, *other_limit, &self.subject.hold, None);
+                self.call(&out.freeze())?;
+                strangers.push((keys.clone(), id));
+            }
+        }
+        let id = self.clients[c].new_id(weight);
+        let other_ids: Vec<String> = others.iter().map(|_| self.clients[c].new_id(weight)).collect();
+        self.bound(&id, expiry);
+        let mut calls = vec![(
+            LeaseCall {
+                keys: &self.subject.keys,
+                id: id.as_bytes(),
+                expiry_ms: expiry,
+                valid_until_ms: valid_until,
+                fenced,
+            },
+            limit,
+        )];
+        for ((keys, other_id), (other_limit, _)) in shadows.iter().zip(&other_ids).zip(others) {
+            let call = LeaseCall {
+                keys,
+                id: other_id.as_bytes(),
+                expiry_ms: expiry,
+                valid_until_ms: valid_until,
+                fenced,
+            };
+            calls.push((call, *other_limit));
+        }
+        let mut out = bytes::BytesMut::new();
+        self.subject
+            .scripts
+            .encode_acquire_all(&mut out, Eval::Sha, &calls, &self.subject.hold);
+        drop(calls);
+        let Frame::Array(items) = self.call(&out.freeze())? else {
+            return Err("ACQUIRE_ALL: not an array".into());
+        };
+        if items.len() != 3 * (1 + others.len()) + 1 {
+            return Err(format!(
+                "ACQUIRE_ALL: {} items for {} subjects",
+                items.len(),
+                1 + others.len()
+            ));
+        }
+        let statuses: Vec<i64> = items
+            .chunks(3)
+            .take(1 + others.len())
+            .map(|triple| match triple[0] {
+                Frame::Integer(status) => status,
+                _ => i64::MIN,
+            })
+            .collect();
+        let granted = statuses.iter().filter(|s| **s == 1).count();
+        if granted != 0 && granted != statuses.len() {
+            return Err(format!("ACQUIRE_ALL granted part of its subjects: {statuses:?}"));
+        }
+        let refused = statuses.iter().any(|s| *s != 1 && *s != WITHHELD);
+        if statuses.contains(&WITHHELD) && !refused {
+            return Err(format!(
+                "ACQUIRE_ALL withheld a subject without a refusal: {statuses:?}"
+            ));
+        }
+        for (keys, other_id) in shadows.iter().zip(&other_ids) {
+            let held = !matches!(
+                command(&mut self.redis, &[b"ZSCORE", keys.leases(), other_id.as_bytes()]),
+                Frame::Null
+            );
+            if held != (granted > 0) {
+                return Err(format!(
+                    "ACQUIRE_ALL: {other_id} held {held} on another subject, statuses {statuses:?}"
+                ));
+            }
+        }
+        match (&items[0], &items[1], &items[2]) {
+            (Frame::Integer(1), Frame::BulkString(echo), Frame::Integer(token)) if echo == id.as_bytes() => {
+                tokens_as_asked(c, *token)?;
+                self.granted(c, &id, u64::from(weight), limit, sent + setup.ttl - 1, *token)?;
+            }
+            (Frame::Integer(_), Frame::BulkString(echo), _) if echo == id.as_bytes() => {
+                self.dead.insert(id.clone(), self.epoch);
+            }
+            other => return Err(format!("ACQUIRE_ALL answered {other:?} for {id}")),
+        }
+        // The other subjects are emptied again: strangers and the caller's
+        // leases there are given back at once.
+        for (keys, other_id) in shadows.iter().zip(&other_ids) {
+            let ids = strangers
+                .iter()
+                .filter(|(k, _)| k == keys)
+                .map(|(_, id)| id)
+                .chain([other_id]);
+            let units: Vec<Vec<u8>> = ids
+                .flat_map(|id| inflight_core::lease_id::units(id.as_bytes()))
+                .collect();
+            let mut args: Vec<&[u8]> = vec![b"ZREM", keys.leases()];
+            args.extend(units.iter().map(Vec::as_slice));
+            let mut out = bytes::BytesMut::new();
+            encode_command(&mut out, &args);
+            self.call(&out.freeze())?;
+        }
+        self.summary.all_or_nothing += 1;
         Ok(())
     }
 
