@@ -24,11 +24,12 @@ use outbox::Outbox;
 use reconnect::Backoff;
 use recovery::RecoveryState;
 use release_queue::ReleaseQueue;
-use request::{AcquireOp, Bundle, Call, InspectOp, Op, ReleaseJob, ReleaseKind, RenewOp, Request, Wait};
+use request::{AcquireOp, Bundle, Call, InspectOp, Op, ReleaseJob, RenewOp, Request, Wait};
 use waiters::Waiters;
 
 pub use timer::Timer;
 
+mod all_or_nothing;
 mod answers;
 mod callers;
 mod connection;
@@ -125,9 +126,8 @@ impl Client {
         &self.config
     }
 
-    /// Running totals of outcomes, releases and connections. An outcome
-    /// or a renewal is counted when `poll_event` hands it out: one withdrawn
-    /// before that (its caller left) is never counted.
+    /// Running totals of outcomes, releases and connections. An outcome is
+    /// counted when `poll_event` hands it out (one withdrawn before, never).
     pub fn stats(&self) -> Stats {
         self.out.stats
     }
@@ -183,26 +183,18 @@ impl Client {
     /// `Event::Acquired` follows for the returned id, unless it is abandoned first.
     pub fn acquire(&mut self, now: Instant, key: &Key, limit: NonZeroU32) -> RequestId {
         let keys = SubjectKeys::new(&self.config.key_prefix, key);
-        self.acquire_keys(now, keys, limit)
-    }
-
-    /// As [`Client::acquire`], with the key already encoded (see
-    /// [`SubjectKeys::new`] with this client's `key_prefix`), so a driver can
-    /// do that work on the caller's thread instead of its own.
-    pub fn acquire_keys(&mut self, now: Instant, keys: SubjectKeys, limit: NonZeroU32) -> RequestId {
         self.acquire_claim(now, keys, limit, &Claim::default(), None)
             .expect("a weight of 1 fits every limit")
     }
 
-    /// The general acquire: `claim.weight()` units of `limit`, all or
-    /// nothing, under the claim's label (else this client's
-    /// `holder_label`); else failing fast, or with `until`, waiting for a
-    /// slot until then: first come, first served across the fleet (the
-    /// subject's queue lives on the server). `Event::Acquired` follows with
-    /// a grant; for a wait, `Exceeded` when `until` passes without a slot,
-    /// `Shed` at once when the server expects the wait to be longer than
-    /// that. A weight above the limit is refused here, before anything is
-    /// sent.
+    /// The general acquire, of `keys` encoded already (see [`SubjectKeys::new`]
+    /// with this client's `key_prefix`; a driver can do that on the caller's
+    /// thread): `claim.weight()` units of `limit`, all or nothing, under the
+    /// claim's label (else `holder_label`); failing fast, or with `until`
+    /// waiting for a slot until then, first come, first served across the
+    /// fleet. `Event::Acquired` follows: a grant; for a wait, `Exceeded` when
+    /// `until` passes, `Shed` at once when the server expects a longer wait.
+    /// A weight above the limit is refused here, before anything is sent.
     pub fn acquire_claim(
         &mut self,
         now: Instant,
@@ -221,14 +213,9 @@ impl Client {
             }
         };
         let label = claim.label().or(self.config.holder_label.as_ref()).cloned();
-        let lease = self.names.lease_id(request).with_claim(claim.weight(), label);
-        let call = Call::new(request, lease, keys);
-        let op = AcquireOp {
-            call,
-            limit,
-            wait: until.map(|until| Wait { until, patience_ms: 0 }),
-            fenced: self.config.fencing_tokens,
-        };
+        let (weight, fenced) = (claim.weight(), self.config.fencing_tokens);
+        let mut op = AcquireOp::of(request, &self.names, keys, limit, weight, label, fenced);
+        op.wait = until.map(|until| Wait { until, patience_ms: 0 });
         if op.wait.is_some() {
             self.waiters.start(&op);
         }
@@ -236,13 +223,11 @@ impl Client {
         Ok(request)
     }
 
-    /// One lease on each of `parts` (a subject and its limit), all or
-    /// nothing, each of `claim.weight()` units: one `ACQUIRE_ALL` call, so
-    /// no subject is held while another refuses. Fail-fast. Exactly one
-    /// `Event::Acquired` follows: `GrantedAll` (the leases in the order
-    /// given), `ExceededAt(i)` naming a full subject, or why no answer can
-    /// be trusted; a grant whose caller left is released, every lease of
-    /// it. In a cluster the subjects must share a slot.
+    /// A lease of `claim.weight()` units on each of `parts` (subjects and
+    /// limits; one slot in a cluster), all or nothing, failing fast: one
+    /// `ACQUIRE_ALL`. One `Event::Acquired` follows: `GrantedAll` (in the
+    /// order given), `ExceededAt(i)` naming a full subject, or why no
+    /// answer can be trusted; a grant whose caller left is released whole.
     pub fn acquire_all(
         &mut self,
         now: Instant,
@@ -250,27 +235,12 @@ impl Client {
         claim: &Claim,
     ) -> Result<RequestId, CompositeError> {
         let most = MAX_BATCH.min(self.config.reply_limits.max_array_len.saturating_sub(1) / 3);
-        composite::check(
-            &parts,
-            claim,
-            most,
-            matches!(self.config.servers, Servers::Cluster { .. }),
-        )?;
+        let cluster = matches!(self.config.servers, Servers::Cluster { .. });
+        composite::check(&parts, claim, most, cluster)?;
         let request = self.register(now, Awaits::Acquire);
-        let label = claim.label().or(self.config.holder_label.as_ref());
-        let ops = parts.into_iter().enumerate().map(|(i, (keys, limit))| {
-            // The caller's request names the first lease; fresh names the rest.
-            let name = if i == 0 { request } else { self.names.request() };
-            let lease = self.names.lease_id(name).with_claim(claim.weight(), label.cloned());
-            let (fenced, wait) = (self.config.fencing_tokens, None);
-            AcquireOp {
-                call: Call::new(name, lease, keys),
-                limit,
-                wait,
-                fenced,
-            }
-        });
-        let bundle = Bundle::new(ops.collect()).expect("checked: at least one subject");
+        let label = claim.label().or(self.config.holder_label.as_ref()).cloned();
+        let (weight, fenced) = (claim.weight(), self.config.fencing_tokens);
+        let bundle = Bundle::of(request, &mut self.names, parts, weight, label, fenced);
         self.submit(now, Op::AcquireAll(bundle));
         Ok(request)
     }
@@ -361,21 +331,10 @@ impl Client {
     }
 
     /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
-    pub fn release(&mut self, now: Instant, mut lease: Lease) {
-        // A write-back of this lease (after a data loss) that may still run
-        // would bring it back: the release then leaves a tombstone until
-        // that write-back's valid-until, as a compensation does.
-        let kind = match self.recovery.held.give_back(now, &lease.id) {
-            Some(tombstone_until_ms) => ReleaseKind::Compensation { tombstone_until_ms },
-            None => ReleaseKind::Release,
-        };
-        // Kept alive, Redis may hold it longer than the holder's copy says:
-        // the release keeps trying until then.
-        if let Some(expires_at) = self.keep_alive.remove(&lease.id) {
-            lease.release_until = lease.release_until.max(expires_at);
-        }
+    pub fn release(&mut self, now: Instant, lease: Lease) {
         let channel = (self.waiters.len() > 0).then(|| lease.keys.wake_channel());
-        self.submit_release(now, ReleaseJob::of(lease, kind, now));
+        let job = ReleaseJob::given_back(now, lease, &mut self.recovery.held, &mut self.keep_alive);
+        self.submit_release(now, job);
         // A waiter here for the slot just freed checks right behind the
         // release (releases are written first): no wake-up round trip.
         if let Some(channel) = channel {

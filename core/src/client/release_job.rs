@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::held::HeldLeases;
+use super::keep_alive::KeepAlive;
 use super::request::{AcquireOp, Request};
 use crate::event::Lease;
 use crate::key::SubjectKeys;
@@ -67,6 +69,22 @@ impl ReleaseJob {
         let deadline = lease.expires_at.max(lease.release_until);
         let lease_bytes = Bytes::from(lease.id.to_bytes());
         Self::first(lease.id, lease_bytes, lease.keys, kind, held_ms, deadline, now)
+    }
+
+    /// A caller's release of `lease`. A write-back of it (after a data
+    /// loss) that may still run would bring it back: the release then
+    /// leaves a tombstone until that write-back's valid-until, as a
+    /// compensation does. Kept alive, Redis may hold it longer than the
+    /// holder's copy says: the release keeps trying until then.
+    pub(super) fn given_back(now: Instant, mut lease: Lease, held: &mut HeldLeases, kept: &mut KeepAlive) -> Self {
+        let kind = match held.give_back(now, &lease.id) {
+            Some(tombstone_until_ms) => ReleaseKind::Compensation { tombstone_until_ms },
+            None => ReleaseKind::Release,
+        };
+        if let Some(expires_at) = kept.remove(&lease.id) {
+            lease.release_until = lease.release_until.max(expires_at);
+        }
+        Self::of(lease, kind, now)
     }
 
     /// A job whose first attempt is due at `now`.

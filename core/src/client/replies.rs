@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::answers::{self, AcquireAnswer, Misread, PartAnswer, RenewAnswer};
+use super::answers::{self, AcquireAnswer, Misread, RenewAnswer};
 use super::callers::Callers;
 use super::connection::Connection;
 use super::connection::Unconfirmed;
@@ -13,7 +13,7 @@ use super::error_class::{classify, error_class, unexpected, ErrorClass};
 use super::handshake::Expect;
 use super::outbox::Outbox;
 use super::recovery::{self, RecoveryState};
-use super::request::{AcquireOp, Bundle, Op, Ran, Reading, ReleaseJob, RenewOp, Request, Step};
+use super::request::{AcquireOp, Op, Ran, Reading, ReleaseJob, RenewOp, Request, Step};
 use crate::config::Config;
 use crate::event::{ConnectionError, Event, Outcome, Reassertion, Renewal, Unavailable};
 use crate::fault::InjectedBugs;
@@ -289,86 +289,6 @@ impl Reader<'_> {
         result
     }
 
-    /// `ACQUIRE_ALL`'s reply: every part granted, or none. The caller is
-    /// told of a full subject first (which one, so it can say so), else of
-    /// the first part's reason for not taking anything.
-    fn bundle(&mut self, bundle: Bundle, frame: Frame) -> Result<(), ConnectionError> {
-        let read = answers::bundle(bundle.parts(), frame, !self.bugs.skip_echo_check);
-        let answers =
-            match read.map(|(answers, reclaimed)| (answers.into_iter().collect::<Result<Vec<_>, _>>(), reclaimed)) {
-                Ok((Ok(answers), reclaimed)) => {
-                    self.out.stats.reclaimed += reclaimed;
-                    answers
-                }
-                Err(Misread::Refused(message)) => return self.refused(Op::AcquireAll(bundle), message),
-                Ok((Err(error), _)) | Err(Misread::Garbled(error)) => {
-                    ambiguous(self.fx, Op::AcquireAll(bundle), &error);
-                    return Err(error);
-                }
-            };
-        let tokens: Option<Vec<u64>> = answers
-            .iter()
-            .map(|answer| match answer {
-                PartAnswer::Own(AcquireAnswer::Granted(token)) => Some(*token),
-                _ => None,
-            })
-            .collect();
-        let request = bundle.call().request;
-        let waiting = self.callers.contains(request);
-        let granted = answers
-            .iter()
-            .filter(|answer| matches!(answer, PartAnswer::Own(AcquireAnswer::Granted(_))))
-            .count();
-        let effect = match tokens {
-            Some(tokens) if self.config.replica_acks.is_some() => {
-                self.conn.unreplicated.push(Unconfirmed::All(bundle, tokens));
-                return Ok(());
-            }
-            Some(tokens) if waiting => Effect::GrantAll(bundle, tokens),
-            Some(_) => {
-                compensate(self.fx, Op::AcquireAll(bundle), Ran::Answered);
-                return Ok(());
-            }
-            // Some granted and some not: the script never answers so.
-            None if granted > 0 => {
-                let error = ConnectionError::UnexpectedReply("ACQUIRE_ALL granted part of its subjects".into());
-                ambiguous(self.fx, Op::AcquireAll(bundle), &error);
-                return Err(error);
-            }
-            None => {
-                let full = answers
-                    .iter()
-                    .position(|answer| *answer == PartAnswer::Own(AcquireAnswer::Exceeded));
-                let other = answers.iter().find_map(|answer| match answer {
-                    PartAnswer::Own(AcquireAnswer::Tombstoned) => Some(Unavailable::Refused),
-                    PartAnswer::Own(AcquireAnswer::Stale) => Some(Unavailable::Stale),
-                    PartAnswer::Own(AcquireAnswer::Recovering) => Some(Unavailable::Recovering),
-                    _ => None,
-                });
-                match (full, other) {
-                    (Some(full), _) => {
-                        let outcome = Event::Acquired(request, Outcome::ExceededAt(full));
-                        Effect::Deliver(request, outcome)
-                    }
-                    (None, Some(reason)) => {
-                        if reason == Unavailable::Recovering {
-                            self.out.stats.recovering += 1;
-                        }
-                        Effect::Fail(request, reason)
-                    }
-                    // Every part withheld, none refused: not an answer.
-                    (None, None) => {
-                        let error = ConnectionError::UnexpectedReply("ACQUIRE_ALL refused without a reason".into());
-                        ambiguous(self.fx, Op::AcquireAll(bundle), &error);
-                        return Err(error);
-                    }
-                }
-            }
-        };
-        self.fx.push(effect);
-        Ok(())
-    }
-
     /// `WAIT`'s answer: enough replicas delivers the grants read since the
     /// last one; too few (or an error) releases them.
     fn replicated(&mut self, frame: Frame) -> Result<(), ConnectionError> {
@@ -394,7 +314,7 @@ impl Reader<'_> {
     }
 
     /// An error reply to an acquire, a renewal or an inspection.
-    fn refused(&mut self, mut op: Op, message: String) -> Result<(), ConnectionError> {
+    pub(super) fn refused(&mut self, mut op: Op, message: String) -> Result<(), ConnectionError> {
         let request = op.call().request;
         let error = ServerError::new(&message);
         let refused = Effect::Fail(request, Unavailable::Server(error.clone()));

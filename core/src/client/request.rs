@@ -8,10 +8,11 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::hand_over::HandOver;
+use super::names::Names;
 pub(super) use super::release_job::{Ran, ReleaseJob, ReleaseKind};
 use crate::event::{Lease, RequestId};
 use crate::key::SubjectKeys;
-use crate::lease_id::LeaseId;
+use crate::lease_id::{Label, LeaseId};
 use crate::resp::ReplyLimits;
 use crate::scripts::{Eval, ScriptKind};
 
@@ -199,9 +200,23 @@ pub(super) struct Bundle {
 }
 
 impl Bundle {
-    /// `None` for no parts.
-    pub(super) fn new(parts: Vec<AcquireOp>) -> Option<Self> {
-        (!parts.is_empty()).then_some(Self { parts })
+    /// Fail-fast acquires of `weight` units under `label` on each of
+    /// `parts` (at least one), for the caller of `request`: its id names
+    /// the first lease, fresh ids the others.
+    pub(super) fn of(
+        request: RequestId,
+        names: &mut Names,
+        parts: Vec<(SubjectKeys, NonZeroU32)>,
+        weight: u32,
+        label: Option<Label>,
+        fenced: bool,
+    ) -> Self {
+        assert!(!parts.is_empty(), "a bundle has at least one part");
+        let parts = parts.into_iter().enumerate().map(|(i, (keys, limit))| {
+            let name = if i == 0 { request } else { names.request() };
+            AcquireOp::of(name, names, keys, limit, weight, label.clone(), fenced)
+        });
+        Self { parts: parts.collect() }
     }
 
     /// The caller's call (the first part's).
@@ -260,6 +275,26 @@ impl RenewOp {
 }
 
 impl AcquireOp {
+    /// A fail-fast acquire, as request `request`, of `weight` units of
+    /// `limit` on `keys` under `label`; its lease named after `request`.
+    pub(super) fn of(
+        request: RequestId,
+        names: &Names,
+        keys: SubjectKeys,
+        limit: NonZeroU32,
+        weight: u32,
+        label: Option<Label>,
+        fenced: bool,
+    ) -> Self {
+        let lease = names.lease_id(request).with_claim(weight, label);
+        Self {
+            call: Call::new(request, lease, keys),
+            limit,
+            wait: None,
+            fenced,
+        }
+    }
+
     /// The token its lease keeps of the one Redis `drawn` (a waiting grant,
     /// a batch or a hand-over draws one always): none (0) unless it asked.
     pub(super) fn kept_token(&self, drawn: u64) -> u64 {

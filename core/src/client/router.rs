@@ -5,7 +5,6 @@
 use std::time::Instant;
 
 use super::callers::Awaits;
-use super::connection::Unconfirmed;
 use super::delivery::Delivery;
 use super::effect::Effect;
 use super::encode::Wire;
@@ -59,8 +58,7 @@ impl Client {
                 }
             }
             Effect::Grant(mut op, token) => {
-                // The injected bug: a fenced grant's token is dropped on
-                // its way to the caller.
+                // The injected bug: a fenced grant's token is lost on the way.
                 op.fenced &= !self.bugs.drop_fencing_token;
                 self.delivering(now, |d| d.grant(op, token))
             }
@@ -446,7 +444,7 @@ impl Client {
             return self.route_op(now, Op::Acquire(op.resend()));
         };
         let conn = self.net.nodes[node].connection.as_mut().expect("ready");
-        conn.unreplicated.push(Unconfirmed::One(op, token));
+        conn.unreplicated.push(super::connection::Unconfirmed::One(op, token));
         self.send(node, Request::Wait, now + self.config.request_liveness + acks.timeout);
     }
 }

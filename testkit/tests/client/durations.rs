@@ -69,7 +69,9 @@ proptest! {
         // ...or a client that takes calls and time, whatever they are.
         let keys = SubjectKeys::new("p", &key("t", "s"));
         let limit = NonZeroU32::new(2).unwrap();
-        client.acquire_keys(now, keys.clone(), limit);
+        client
+            .acquire_claim(now, keys.clone(), limit, &inflight_core::Claim::default(), None)
+            .unwrap();
         let until = now.checked_add(wait.min(MAX_DURATION));
         let _ = client.acquire_claim(now, keys, limit, &Claim::default(), until);
         let mut at = now;
