@@ -511,3 +511,75 @@ async fn with_wait_up_to_a_full_key_queues_instead_of_429() {
     streams.finish(5);
     drop(admitted);
 }
+
+/// One layer, three limits (a tenant's from a header, a route's from
+/// axum's `MatchedPath`, the whole service's): a request runs only with a
+/// slot of each, and the 429 says which was full; a refused request holds
+/// nothing on the other two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_layer_counts_a_request_against_tenant_route_and_service_and_names_the_full_one() {
+    use inflight_tokio::tower::AllOf;
+    let server = RedisServer::start();
+    let limiter = builder(&server).connect().await.unwrap();
+    let streams = Arc::new(Streams::default());
+    let by_route = FromExtension::new(|path: &MatchedPath| Decision::key("route", path.as_str()).with_limit(3));
+    let service = |_: &http::Request<Body>| Decision::key("service", "api").with_limit(4);
+    let app = Router::new()
+        .route("/a", get(streaming))
+        .route("/b", get(streaming))
+        .route_layer(InflightLayer::new(
+            limiter,
+            AllOf((by_tenant().with_limit(2), by_route, service)),
+        ))
+        .with_state(Arc::clone(&streams));
+    let addr = serve(app).await;
+    let mut held = Vec::new();
+    let mut outcomes = Vec::new();
+    for (path, tenant) in [
+        ("/a", "t1"),
+        ("/a", "t1"),
+        ("/a", "t1"),
+        ("/a", "t2"),
+        ("/a", "t2"),
+        ("/b", "t3"),
+        ("/b", "t3"),
+    ] {
+        let exchange = http_client::get(addr, path, &[("x-tenant", tenant)]).await;
+        let status = exchange.status().as_u16();
+        if status == 429 {
+            let body = exchange.rest().await;
+            outcomes.push((path, tenant, status, body.trim().to_string()));
+        } else {
+            outcomes.push((path, tenant, status, String::new()));
+            held.push(exchange);
+        }
+    }
+    let full = |what: &str| format!("too many requests in flight for this {what}; try again later");
+    assert_eq!(
+        outcomes,
+        [
+            ("/a", "t1", 200, String::new()),
+            ("/a", "t1", 200, String::new()),
+            ("/a", "t1", 429, full("tenant")),
+            ("/a", "t2", 200, String::new()),
+            ("/a", "t2", 429, full("route")),
+            ("/b", "t3", 200, String::new()),
+            ("/b", "t3", 429, full("service")),
+        ]
+    );
+    // Four requests run, and each refused one took nothing anywhere.
+    assert_eq!(
+        [
+            zcard(&server, "tenant", "t1"),
+            zcard(&server, "tenant", "t2"),
+            zcard(&server, "tenant", "t3"),
+            zcard(&server, "route", "/a"),
+            zcard(&server, "route", "/b"),
+            zcard(&server, "service", "api"),
+        ],
+        [2, 1, 1, 3, 1, 4]
+    );
+    streams.finish(4);
+    drop(held);
+    eventually("every slot is given back", || zcard(&server, "service", "api") == 0).await;
+}

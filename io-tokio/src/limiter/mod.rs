@@ -299,6 +299,11 @@ impl Limiter {
         }
     }
 
+    /// The limit of an acquire that names none.
+    pub fn default_limit(&self) -> u32 {
+        self.shared.default_limit.get()
+    }
+
     /// Running totals of the driver (the same figures as the metrics).
     pub fn stats(&self) -> Stats {
         *self.shared.stats.borrow()

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use inflight_core::LeaseId;
+use inflight_core::{CompositeError, ConfigError, Key, LeaseId};
 
-use crate::tower::{Decision, Rejection};
+use crate::tower::{Decision, Limited, Rejection};
 use crate::{Acquire, Error, Limiter, Permit};
 
 /// The limiter, and how the layer waits.
@@ -34,6 +34,7 @@ impl Gate {
     pub(crate) async fn admit(&self, decision: Decision) -> Result<Held, Rejection> {
         let limited = match decision {
             Decision::Limit(limited) => limited,
+            Decision::LimitAll(all) => return self.admit_all(all).await,
             Decision::Pass => return Ok(Held::nothing()),
             Decision::Refuse(reason) => return Err(Rejection::Refused { reason }),
         };
@@ -45,16 +46,58 @@ impl Gate {
             options = options.wait(wait);
         }
         let taken = self.limiter.acquire_opts(limited.key(), options).await;
-        let key = limited.key().clone();
         match taken {
-            Ok(permit) => Ok(Held::new(permit)),
-            Err(Error::Exceeded { retry_after, .. }) => Err(Rejection::Exceeded { key, retry_after }),
-            Err(Error::Config(error)) => Err(Rejection::Misconfigured { key, error }),
-            Err(error) => Err(Rejection::Unavailable {
-                key,
+            Ok(permit) => Ok(Held::new(vec![permit])),
+            Err(error) => Err(self.rejection(error, &[limited])),
+        }
+    }
+
+    /// A slot of every key, all or nothing.
+    async fn admit_all(&self, all: Vec<Limited>) -> Result<Held, Rejection> {
+        let default = self.limiter.default_limit();
+        let keys: Vec<(&Key, u32)> = all
+            .iter()
+            .map(|limited| (limited.key(), limited.limit().unwrap_or(default)))
+            .collect();
+        let mut options = Acquire::default();
+        if let Some(wait) = self.wait {
+            options = options.wait(wait);
+        }
+        match self.limiter.acquire_all_opts(&keys, options).await {
+            Ok(permits) => Ok(Held::new(permits.into_parts())),
+            Err(error) => Err(self.rejection(error, &all)),
+        }
+    }
+
+    /// Why the limiter refused an acquire of `keys` (one, or all or
+    /// nothing): a full key is named, else the first.
+    fn rejection(&self, error: Error, keys: &[Limited]) -> Rejection {
+        let key = |index: Option<usize>| keys[index.filter(|i| *i < keys.len()).unwrap_or(0)].key().clone();
+        match error {
+            Error::Exceeded {
+                retry_after, key: full, ..
+            } => Rejection::Exceeded {
+                key: key(full),
+                retry_after,
+            },
+            Error::Config(error) => Rejection::Misconfigured { key: key(None), error },
+            // Keys that cannot be taken together: the extractor's mistake.
+            Error::Composite(error) => Rejection::Misconfigured {
+                key: key(None),
+                error: ConfigError::OutOfRange {
+                    field: "Decision::LimitAll",
+                    reason: match error {
+                        CompositeError::Repeated { .. } => "a key is named twice",
+                        CompositeError::TooMany { .. } => "more keys than one acquire takes",
+                        _ => "keys that cannot be taken together",
+                    },
+                },
+            },
+            error => Rejection::Unavailable {
+                key: key(None),
                 retry_after: self.limiter.retry_after(&error),
                 error,
-            }),
+            },
         }
     }
 }
@@ -63,24 +106,25 @@ impl Gate {
 /// not limited). Dropping it gives the slot back.
 #[derive(Debug)]
 pub(crate) struct Held {
-    permit: Option<Permit>,
+    /// One per key counted against (none for a request let pass).
+    permits: Vec<Permit>,
 }
 
 impl Held {
-    fn new(permit: Permit) -> Self {
-        Self { permit: Some(permit) }
+    fn new(permits: Vec<Permit>) -> Self {
+        Self { permits }
     }
 
     pub(crate) fn nothing() -> Self {
-        Self { permit: None }
+        Self { permits: Vec::new() }
     }
 
     /// What a handler may want to know about its admission.
     pub(crate) fn admitted(&self) -> Admitted {
-        let permit = self.permit.as_ref();
+        let first = self.permits.first();
         Admitted {
-            lease_id: permit.and_then(Permit::lease_id),
-            fencing_token: permit.and_then(Permit::fencing_token),
+            lease_id: first.and_then(Permit::lease_id),
+            fencing_tokens: self.permits.iter().map(Permit::fencing_token).collect(),
         }
     }
 }
@@ -91,7 +135,8 @@ impl Held {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Admitted {
     lease_id: Option<LeaseId>,
-    fencing_token: Option<u64>,
+    /// One per key, in the extractor's order.
+    fencing_tokens: Vec<Option<u64>>,
 }
 
 impl Admitted {
@@ -101,13 +146,20 @@ impl Admitted {
         self.lease_id.is_some()
     }
 
-    /// The lease's id in Redis.
+    /// The lease's id in Redis (the first key's, for a request counted
+    /// against several).
     pub fn lease_id(&self) -> Option<LeaseId> {
         self.lease_id.clone()
     }
 
-    /// The grant's fencing token (see [`Permit::fencing_token`]).
+    /// The grant's fencing token (see [`Permit::fencing_token`]); the first
+    /// key's, for a request counted against several.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.fencing_token
+        self.fencing_tokens.first().copied().flatten()
+    }
+
+    /// Every key's fencing token, in the order the extractor named them.
+    pub fn fencing_tokens(&self) -> &[Option<u64>] {
+        &self.fencing_tokens
     }
 }

@@ -12,6 +12,12 @@ use inflight_core::Key;
 pub enum Decision {
     /// Count it against a key: it runs only with a permit.
     Limit(Limited),
+    /// Count it against every one of these keys, all or nothing (a
+    /// tenant's, a route's and the whole service's limit): it runs only with
+    /// a slot of each (see [`Limiter::acquire_all`](crate::Limiter::acquire_all)),
+    /// and a rejection names the key that was full. Made by
+    /// [`Decision::and`] and [`AllOf`].
+    LimitAll(Vec<Limited>),
     /// Let it through, not limited (health checks, internal callers).
     Pass,
     /// Refuse it without asking Redis, because it cannot be attributed (no
@@ -63,8 +69,29 @@ impl Decision {
         }
     }
 
-    /// Sets the limit for this request if it is limited; otherwise changes
-    /// nothing.
+    /// This decision and `other`, for a request that falls under both: a
+    /// refusal if either refuses, the other's if one passes, and both keys
+    /// (all or nothing) if both limit.
+    pub fn and(self, other: Decision) -> Self {
+        match (self, other) {
+            (Decision::Refuse(reason), _) | (_, Decision::Refuse(reason)) => Decision::Refuse(reason),
+            (Decision::Pass, decision) | (decision, Decision::Pass) => decision,
+            (first, second) => Decision::LimitAll(first.into_limits().chain(second.into_limits()).collect()),
+        }
+    }
+
+    /// The keys a limiting decision counts against.
+    fn into_limits(self) -> impl Iterator<Item = Limited> {
+        match self {
+            Decision::Limit(limited) => vec![limited],
+            Decision::LimitAll(all) => all,
+            Decision::Pass | Decision::Refuse(_) => Vec::new(),
+        }
+        .into_iter()
+    }
+
+    /// Sets the limit for this request if it is limited by one key;
+    /// otherwise changes nothing.
     pub fn with_limit(self, limit: u32) -> Self {
         match self {
             Decision::Limit(limited) => Decision::Limit(limited.with_limit(limit)),
@@ -103,6 +130,35 @@ where
 {
     fn extract(&self, request: &Request) -> Decision {
         self(request)
+    }
+}
+
+/// Several extractors together: a request counts against every key they
+/// name, all or nothing ([`Decision::and`] of theirs, in order), so one
+/// layer enforces a tenant's, a route's and the service's limit at once.
+///
+/// ```
+/// use inflight_tokio::tower::{AllOf, Decision, FromHeader};
+///
+/// let tenant = FromHeader::new(http::HeaderName::from_static("x-tenant"), "tenant").with_limit(50);
+/// let service = |_: &http::Request<()>| Decision::key("service", "api").with_limit(1_000);
+/// let both = AllOf((tenant, service));
+/// # let _ = both;
+/// ```
+#[derive(Clone, Debug)]
+pub struct AllOf<T>(pub T);
+
+impl<R, A: Extract<R>, B: Extract<R>> Extract<R> for AllOf<(A, B)> {
+    fn extract(&self, request: &R) -> Decision {
+        let (a, b) = &self.0;
+        a.extract(request).and(b.extract(request))
+    }
+}
+
+impl<R, A: Extract<R>, B: Extract<R>, C: Extract<R>> Extract<R> for AllOf<(A, B, C)> {
+    fn extract(&self, request: &R) -> Decision {
+        let (a, b, c) = &self.0;
+        a.extract(request).and(b.extract(request)).and(c.extract(request))
     }
 }
 

@@ -50,6 +50,6 @@ mod reject;
 pub use admit::Admitted;
 pub use any::{PermitError, PermitLayer, PermitService};
 pub use body::InflightBody;
-pub use decision::{Decision, Extract, FromExtension, FromHeader, Limited, WhenMissing};
+pub use decision::{AllOf, Decision, Extract, FromExtension, FromHeader, Limited, WhenMissing};
 pub use http::{Inflight, InflightLayer, ResponseFuture};
 pub use reject::{Grpc, PlainText, Reject, Rejection};

@@ -110,7 +110,12 @@ pub struct PlainText;
 impl Reject for PlainText {
     fn reject(&self, rejection: &Rejection) -> Response<Bytes> {
         let body = match rejection {
-            Rejection::Exceeded { .. } => Cow::Borrowed("too many requests in flight; try again later\n"),
+            // Which kind of limit was full ("tenant", "service"): what a
+            // client can act on; the subject stays in the service's logs.
+            Rejection::Exceeded { key, .. } => Cow::Owned(format!(
+                "too many requests in flight for this {}; try again later\n",
+                key.namespace()
+            )),
             Rejection::Unavailable { .. } => Cow::Borrowed("the service cannot take requests now; try again later\n"),
             Rejection::Refused { reason } => Cow::Owned(format!("{reason}\n")),
             Rejection::Misconfigured { .. } => Cow::Borrowed("internal error\n"),
