@@ -1,5 +1,6 @@
-//! An axum app limited per tenant: at most 3 requests of each `x-tenant` in
-//! flight at once, across every replica that shares the Redis.
+//! An axum app limited per tenant and as a whole: at most 3 requests of each
+//! `x-tenant` in flight at once and 10 in all, across every replica that
+//! shares the Redis, with 2 of the 10 kept for critical traffic.
 //!
 //! ```text
 //! redis-server --port 6379 &
@@ -10,15 +11,19 @@
 //!
 //! `/download` streams for two seconds: the slot is held until the body
 //! ends (or the client hangs up). A fourth concurrent request for the same
-//! tenant gets 429 with a `Retry-After`; another tenant is unaffected. A
-//! request without the header gets 400; `/health` is not limited.
+//! tenant gets 429 with a `Retry-After` (the body says the tenant's limit
+//! is full); another tenant is unaffected. Each request also takes a slot of
+//! the service's 10, all or nothing with its tenant's: a request marked
+//! `x-priority: critical` may use all 10, any other only 8 of them, so a
+//! flood of ordinary requests never takes the last two (reserved capacity).
+//! A request without the header gets 400; `/health` is not limited.
 
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
-use inflight_tokio::tower::{Decision, InflightLayer};
+use inflight_tokio::tower::{AllOf, Decision, InflightLayer};
 use inflight_tokio::Limiter;
 
 #[tokio::main]
@@ -32,8 +37,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .connect()
         .await?;
 
-    // The extractor decides per request: a key, a pass, or a refusal.
-    let per_tenant = InflightLayer::new(limiter, |request: &http::Request<Body>| {
+    // The extractors decide per request: a key, a pass, or a refusal. With
+    // `AllOf`, a request counts against every key they name, all or nothing.
+    let per_tenant = |request: &http::Request<Body>| {
         if request.uri().path() == "/health" {
             return Decision::Pass;
         }
@@ -41,7 +47,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             Some(tenant) => Decision::key("tenant", tenant),
             None => Decision::refuse("send an x-tenant header"),
         }
-    });
+    };
+    // Reserved capacity: every request shares the service's key, critical
+    // ones under its whole limit (10), the others under 8 of it.
+    let service = |request: &http::Request<Body>| {
+        if request.uri().path() == "/health" {
+            return Decision::Pass;
+        }
+        let critical = request
+            .headers()
+            .get("x-priority")
+            .is_some_and(|value| value == "critical");
+        Decision::key("service", "api").with_limit(if critical { 10 } else { 8 })
+    };
+    let per_tenant = InflightLayer::new(limiter, AllOf((per_tenant, service)));
     let app = Router::new()
         .route("/download", get(download))
         .route("/health", get(|| async { "ok\n" }))

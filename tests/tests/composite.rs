@@ -267,3 +267,102 @@ fn a_foreign_fence_key_fails_the_call_before_any_lease_is_written() {
         ));
     }
 }
+
+/// Reserved capacity (Stripe's recipe): every request shares one key, the
+/// critical ones under its whole limit (10), the others under 8 of it. A
+/// flood of ordinary requests, failing fast or waiting, never takes the
+/// last two slots: every critical request is served at once, and ordinary
+/// ones never hold more than 8.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn critical_requests_keep_their_reserved_share_under_a_flood() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let server = RedisServer::start();
+    let limiters = [
+        builder(&server).connect().await.unwrap(),
+        builder(&server).connect().await.unwrap(),
+    ];
+    let service = key("service", "reserved");
+    for waiting in [false, true] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ordinary, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let flood: Vec<_> = (0..48)
+            .map(|n| {
+                let limiter = limiters[n % 2].clone();
+                let (stop, ordinary, peak, service) = (stop.clone(), ordinary.clone(), peak.clone(), service.clone());
+                tokio::spawn(async move {
+                    let deadline = Instant::now() + Duration::from_secs(30);
+                    while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
+                        let mut options = Acquire::default().limit(8);
+                        if waiting {
+                            options = options.wait(Duration::from_millis(200));
+                        }
+                        match limiter.acquire_opts(&service, options).await {
+                            Ok(permit) => {
+                                let now = ordinary.fetch_add(1, Ordering::SeqCst) + 1;
+                                peak.fetch_max(now, Ordering::SeqCst);
+                                tokio::time::sleep(Duration::from_millis(3)).await;
+                                ordinary.fetch_sub(1, Ordering::SeqCst);
+                                drop(permit);
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                        }
+                    }
+                })
+            })
+            .collect();
+        // The flood fills its 8 slots first.
+        let started = Instant::now();
+        while peak.load(Ordering::SeqCst) < 8 {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the flood never filled its share"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Two critical callers, one on each limiter, 100 requests each.
+        let critical: Vec<_> = (0..2)
+            .map(|n| {
+                let (limiter, service) = (limiters[n].clone(), service.clone());
+                tokio::spawn(async move {
+                    let mut refused = 0;
+                    for _ in 0..100 {
+                        let mut options = Acquire::default().limit(10);
+                        if waiting {
+                            options = options.wait(Duration::from_millis(200));
+                        }
+                        match limiter.acquire_opts(&service, options).await {
+                            Ok(permit) => {
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                                permit.release().await.unwrap();
+                            }
+                            Err(_) => refused += 1,
+                        }
+                    }
+                    refused
+                })
+            })
+            .collect();
+        let mut refused = 0;
+        for task in critical {
+            refused += task.await.unwrap();
+        }
+        stop.store(true, Ordering::SeqCst);
+        for task in flood {
+            task.await.unwrap();
+        }
+        println!(
+            "waiting {waiting}: ordinary peak {}, critical refused {refused} of 200",
+            peak.load(Ordering::SeqCst)
+        );
+        assert_eq!(refused, 0, "critical requests refused (waiting: {waiting})");
+        assert!(
+            peak.load(Ordering::SeqCst) <= 8,
+            "ordinary requests took a reserved slot"
+        );
+    }
+    for limiter in limiters {
+        assert!(limiter.drain().await.is_complete());
+    }
+    assert_eq!(live(&server, &service), 0);
+}
