@@ -197,10 +197,20 @@ impl Permit {
 
     /// Releases the lease and waits until Redis confirms it, or until the
     /// release gives up (the lease then expires at its TTL).
-    pub async fn release(mut self) -> Result<(), ReleaseError> {
-        let Some(held) = self.lease.take() else {
-            return Ok(()); // nothing was held
-        };
-        held.release()?.await.unwrap_or(Err(ReleaseError::Stopped))
+    pub async fn release(self) -> Result<(), ReleaseError> {
+        self.start_release().await
+    }
+
+    /// Sends the release now; the future says how it went. (Several
+    /// permits released together go out in one write.)
+    pub(crate) fn start_release(mut self) -> impl std::future::Future<Output = Result<(), ReleaseError>> {
+        let sent = self.lease.take().map(HeldLease::release);
+        async move {
+            match sent {
+                None => Ok(()), // nothing was held
+                Some(Ok(outcome)) => outcome.await.unwrap_or(Err(ReleaseError::Stopped)),
+                Some(Err(error)) => Err(error),
+            }
+        }
     }
 }

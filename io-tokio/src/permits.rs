@@ -76,13 +76,13 @@ impl Permits {
         result
     }
 
-    /// Releases every lease and waits until Redis confirms each, or its
-    /// release gives up; the first error, after every key was released.
+    /// Releases every lease at once and waits until Redis confirms each,
+    /// or its release gives up; the first error, after every key's.
     pub async fn release(self) -> Result<(), ReleaseError> {
+        let sent: Vec<_> = self.parts.into_iter().map(Permit::start_release).collect();
         let mut result = Ok(());
-        for permit in self.parts {
-            let released = permit.release().await;
-            result = result.and(released);
+        for released in sent {
+            result = result.and(released.await);
         }
         result
     }
