@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use inflight_core::InjectedBugs;
-use inflight_tokio::tower::{Admitted, Decision, Inflight, InflightBody, InflightLayer};
+use inflight_tokio::tower::{Admitted, Decision, Inflight, InflightBody, InflightLayer, PlainText, Reject, Rejection};
 use inflight_tokio::Limiter;
 use tokio::time::Instant;
 use tower_layer::Layer;
@@ -33,23 +33,43 @@ pub struct Call {
     who: String,
     key: &'static str,
     limit: u32,
+    /// A second key the request also counts against, all or nothing.
+    also: Option<(&'static str, u32)>,
     /// How long its response body streams.
     stream_for: Duration,
 }
 
 fn by_key(request: &Request<Call>) -> Decision {
     let call = request.body();
-    Decision::key("load", call.key).with_limit(call.limit)
+    let first = Decision::key("load", call.key).with_limit(call.limit);
+    match call.also {
+        Some((key, limit)) => first.and(Decision::key("load", key).with_limit(limit)),
+        None => first,
+    }
 }
 
 type Extractor = fn(&Request<Call>) -> Decision;
 
+/// A 429 names the key that was full (`x-full`), so S4 counts it there.
+fn reject(rejection: &Rejection) -> Response<Bytes> {
+    let mut response = PlainText.reject(rejection);
+    if let Rejection::Exceeded { key, .. } = rejection {
+        if let Ok(full) = http::HeaderValue::from_str(key.subject()) {
+            response.headers_mut().insert("x-full", full);
+        }
+    }
+    response
+}
+
+type Rejecter = fn(&Rejection) -> Response<Bytes>;
+
 /// The layered service one replica serves with.
-pub type Served = Inflight<Handler, Extractor>;
+pub type Served = Inflight<Handler, Extractor, Rejecter>;
 
 /// The replica's service: the layer around the handler.
 pub fn service(limiter: Limiter, bugs: InjectedBugs, ledger: Arc<Mutex<Ledger>>, at: fn() -> Duration) -> Served {
     InflightLayer::new(limiter, by_key as Extractor)
+        .on_reject(reject as Rejecter)
         .inject_bugs(bugs)
         .layer(Handler { ledger, at })
 }
@@ -83,15 +103,22 @@ impl Service<Request<Call>> for Handler {
         // The handler runs synchronously: the hold is in the body before
         // any await could drop it.
         let holding = if admitted.is_enforced() {
-            let lease = admitted.lease_id().map(|id| id.to_string());
+            let keys = std::iter::once(call.key).chain(call.also.map(|(key, _)| key));
+            let leases = admitted
+                .lease_ids()
+                .iter()
+                .map(|id| id.as_ref().map(ToString::to_string));
+            let held: Vec<(&'static str, Option<String>)> = keys.zip(leases).collect();
             ledger.counters.granted += 1;
-            ledger.hold(at(), &call.who, call.key, lease.clone(), 1);
+            ledger.counters.composites_granted += u64::from(held.len() > 1);
+            for (key, lease) in &held {
+                ledger.hold(at(), &call.who, key, lease.clone(), 1);
+            }
             Some(Holding {
                 ledger: Arc::clone(&self.ledger),
                 at,
                 who: call.who.clone(),
-                key: call.key,
-                lease,
+                held,
             })
         } else {
             ledger.counters.fail_open += 1;
@@ -112,17 +139,16 @@ struct Holding {
     ledger: Arc<Mutex<Ledger>>,
     at: fn() -> Duration,
     who: String,
-    key: &'static str,
-    lease: Option<String>,
+    /// Each key held, with its lease.
+    held: Vec<(&'static str, Option<String>)>,
 }
 
 impl Drop for Holding {
     fn drop(&mut self) {
-        let lease = self.lease.take();
-        self.ledger
-            .lock()
-            .unwrap()
-            .unhold((self.at)(), &self.who, self.key, lease, 1);
+        let mut ledger = self.ledger.lock().unwrap();
+        for (key, lease) in self.held.drain(..) {
+            ledger.unhold((self.at)(), &self.who, key, lease, 1);
+        }
     }
 }
 
@@ -167,12 +193,23 @@ pub struct HttpCaller {
 impl HttpCaller {
     pub async fn run(mut self) {
         while Instant::now() < self.end {
-            let (key, limit) = self.keys[self.rng.range(0, self.keys.len() as u64) as usize];
-            self.ledger.lock().unwrap().counters.acquires += 1;
+            let first = self.rng.range(0, self.keys.len() as u64) as usize;
+            let (key, limit) = self.keys[first];
+            // One request in eight also counts against another key.
+            let also = (self.keys.len() >= 2 && self.rng.chance(1, 8)).then(|| {
+                let other = (first + 1 + self.rng.range(0, self.keys.len() as u64 - 1) as usize) % self.keys.len();
+                self.keys[other]
+            });
+            {
+                let mut ledger = self.ledger.lock().unwrap();
+                ledger.counters.acquires += 1;
+                ledger.counters.composites += u64::from(also.is_some());
+            }
             let call = Call {
                 who: self.who.clone(),
                 key,
                 limit,
+                also,
                 stream_for: Duration::from_millis(self.rng.range(3, 300)),
             };
             let mut service = self.service.clone();
@@ -244,10 +281,16 @@ impl HttpCaller {
                 }
             }
             StatusCode::TOO_MANY_REQUESTS => {
+                let full = response.headers().get("x-full").and_then(|v| v.to_str().ok());
                 let mut ledger = self.ledger.lock().unwrap();
+                // The key the rejection names: one of the request's.
+                let Some(full) = self.keys.iter().map(|(k, _)| *k).find(|k| Some(*k) == full) else {
+                    let detail = format!("{who}: a 429 on {key} names no key of the request ({full:?})");
+                    return ledger.violate(at(), "S4 honest errors", detail);
+                };
                 ledger.counters.denied += 1;
-                ledger.exceeded(key);
-                ledger.note(at(), format!("{who} exceeded on {key} (429)"));
+                ledger.exceeded(full);
+                ledger.note(at(), format!("{who} exceeded on {full} (429)"));
             }
             StatusCode::SERVICE_UNAVAILABLE => {
                 let mut ledger = self.ledger.lock().unwrap();

@@ -121,9 +121,8 @@ impl Held {
 
     /// What a handler may want to know about its admission.
     pub(crate) fn admitted(&self) -> Admitted {
-        let first = self.permits.first();
         Admitted {
-            lease_id: first.and_then(Permit::lease_id),
+            lease_ids: self.permits.iter().map(Permit::lease_id).collect(),
             fencing_tokens: self.permits.iter().map(Permit::fencing_token).collect(),
         }
     }
@@ -134,7 +133,8 @@ impl Held {
 /// to the resource it guards (`Extension<Admitted>` in axum).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Admitted {
-    lease_id: Option<LeaseId>,
+    /// One per key, in the extractor's order.
+    lease_ids: Vec<Option<LeaseId>>,
     /// One per key, in the extractor's order.
     fencing_tokens: Vec<Option<u64>>,
 }
@@ -143,13 +143,18 @@ impl Admitted {
     /// Whether a slot is held for this request: `false` for a request the
     /// extractor let pass, or one admitted fail-open while Redis was away.
     pub fn is_enforced(&self) -> bool {
-        self.lease_id.is_some()
+        !self.lease_ids.is_empty() && self.lease_ids.iter().all(Option::is_some)
     }
 
     /// The lease's id in Redis (the first key's, for a request counted
     /// against several).
     pub fn lease_id(&self) -> Option<LeaseId> {
-        self.lease_id.clone()
+        self.lease_ids.first().cloned().flatten()
+    }
+
+    /// Every key's lease id, in the order the extractor named them.
+    pub fn lease_ids(&self) -> &[Option<LeaseId>] {
+        &self.lease_ids
     }
 
     /// The grant's fencing token (see [`Permit::fencing_token`]); the first
