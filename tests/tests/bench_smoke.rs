@@ -33,3 +33,20 @@ async fn the_benchmark_runs_and_produces_its_table() {
     );
     assert_eq!(results.ratios.len(), 5);
 }
+
+#[test]
+fn the_composite_bench_runs_and_fills_its_tables() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_composite_bench"))
+        .arg("0.2")
+        .output()
+        .expect("run composite_bench");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}\n{}", String::from_utf8_lossy(&output.stderr));
+    for row in [
+        "| 1 | acquire_all of 3 keys |",
+        "| 64 | 3 acquires in turn |",
+        "cycles/s composite ÷ singles",
+    ] {
+        assert!(text.contains(row), "missing {row:?} in\n{text}");
+    }
+}
