@@ -41,7 +41,11 @@ fn the_composite_bench_runs_and_fills_its_tables() {
         .output()
         .expect("run composite_bench");
     let text = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{text}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     for row in [
         "| 1 | acquire_all of 3 keys |",
         "| 64 | 3 acquires in turn |",

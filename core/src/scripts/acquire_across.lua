@@ -16,19 +16,8 @@
 -- all (ACQUIRE_MANY's shape). Every argument of every acquire is checked
 -- before anything is written: a call refused halfway would leave grants
 -- no reply names.
-local n = #ARGV / 6
-if n < 1 or n ~= math.floor(n) or #KEYS ~= 6 * n then
-  error({err = 'ERR inflight: ACQUIRE_ACROSS takes six keys and six arguments per acquire'})
-end
-local expiries, limits, valid, fenced = {}, {}, {}, {}
-for i = 1, n do
-  local a = 6 * (i - 1)
-  expiries[i] = integer(ARGV[a + 1], 'expiry', 1)
-  limits[i] = integer(ARGV[a + 2], 'limit', 1)
-  valid[i] = integer(ARGV[a + 4], 'valid-until', 0)
-  fenced[i] = flag(ARGV[a + 6], 'fencing')
-  weight(ARGV[a + 3])
-end
+local n, expiries, limits, valid, fenced =
+  read_acquires('ACQUIRE_ACROSS takes six keys and six arguments per acquire')
 local now, time = server_time()
 local reply, reclaimed = {}, 0
 for i = 1, n do

@@ -19,20 +19,11 @@
 -- ACQUIRE would (0 full, -1 tombstoned, -2 stale, -3 recovering), the
 -- others -4 (withheld: admitted, not taken because another refused).
 -- Every argument is checked before anything is written.
-local n = #ARGV / 6
-if n < 1 or n ~= math.floor(n) or #KEYS ~= 6 * n then
-  error({err = 'ERR inflight: ACQUIRE_ALL takes six keys and six arguments per subject'})
-end
-local expiries, limits, valid, fenced = {}, {}, {}, {}
-for i = 1, n do
-  local a = 6 * (i - 1)
-  expiries[i] = integer(ARGV[a + 1], 'expiry', 1)
-  limits[i] = integer(ARGV[a + 2], 'limit', 1)
-  valid[i] = integer(ARGV[a + 4], 'valid-until', 0)
-  fenced[i] = flag(ARGV[a + 6], 'fencing')
-  weight(ARGV[a + 3])
+local n, expiries, limits, valid, fenced =
+  read_acquires('ACQUIRE_ALL takes six keys and six arguments per subject')
+for i = 2, n do
   for j = 1, i - 1 do
-    if KEYS[a + 1] == KEYS[6 * (j - 1) + 1] then
+    if KEYS[6 * (i - 1) + 1] == KEYS[6 * (j - 1) + 1] then
       -- Returned, not raised: nothing is written yet, and the caller
       -- reads the reason as it is.
       return redis.error_reply('ERR inflight: ACQUIRE_ALL takes each subject once')

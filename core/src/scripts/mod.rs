@@ -33,9 +33,9 @@ macro_rules! lua {
 }
 
 /// A fail-fast acquire script: `lib/acquire_one.lua` and what it calls,
-/// then `scripts/NAME.lua`.
+/// then any more helpers given, then `scripts/NAME.lua`.
 macro_rules! fail_fast {
-    ($script:literal) => {
+    ([$($more:literal),*], $script:literal) => {
         lua!(
             [
                 "args",
@@ -46,6 +46,7 @@ macro_rules! fail_fast {
                 "queue",
                 "fence",
                 "acquire_one"
+                $(, $more)*
             ],
             $script
         )
@@ -53,15 +54,15 @@ macro_rules! fail_fast {
 }
 
 /// Take a lease, failing fast (`scripts/acquire.lua`).
-pub const ACQUIRE: &str = fail_fast!("acquire");
+pub const ACQUIRE: &str = fail_fast!([], "acquire");
 
 /// Fail-fast acquires of different subjects in one call, each as `ACQUIRE`
 /// takes it (`scripts/acquire_across.lua`).
-pub const ACQUIRE_ACROSS: &str = fail_fast!("acquire_across");
+pub const ACQUIRE_ACROSS: &str = fail_fast!(["acquires"], "acquire_across");
 
 /// One lease on each of several subjects, all or nothing
 /// (`scripts/acquire_all.lua`).
-pub const ACQUIRE_ALL: &str = fail_fast!("acquire_all");
+pub const ACQUIRE_ALL: &str = fail_fast!(["acquires"], "acquire_all");
 
 /// Take a lease or wait for one in the subject's queue
 /// (`scripts/acquire_waiting.lua`).
