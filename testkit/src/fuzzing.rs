@@ -49,6 +49,12 @@ pub enum Op {
     Cut,
     LandGhosts,
     FlushScripts,
+    /// One lease on each subject whose bit is set (two at least), all or
+    /// nothing, each under `limit`.
+    AcquireAll {
+        subjects: u8,
+        limit: u8,
+    },
 }
 
 fn ops_config() -> Config {
@@ -112,6 +118,17 @@ pub fn run_ops(ops: &[Op], start: Instant) {
             Op::Cut => pair.cut(),
             Op::LandGhosts => pair.land_ghosts(),
             Op::FlushScripts => pair.server.flush_scripts(),
+            Op::AcquireAll { subjects, limit } => {
+                let limit = u32::from(limit % 4).max(1);
+                let names: Vec<String> = (0..3)
+                    .filter(|i| subjects & (1 << i) != 0)
+                    .map(|i| format!("s{i}"))
+                    .collect();
+                if names.len() >= 2 {
+                    let keys: Vec<(&str, &str, u32)> = names.iter().map(|name| ("ns", name.as_str(), limit)).collect();
+                    outstanding.push(pair.acquire_all(&keys));
+                }
+            }
             Op::Abandon(_) | Op::ToClientThenAbandon(..) | Op::Release(_) | Op::Renew(_) | Op::ReleaseBurst(_) => {}
         }
     }

@@ -42,6 +42,9 @@ pub(crate) struct RequestRecord {
     renews: Option<LeaseId>,
     /// The lease id a weighted acquire holds if granted (its weight in it).
     lease: Option<LeaseId>,
+    /// For an acquire of several keys (`acquire_all`): every key's lease
+    /// set, in the order asked (`key` is the first).
+    all: Vec<Bytes>,
 }
 
 /// The client, the model server, the wire between them, and the ledger.
@@ -150,6 +153,36 @@ impl Pair {
             RequestRecord {
                 key: redis_key,
                 lease: Some(lease),
+                ..RequestRecord::default()
+            },
+        );
+        self.pump();
+        request
+    }
+
+    /// One lease on each of `keys` (`(namespace, subject, limit)`), all or
+    /// nothing (`Client::acquire_all`).
+    pub fn acquire_all(&mut self, keys: &[(&str, &str, u32)]) -> RequestId {
+        let prefix = self.client.config().key_prefix.clone();
+        let parts: Vec<(SubjectKeys, NonZeroU32)> = keys
+            .iter()
+            .map(|(namespace, subject, limit)| {
+                let key = Key::new(*namespace, *subject).expect("valid key");
+                let limit = NonZeroU32::new(*limit).expect("non-zero limit");
+                (SubjectKeys::new(&prefix, &key), limit)
+            })
+            .collect();
+        let all: Vec<Bytes> = parts.iter().map(|(keys, _)| keys.leases().clone()).collect();
+        let claim = inflight_core::lease_id::Claim::default();
+        let request = self
+            .client
+            .acquire_all(self.now, parts, &claim)
+            .expect("keys that go together");
+        self.requests.insert(
+            request,
+            RequestRecord {
+                key: all[0].clone(),
+                all,
                 ..RequestRecord::default()
             },
         );

@@ -33,6 +33,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Cut),
         1 => Just(Op::LandGhosts),
         1 => Just(Op::FlushScripts),
+        2 => (3u8..8, 1u8..4).prop_map(|(subjects, limit)| Op::AcquireAll { subjects, limit }),
     ]
 }
 

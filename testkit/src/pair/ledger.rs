@@ -77,8 +77,58 @@ impl Pair {
         (record.key.clone(), record.renews.clone())
     }
 
+    /// An acquire of several keys: every key granted, in order, each lease
+    /// in Redis (the first named after the request); or refused by a key
+    /// the server really found full in the same `ACQUIRE_ALL` call.
+    fn check_all(&mut self, request: RequestId, outcome: &Outcome, first: &str) {
+        let all = self.requests[&request].all.clone();
+        match outcome {
+            Outcome::GrantedAll(leases) => {
+                assert_eq!(leases.len(), all.len(), "{request:?}: a lease per key");
+                assert_eq!(
+                    leases[0].id().to_string(),
+                    first,
+                    "{request:?}: another request's lease"
+                );
+                for (lease, key) in leases.iter().zip(&all) {
+                    assert_eq!(lease.redis_key(), key, "{request:?} granted on another key");
+                    let live = self.server.live_leases(key);
+                    assert!(
+                        live.iter().any(|id| id[..] == lease.id().to_bytes()[..]),
+                        "granted lease is not in Redis"
+                    );
+                }
+            }
+            Outcome::ExceededAt(i) => {
+                let call = self
+                    .server
+                    .acquires
+                    .iter()
+                    .rev()
+                    .find(|a| a.lease[..] == *first.as_bytes())
+                    .and_then(|a| a.call);
+                let full = self
+                    .server
+                    .acquires
+                    .iter()
+                    .any(|a| a.call == call && a.call.is_some() && a.key == all[*i] && a.status == 0);
+                assert!(
+                    full,
+                    "{request:?}: ExceededAt({i}) without the server finding that key full"
+                );
+            }
+            Outcome::Unavailable(_) | Outcome::FailOpen(_) => {}
+            other => panic!("{request:?}: {other:?} for an acquire of several keys"),
+        }
+    }
+
     pub(super) fn check(&mut self, event: Event) {
         match &event {
+            Event::Acquired(request, outcome) if !self.requests[request].all.is_empty() => {
+                self.answer(*request);
+                let first = self.expected_lease(*request).to_string();
+                self.check_all(*request, outcome, &first);
+            }
             Event::Acquired(request, outcome) => {
                 let (key, _) = self.answer(*request);
                 let lease_id = self.expected_lease(*request).to_string();
@@ -156,8 +206,10 @@ impl Pair {
             }
             _ => {}
         }
-        if let Event::Acquired(_, Outcome::Granted(lease)) = &event {
-            self.held.push(lease.clone());
+        match &event {
+            Event::Acquired(_, Outcome::Granted(lease)) => self.held.push(lease.clone()),
+            Event::Acquired(_, Outcome::GrantedAll(leases)) => self.held.extend(leases.iter().cloned()),
+            _ => {}
         }
         self.events.push(event);
     }

@@ -12,6 +12,7 @@ mod acquires;
 mod batching;
 
 mod cluster;
+mod composite;
 mod connections;
 mod durations;
 mod keep_alive;
