@@ -277,7 +277,6 @@ impl Caller {
             }
             let subject = Key::new("load", key).expect("valid key");
             self.ledger.lock().unwrap().counters.acquires += 1;
-            let started = Instant::now();
             let long = self.rng.chance(1, 25);
             let limiter = if long { &self.renewing } else { &self.limiter };
             // Three acquires in ten wait for a slot, up to 20-400 ms.
@@ -293,39 +292,16 @@ impl Caller {
                 options = options.wait(wait);
                 self.ledger.lock().unwrap().counters.waits += 1;
             }
-            let outcome = match self.rng.range(0, 10) {
-                // Gives up early: its future is dropped at whatever point it reached.
-                0 => {
-                    let patience = Duration::from_millis(self.rng.range(1, 60));
-                    tokio::time::timeout(patience, limiter.acquire_opts(&subject, options))
-                        .await
-                        .ok()
-                }
-                // Aborted mid-acquire from outside.
-                1 => {
-                    let (limiter, subject) = (limiter.clone(), subject.clone());
-                    let task = tokio::spawn(async move { limiter.acquire_opts(&subject, options).await });
-                    tokio::time::sleep(Duration::from_millis(self.rng.range(0, 40))).await;
-                    task.abort();
-                    task.await.ok()
-                }
-                _ => {
-                    let outcome = limiter.acquire_opts(&subject, options).await;
-                    let took = started.elapsed();
-                    let budget = wait.unwrap_or_default().max(ACQUIRE_TIMEOUT);
-                    if took > budget + self.slack {
-                        let detail = format!(
-                            "{} waited {took:?} for an acquire (timeout {ACQUIRE_TIMEOUT:?}, wait {wait:?})",
-                            self.who
-                        );
-                        self.ledger
-                            .lock()
-                            .unwrap()
-                            .violate((self.at)(), "S3 bounded latency", detail);
-                    }
-                    Some(outcome)
-                }
+            let acquire = {
+                let (limiter, subject) = (limiter.clone(), subject.clone());
+                async move { limiter.acquire_opts(&subject, options).await }
             };
+            let budget = wait.unwrap_or_default().max(ACQUIRE_TIMEOUT);
+            let outcome = self
+                .attempt(acquire, budget, || {
+                    format!("an acquire (timeout {ACQUIRE_TIMEOUT:?}, wait {wait:?})")
+                })
+                .await;
             let hold = match (long, kept_alive) {
                 (false, _) => Hold::Short,
                 (true, false) => Hold::Renewing,
@@ -486,6 +462,43 @@ impl Caller {
         }
     }
 
+    /// Runs `acquire` as a caller does: one time in ten it gives up after
+    /// 1–60 ms (the future dropped wherever it is), one in ten it is
+    /// aborted from outside after 0–40 ms, otherwise it is awaited and
+    /// must return within `budget` (S3). `None` when given up or aborted.
+    async fn attempt<T: Send + 'static>(
+        &mut self,
+        acquire: impl std::future::Future<Output = T> + Send + 'static,
+        budget: Duration,
+        what: impl FnOnce() -> String,
+    ) -> Option<T> {
+        let started = Instant::now();
+        match self.rng.range(0, 10) {
+            0 => {
+                let patience = Duration::from_millis(self.rng.range(1, 60));
+                tokio::time::timeout(patience, acquire).await.ok()
+            }
+            1 => {
+                let task = tokio::spawn(acquire);
+                tokio::time::sleep(Duration::from_millis(self.rng.range(0, 40))).await;
+                task.abort();
+                task.await.ok()
+            }
+            _ => {
+                let outcome = acquire.await;
+                let took = started.elapsed();
+                if took > budget + self.slack {
+                    let detail = format!("{} waited {took:?} for {}", self.who, what());
+                    self.ledger
+                        .lock()
+                        .unwrap()
+                        .violate((self.at)(), "S3 bounded latency", detail);
+                }
+                Some(outcome)
+            }
+        }
+    }
+
     /// An acquire over two or three distinct keys (`acquire_all`), each
     /// under its limit (or one below), of one weight, failing fast or (three
     /// in ten) waiting; dropped or aborted as often as single acquires.
@@ -535,37 +548,12 @@ impl Caller {
             let asked: Vec<(&Key, u32)> = asked.iter().map(|(k, l)| (k, *l)).collect();
             limiter.acquire_all_opts(&asked, options).await
         };
-        let started = Instant::now();
-        let outcome = match self.rng.range(0, 10) {
-            0 => {
-                let patience = Duration::from_millis(self.rng.range(1, 60));
-                tokio::time::timeout(patience, acquire).await.ok()
-            }
-            1 => {
-                let task = tokio::spawn(acquire);
-                tokio::time::sleep(Duration::from_millis(self.rng.range(0, 40))).await;
-                task.abort();
-                task.await.ok()
-            }
-            _ => {
-                let outcome = acquire.await;
-                let took = started.elapsed();
-                // Keys of different slots go one slot after another: each
-                // may take a whole timeout, and a wait its whole wait.
-                let budget = wait.unwrap_or_default() + ACQUIRE_TIMEOUT * chosen.len() as u32;
-                if took > budget + self.slack {
-                    let detail = format!(
-                        "{} waited {took:?} for an acquire of {chosen:?} (wait {wait:?})",
-                        self.who
-                    );
-                    self.ledger
-                        .lock()
-                        .unwrap()
-                        .violate((self.at)(), "S3 bounded latency", detail);
-                }
-                Some(outcome)
-            }
-        };
+        // Keys of different slots go one slot after another: each may take
+        // a whole timeout, and a wait its whole wait.
+        let budget = wait.unwrap_or_default() + ACQUIRE_TIMEOUT * chosen.len() as u32;
+        let outcome = self
+            .attempt(acquire, budget, || format!("an acquire of {chosen:?} (wait {wait:?})"))
+            .await;
         self.settle_all(&chosen, outcome, wait.is_some()).await;
     }
 
