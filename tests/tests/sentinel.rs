@@ -305,3 +305,49 @@ async fn bad_sentinel_settings_are_typed_errors() {
     );
     assert!(error.to_string().contains("nosuch"), "{error}");
 }
+
+/// Composite limits behind Sentinel are the standalone server's: one
+/// all-or-nothing call on the primary. Under load from two limiters no key
+/// goes over its limit, every refusal names a key that was full, and a
+/// refusal takes nothing on the other keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn composite_limits_behind_sentinel_are_all_or_nothing() {
+    use inflight_tests::composite_load::{self, Limited};
+    let set = sentinels();
+    let prefix = "s-composite";
+    let limiters = [
+        builder(&set.url(), prefix).connect().await.unwrap(),
+        builder(&set.url(), prefix).connect().await.unwrap(),
+    ];
+    let keys: Vec<Limited> = [("c-a", 3), ("c-b", 5), ("c-c", 10)]
+        .into_iter()
+        .map(|(subject, limit)| Limited {
+            key: key(subject),
+            limit,
+        })
+        .collect();
+    let seen = composite_load::run(&limiters, &keys, 64, Duration::from_secs(2), 8, true).await;
+    println!(
+        "granted {}, refused by key {:?}, cancelled {}, errors {:?}, peaks {:?}",
+        seen.granted, seen.refused, seen.cancelled, seen.errors, seen.peaks
+    );
+    assert_eq!(seen.peaks, vec![3, 5, 10], "every key full, none over");
+    assert_eq!(seen.unfounded, 0, "refusals of keys that were not full");
+    assert!(seen.granted > 200 && seen.errors.is_empty(), "{:?}", seen.errors);
+    // A full key refuses the whole request and is named; the others stay empty.
+    let full = limiters[0].acquire_with(&key("c-d"), 1).await.unwrap();
+    let (a, d) = (key("c-e"), key("c-d"));
+    let refused = limiters[1].acquire_all(&[(&a, 5), (&d, 1)]).await;
+    assert!(
+        matches!(refused, Err(Error::Exceeded { key: Some(1), .. })),
+        "{refused:?}"
+    );
+    assert_eq!(live(&set, prefix, "c-e"), 0);
+    drop(full);
+    for limiter in limiters {
+        assert!(limiter.drain().await.is_complete());
+    }
+    for subject in ["c-a", "c-b", "c-c", "c-d", "c-e"] {
+        assert_eq!(live(&set, prefix, subject), 0, "{subject} left a lease");
+    }
+}
