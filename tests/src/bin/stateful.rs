@@ -144,7 +144,7 @@ fn main() -> ExitCode {
                 }
             );
             println!(
-                "{} steps, {} script calls, {} grants, {} hand-overs ({} releases found a queue), {} failovers, {} flushes, {} requests held back ({} delivered late), {:.0} s of sleeps",
+                "{} steps, {} script calls, {} grants, {} hand-overs ({} releases found a queue), {} failovers, {} flushes, {} requests held back ({} delivered late), {} all-or-nothing calls, {:.0} s of sleeps",
                 summary.steps,
                 summary.script_calls,
                 summary.grants,
@@ -154,6 +154,7 @@ fn main() -> ExitCode {
                 summary.flushes,
                 summary.held_back,
                 summary.delivered_late,
+                summary.all_or_nothing,
                 summary.slept_ms as f64 / 1000.0
             );
             ExitCode::SUCCESS
