@@ -319,3 +319,33 @@ async fn top_draws_in_a_real_terminal() {
     drop(held);
     limiter.drain().await;
 }
+
+/// A key kept in a group's slot (`Key::in_group`, for composite limits in a
+/// cluster) is another lease set: `usage` and `holders` reach it with
+/// `--group`, and `keys` lists it with its group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_keys_are_read_with_their_group_and_listed_with_it() {
+    let server = RedisServer::start();
+    let prefix = "cli-group";
+    let limiter = builder(&server, prefix).connect().await.unwrap();
+    let route = Key::new("route", "/upload").unwrap().in_group("acme").unwrap();
+    let tenant = Key::new("tenant", "acme").unwrap().in_group("acme").unwrap();
+    let _held = limiter.acquire_all(&[(&route, 4), (&tenant, 4)]).await.unwrap();
+    let url = server.url();
+    let usage = cli(&["usage", &url, "route", "/upload", "--group", "acme", "--prefix", prefix])
+        .await
+        .unwrap();
+    println!("{usage}");
+    assert!(usage.starts_with("1 units held"), "{usage}");
+    // Without the group it is another key, which holds nothing.
+    let other = cli(&["usage", &url, "route", "/upload", "--prefix", prefix])
+        .await
+        .unwrap();
+    assert!(other.starts_with("0 units held"), "{other}");
+    let keys = cli(&["keys", &url, "--prefix", prefix]).await.unwrap();
+    println!("{keys}");
+    assert!(
+        keys.contains("{acme}route//upload") && keys.contains("{acme}tenant/acme"),
+        "{keys}"
+    );
+}

@@ -1,8 +1,8 @@
 //! The `inflight` command: what the keys hold, for operators at 3 a.m.
 //!
 //! ```text
-//! inflight holders <redis-url> <namespace> <subject> [--prefix P] [--cluster]
-//! inflight usage   <redis-url> <namespace> <subject> [--prefix P] [--cluster]
+//! inflight holders <redis-url> <namespace> <subject> [--group G] [--prefix P] [--cluster]
+//! inflight usage   <redis-url> <namespace> <subject> [--group G] [--prefix P] [--cluster]
 //! inflight keys    <redis-url> [--limit N] [--prefix P] [--cluster]
 //! inflight top     <redis-url> [--limit N] [--interval SECONDS] [--refreshes N] [--prefix P] [--cluster]
 //! ```
@@ -47,6 +47,7 @@ pub const USAGE: &str = "usage: inflight <command> <redis-url> [arguments] [opti
     \n  keys    <url>                         the busiest keys: held, limit, waiting\
     \n  top     <url>                         the busiest keys, refreshed, with bars and holders\
     \n\
+    \n  --group G        holders and usage: the key's group (a key kept in G's cluster slot)\
     \n  --prefix P       the services' key prefix (default \"inflight\")\
     \n  --cluster        the URL is a Redis Cluster seed node\
     \n  --limit N        keys and top: show at most N keys (default 20)\
@@ -84,6 +85,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, CliErro
     let mut limit = 20;
     let mut interval = 2.0_f64;
     let mut refreshes = None;
+    let mut group: Option<String> = None;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -92,6 +94,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, CliErro
             "--limit" => limit = value("--limit", args.next())?,
             "--interval" => interval = value("--interval", args.next())?,
             "--refreshes" => refreshes = Some(value("--refreshes", args.next())?),
+            "--group" => group = Some(value("--group", args.next())?),
             "-h" | "--help" => return Ok(None),
             flag if flag.starts_with('-') => return Err(CliError::Usage(format!("unknown option {flag}"))),
             _ => positional.push(arg),
@@ -110,7 +113,10 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, CliErro
     let command = match (command.as_str(), rest.len()) {
         ("holders" | "usage", 2) => {
             let [namespace, subject]: [String; 2] = rest.try_into().expect("two arguments");
-            let key = Key::new(namespace, subject)?;
+            let mut key = Key::new(namespace, subject)?;
+            if let Some(group) = group {
+                key = key.in_group(group)?;
+            }
             if command == "holders" {
                 Command::Holders(key)
             } else {
@@ -120,6 +126,11 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Args>, CliErro
         ("holders" | "usage", given) => {
             return Err(CliError::Usage(format!(
                 "{command} needs a namespace and a subject after the URL, got {given} arguments"
+            )))
+        }
+        ("keys" | "top", _) if group.is_some() => {
+            return Err(CliError::Usage(format!(
+                "--group names one key: {command} lists them all"
             )))
         }
         ("keys", 0) => Command::Keys,
@@ -257,6 +268,16 @@ mod tests {
             assert!(matches!(args(bad), Err(CliError::Usage(_))), "{bad}");
         }
         assert!(args("usage redis://h ns ''x").unwrap().is_some());
+        let Command::Usage(grouped) = args("usage redis://h route /upload --group acme")
+            .unwrap()
+            .unwrap()
+            .command
+        else {
+            panic!("usage parses");
+        };
+        assert_eq!(grouped.group(), Some("acme"));
+        assert_eq!(render::key_name(&grouped), "{acme}route//upload");
+        assert!(matches!(args("keys redis://h --group acme"), Err(CliError::Usage(_))));
         assert!(matches!(
             parse(["usage", "redis://h", "ns", ""].map(String::from)),
             Err(CliError::Key(_))

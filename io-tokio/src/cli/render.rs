@@ -36,9 +36,13 @@ pub fn holders(holders: &[Holder], now: Instant) -> String {
     out
 }
 
-/// `namespace/subject`, the way operators name a key.
+/// `namespace/subject`, the way operators name a key; `{group}namespace/subject`
+/// for a key kept in a group's slot.
 pub fn key_name(key: &Key) -> String {
-    format!("{}/{}", key.namespace(), key.subject())
+    match key.group() {
+        Some(group) => format!("{{{group}}}{}/{}", key.namespace(), key.subject()),
+        None => format!("{}/{}", key.namespace(), key.subject()),
+    }
 }
 
 /// `keys`: the busiest keys, one line each, then what the scan covered.
