@@ -27,66 +27,71 @@ impl Reader<'_> {
                     return Err(error);
                 }
             };
-        let tokens: Option<Vec<u64>> = answers
-            .iter()
-            .map(|answer| match answer {
-                PartAnswer::Own(AcquireAnswer::Granted(token)) => Some(*token),
-                _ => None,
-            })
-            .collect();
+        let granted = |answer: &PartAnswer| match answer {
+            PartAnswer::Own(AcquireAnswer::Granted(token)) => Some(*token),
+            _ => None,
+        };
         let request = bundle.call().request;
-        let waiting = self.callers.contains(request);
-        let granted = answers
-            .iter()
-            .filter(|answer| matches!(answer, PartAnswer::Own(AcquireAnswer::Granted(_))))
-            .count();
-        let effect = match tokens {
+        let effect = match answers.iter().map(granted).collect::<Option<Vec<u64>>>() {
             Some(tokens) if self.config.replica_acks.is_some() => {
                 self.conn.unreplicated.push(Unconfirmed::All(bundle, tokens));
                 return Ok(());
             }
-            Some(tokens) if waiting => Effect::GrantAll(bundle, tokens),
+            Some(tokens) if self.callers.contains(request) => Effect::GrantAll(bundle, tokens),
             Some(_) => {
                 compensate(self.fx, Op::AcquireAll(bundle), Ran::Answered);
                 return Ok(());
             }
-            // Some granted and some not: the script never answers so.
-            None if granted > 0 => {
-                let error = ConnectionError::UnexpectedReply("ACQUIRE_ALL granted part of its subjects".into());
-                ambiguous(self.fx, Op::AcquireAll(bundle), &error);
-                return Err(error);
-            }
-            None => {
-                let full = answers
-                    .iter()
-                    .position(|answer| *answer == PartAnswer::Own(AcquireAnswer::Exceeded));
-                let other = answers.iter().find_map(|answer| match answer {
-                    PartAnswer::Own(AcquireAnswer::Tombstoned) => Some(Unavailable::Refused),
-                    PartAnswer::Own(AcquireAnswer::Stale) => Some(Unavailable::Stale),
-                    PartAnswer::Own(AcquireAnswer::Recovering) => Some(Unavailable::Recovering),
-                    _ => None,
-                });
-                match (full, other) {
-                    (Some(full), _) => {
-                        let outcome = Event::Acquired(request, Outcome::ExceededAt(full));
-                        Effect::Deliver(request, outcome)
+            None => match refusal(&answers) {
+                Some(Refusal::Full(at)) => Effect::Deliver(request, Event::Acquired(request, Outcome::ExceededAt(at))),
+                Some(Refusal::Unavailable(reason)) => {
+                    if reason == Unavailable::Recovering {
+                        self.out.stats.recovering += 1;
                     }
-                    (None, Some(reason)) => {
-                        if reason == Unavailable::Recovering {
-                            self.out.stats.recovering += 1;
-                        }
-                        Effect::Fail(request, reason)
-                    }
-                    // Every part withheld, none refused: not an answer.
-                    (None, None) => {
-                        let error = ConnectionError::UnexpectedReply("ACQUIRE_ALL refused without a reason".into());
-                        ambiguous(self.fx, Op::AcquireAll(bundle), &error);
-                        return Err(error);
-                    }
+                    Effect::Fail(request, reason)
                 }
-            }
+                // Some granted and some not, or every part withheld and
+                // none refused: the script never answers so.
+                None => {
+                    let error =
+                        ConnectionError::UnexpectedReply("ACQUIRE_ALL: neither all granted nor one refused".into());
+                    ambiguous(self.fx, Op::AcquireAll(bundle), &error);
+                    return Err(error);
+                }
+            },
         };
         self.fx.push(effect);
         Ok(())
     }
+}
+
+/// Why an `ACQUIRE_ALL` took nothing, as its caller is told.
+enum Refusal {
+    /// This part's subject was full (told first: the caller can say which).
+    Full(usize),
+    /// The first other reason a part refused.
+    Unavailable(Unavailable),
+}
+
+/// The refusal in `answers`, if they are one: no part granted, and one
+/// part refused for a reason of its own.
+fn refusal(answers: &[PartAnswer]) -> Option<Refusal> {
+    if answers
+        .iter()
+        .any(|answer| matches!(answer, PartAnswer::Own(AcquireAnswer::Granted(_))))
+    {
+        return None;
+    }
+    if let Some(at) = answers
+        .iter()
+        .position(|answer| *answer == PartAnswer::Own(AcquireAnswer::Exceeded))
+    {
+        return Some(Refusal::Full(at));
+    }
+    answers.iter().find_map(|answer| match answer {
+        PartAnswer::Own(AcquireAnswer::Tombstoned) => Some(Refusal::Unavailable(Unavailable::Refused)),
+        PartAnswer::Own(AcquireAnswer::Stale) => Some(Refusal::Unavailable(Unavailable::Stale)),
+        PartAnswer::Own(AcquireAnswer::Recovering) => Some(Refusal::Unavailable(Unavailable::Recovering)),
+        _ => None,
+    })
 }

@@ -9,7 +9,7 @@ use std::num::NonZeroU32;
 use std::time::Instant;
 
 use super::callers::{Awaits, Callers};
-use super::effect::Effect;
+use super::effect::{compensate, Effect};
 use super::held::HeldLeases;
 use super::keep_alive::{self, KeepAlive};
 use super::names::Names;
@@ -71,31 +71,33 @@ impl Delivery<'_> {
 
     /// Hands a grant to its caller, or releases it if the caller is gone.
     pub(super) fn grant(&mut self, op: AcquireOp, token: u64) {
-        let (request, now) = (op.call.request, self.now);
+        let request = op.call.request;
         if !self.callers.contains(request) {
             return self.fx.push(Effect::Compensate(op, Ran::Answered));
         }
-        let expires_at = lease_expiry(op.call.sent_at.unwrap_or(now), self.config.lease_ttl);
-        let token = op.kept_token(token);
-        let lease = op.call.into_lease(token, now, expires_at, expires_at);
-        self.granted(request, lease, op.limit);
+        let (lease, limit) = self.lease_of(op, token);
+        self.granted(request, lease, limit);
+    }
+
+    /// The lease `op`'s grant made (with the token Redis `drawn`, kept if
+    /// asked for), as its holder sees it, with its limit.
+    fn lease_of(&self, op: AcquireOp, drawn: u64) -> (Lease, NonZeroU32) {
+        let expires_at = lease_expiry(op.call.sent_at.unwrap_or(self.now), self.config.lease_ttl);
+        let token = op.kept_token(drawn);
+        (op.call.into_lease(token, self.now, expires_at, expires_at), op.limit)
     }
 
     /// A bundle's grant: every part's lease held, and delivered together,
     /// or each released if the caller is gone.
     pub(super) fn grant_all(&mut self, bundle: Bundle, tokens: Vec<u64>) {
-        let (request, now) = (bundle.call().request, self.now);
+        let request = bundle.call().request;
         if !self.callers.contains(request) {
-            let parts = bundle.into_parts().into_iter();
-            return self.fx.extend(parts.map(|op| Effect::Compensate(op, Ran::Answered)));
+            return compensate(self.fx, Op::AcquireAll(bundle), Ran::Answered);
         }
         let mut leases = Vec::with_capacity(tokens.len());
         for (op, token) in bundle.into_parts().into_iter().zip(tokens) {
-            let expires_at = lease_expiry(op.call.sent_at.unwrap_or(now), self.config.lease_ttl);
-            let token = op.kept_token(token);
-            let limit = op.limit;
-            let lease = op.call.into_lease(token, now, expires_at, expires_at);
-            self.held.insert(now, &lease, limit);
+            let (lease, limit) = self.lease_of(op, token);
+            self.held.insert(self.now, &lease, limit);
             leases.push(lease);
         }
         if self.callers.remove(request).is_some() {

@@ -228,6 +228,13 @@ impl<C: Connector> Driver<C> {
         self.client.owes_nothing()
     }
 
+    /// Remembers whose outcome `request` is: `ticket`'s (which its caller
+    /// may abandon), delivered to `caller`.
+    fn track(&mut self, ticket: u64, request: RequestId, caller: Caller) {
+        self.tickets.insert(ticket, request);
+        self.callers.insert(request, (ticket, caller));
+    }
+
     fn on_command(&mut self, command: Command) {
         let now = now();
         match command {
@@ -250,9 +257,7 @@ impl<C: Connector> Driver<C> {
                         return;
                     }
                 };
-                self.tickets.insert(ticket, request);
-                self.callers
-                    .insert(request, (ticket, Caller::Acquire { reply, keep_alive }));
+                self.track(ticket, request, Caller::Acquire { reply, keep_alive });
             }
             Command::AcquireAll {
                 ticket,
@@ -268,14 +273,11 @@ impl<C: Connector> Driver<C> {
                         return;
                     }
                 };
-                self.tickets.insert(ticket, request);
-                self.callers
-                    .insert(request, (ticket, Caller::AcquireAll { reply, keep_alive }));
+                self.track(ticket, request, Caller::AcquireAll { reply, keep_alive });
             }
             Command::Renew { ticket, lease, reply } => {
                 let request = self.client.renew(now, &lease);
-                self.tickets.insert(ticket, request);
-                self.callers.insert(request, (ticket, Caller::Renew(reply)));
+                self.track(ticket, request, Caller::Renew(reply));
             }
             Command::Abandon { ticket } => {
                 if let Some(request) = self.tickets.remove(&ticket) {
@@ -291,8 +293,7 @@ impl<C: Connector> Driver<C> {
                 reply,
             } => {
                 let request = self.client.inspect(now, keys, holders);
-                self.tickets.insert(ticket, request);
-                self.callers.insert(request, (ticket, Caller::Inspect(reply)));
+                self.track(ticket, request, Caller::Inspect(reply));
             }
             Command::Scan {
                 ticket,
@@ -302,8 +303,7 @@ impl<C: Connector> Driver<C> {
                 reply,
             } => match self.client.scan_keys(now, shard, cursor, count) {
                 Some(request) => {
-                    self.tickets.insert(ticket, request);
-                    self.callers.insert(request, (ticket, Caller::Scan(reply)));
+                    self.track(ticket, request, Caller::Scan(reply));
                 }
                 None => {
                     let _ = reply.send(Ok(None));

@@ -96,14 +96,13 @@ impl RedisModel {
         self.in_call = Some(self.batches);
         let now = self.time();
         let admitted: Vec<Admitted> = parts.iter().map(|part| self.admit(part, now)).collect();
-        let refused = admitted.iter().any(|a| a.status != 1) || self.grant_all_unchecked;
+        // The injected bug grants what was admitted, refused or not.
+        let refused = admitted.iter().any(|a| a.status != 1) && !self.grant_all_unchecked;
         let mut reply = Vec::with_capacity(3 * n + 1);
         let mut reclaimed = 0;
         for (part, admitted) in parts.iter().zip(&admitted) {
             reclaimed += admitted.reclaimed;
             let (status, token) = match admitted.status {
-                // The injected bug grants what was admitted, refused or not.
-                1 if self.grant_all_unchecked => (1, self.grant(part, admitted, now)),
                 1 if refused => {
                     self.record(part.leases, part.id, WITHHELD, 0, (0, 0));
                     (WITHHELD, 0)
