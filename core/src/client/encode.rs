@@ -107,6 +107,14 @@ impl Request {
             Request::ReleaseMany(jobs) => {
                 encode_removal(&jobs[0].keys, jobs.iter().map(|job| &job.lease_bytes[..]), out)
             }
+            Request::ReleaseToWaiters(jobs) => {
+                let ids = jobs.iter().map(|job| &job.lease_bytes[..]);
+                // By text if any of them met a `NOSCRIPT`.
+                let text = jobs.iter().any(|job| job.eval == Eval::Text);
+                let eval = if text { Eval::Text } else { Eval::Sha };
+                let held = jobs.iter().map(|job| job.held_ms).sum::<u64>() / jobs.len().max(1) as u64;
+                scripts.encode_release(out, &jobs[0].keys, eval, Some(held), wire.hold, ids)
+            }
             Request::QueueCheck(hand_over) => encode_command(out, &[b"EXISTS", &hand_over.keys.queue()]),
             Request::HandOver(hand_over) => {
                 let ids = hand_over.ids.iter().map(|id| &id[..]);

@@ -3,7 +3,10 @@
 //! an `EXISTS` of the subject's queue: one O(1) read where, for most
 //! subjects, there is no queue. Only when one exists does `RELEASE` run on
 //! the same ids (it is idempotent: it removes nothing more, and hands the
-//! free units to the waiters the fairness rule lets through).
+//! free units to the waiters the fairness rule lets through). A client
+//! that has waiters on the subject itself knows a queue is there: its
+//! releases go as `RELEASE` alone (`ReleaseKind::ToWaiters`), with no round
+//! trip in which the slot stands free and no check.
 //!
 //! Why this is as exact as one script: admission stays in the acquire
 //! scripts, which count the lease set atomically, so a hand-over that comes

@@ -187,7 +187,7 @@ impl Network {
                 Request::Renew(op) => ambiguous(fx, Op::Renew(op), &error),
                 Request::Inspect(op) => ambiguous(fx, Op::Inspect(op), &error),
                 Request::Release(job) | Request::Compensate(job, _) => fx.push(Effect::RetryRelease(job)),
-                Request::ReleaseMany(jobs) => fx.extend(jobs.into_iter().map(Effect::RetryRelease)),
+                Request::ReleaseMany(jobs) | Request::ReleaseToWaiters(jobs) => fx.extend(jobs.into_iter().map(Effect::RetryRelease)),
                 Request::Handshake(Step::Shards | Step::Slots) => self.topology.refreshed(),
                 // A recovery cut short is done again by the next handshake,
                 // which finds the same loss (the node's identity is only

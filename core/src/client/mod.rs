@@ -23,6 +23,7 @@ use network::Network;
 use outbox::Outbox;
 use reconnect::Backoff;
 use recovery::RecoveryState;
+use release_job::ReleaseKind;
 use release_queue::ReleaseQueue;
 use request::{AcquireOp, Bundle, Call, InspectOp, Op, ReleaseJob, RenewOp, Request, Wait};
 use waiters::Waiters;
@@ -332,15 +333,14 @@ impl Client {
 
     /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
     pub fn release(&mut self, now: Instant, lease: Lease) {
-        let channel = (self.waiters.len() > 0).then(|| lease.keys.wake_channel());
-        let job = ReleaseJob::given_back(now, lease, &mut self.recovery.held, &mut self.keep_alive);
-        self.submit_release(now, job);
-        // A waiter here for the slot just freed checks right behind the
-        // release (releases are written first): no wake-up round trip.
-        if let Some(channel) = channel {
-            let woken = self.waiters.woken(&channel, 1);
-            self.apply_waiters(now, woken);
+        let waited_on = self.waiters.len() > 0 && self.waiters.wants(&lease.keys.wake_channel());
+        let mut job = ReleaseJob::given_back(now, lease, &mut self.recovery.held, &mut self.keep_alive);
+        // Waiters here: the slot goes to the first in line (here or not) in
+        // the release's own call.
+        if waited_on && job.kind == ReleaseKind::Release {
+            job.kind = ReleaseKind::ToWaiters;
         }
+        self.submit_release(now, job);
     }
 
     // ---- inputs -----------------------------------------------------------

@@ -82,7 +82,7 @@ impl Network {
             .flat_map(|conn| conn.pipeline.pending())
             .map(|request| match request {
                 Request::Release(_) | Request::Compensate(..) => 1,
-                Request::ReleaseMany(jobs) => jobs.len(),
+                Request::ReleaseMany(jobs) | Request::ReleaseToWaiters(jobs) => jobs.len(),
                 _ => 0,
             })
             .sum()

@@ -12,7 +12,7 @@ use super::request::{AcquireOp, Request};
 use crate::event::Lease;
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
-use crate::scripts::Eval;
+use crate::scripts::{Eval, ScriptKind};
 
 /// Whether an acquire to compensate has run: its reply was read, or it was
 /// not (its bytes may still reach Redis).
@@ -28,6 +28,11 @@ pub(super) enum ReleaseKind {
     /// The holder gives its lease back: a plain `ZREM` of its units, then
     /// the subject's waiters are looked after (see `hand_over.rs`).
     Release,
+    /// The holder gives it back to a subject this client has waiters on
+    /// (so a queue, most likely): `RELEASE` removes it and hands the freed
+    /// units to the first in line in the same call, with no round trip in
+    /// which the slot stands free and no check of the queue first.
+    ToWaiters,
     /// A lease no caller received: `COMPENSATE`, with a tombstone until
     /// `tombstone_until_ms` (the acquire's valid-until while it may still
     /// run; 0 when its reply was read).
@@ -139,6 +144,15 @@ impl ReleaseJob {
         )
     }
 
+    /// The script an attempt runs, if it is not a plain `ZREM`.
+    pub(super) fn script(&self) -> Option<ScriptKind> {
+        match self.kind {
+            ReleaseKind::Release => None,
+            ReleaseKind::ToWaiters => Some(ScriptKind::Release),
+            ReleaseKind::Compensation { .. } => Some(ScriptKind::Compensate),
+        }
+    }
+
     pub(super) fn is_compensation(&self) -> bool {
         matches!(self.kind, ReleaseKind::Compensation { .. })
     }
@@ -146,7 +160,7 @@ impl ReleaseJob {
     /// Whose lease it gives back, as its events say.
     pub(super) fn whose(&self) -> crate::event::ReleaseOf {
         match self.kind {
-            ReleaseKind::Release => crate::event::ReleaseOf::Holder,
+            ReleaseKind::Release | ReleaseKind::ToWaiters => crate::event::ReleaseOf::Holder,
             ReleaseKind::Compensation { .. } => crate::event::ReleaseOf::Compensation,
         }
     }
@@ -155,6 +169,7 @@ impl ReleaseJob {
     pub(super) fn into_request(self) -> Request {
         match self.kind {
             ReleaseKind::Release => Request::Release(self),
+            ReleaseKind::ToWaiters => Request::ReleaseToWaiters(vec![self]),
             ReleaseKind::Compensation { tombstone_until_ms } => Request::Compensate(self, tombstone_until_ms),
         }
     }

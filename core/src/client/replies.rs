@@ -53,7 +53,7 @@ impl Reader<'_> {
             Request::AcquireAcross(ops) => self.batch(ops, frame, ScriptKind::AcquireAcross),
             Request::AcquireAll(bundle) => self.bundle(bundle, frame),
             Request::Release(job) | Request::Compensate(job, _) => self.released([job], frame),
-            Request::ReleaseMany(jobs) => self.released(jobs, frame),
+            Request::ReleaseMany(jobs) | Request::ReleaseToWaiters(jobs) => self.released(jobs, frame),
             Request::QueueCheck(hand_over) => {
                 let deadline = self.now + self.config.request_liveness;
                 hand_over.checked(frame, self.cluster, self.node, deadline, self.fx)
@@ -383,8 +383,11 @@ impl Reader<'_> {
         };
         match error_class(&message, self.cluster) {
             ErrorClass::NoScript => {
-                // Only a compensation is a script (a release is a `ZREM`).
-                self.fx.push(Effect::Reload(self.node, ScriptKind::Compensate));
+                // A plain release is a `ZREM`: only the scripts get here.
+                let jobs: Vec<ReleaseJob> = jobs.into_iter().collect();
+                if let Some(kind) = jobs.first().and_then(ReleaseJob::script) {
+                    self.fx.push(Effect::Reload(self.node, kind));
+                }
                 for mut job in jobs {
                     job.eval = Eval::Text;
                     self.fx.push(Effect::ResendRelease(self.node, job));

@@ -38,6 +38,9 @@ pub(super) enum Request {
     Release(ReleaseJob),
     /// Two or more ordinary releases of one subject, in one `ZREM`.
     ReleaseMany(Vec<ReleaseJob>),
+    /// Releases of one subject this client has waiters on, in one `RELEASE`
+    /// that hands the freed units over (no queue check, no `HandOver`).
+    ReleaseToWaiters(Vec<ReleaseJob>),
     /// After a release's `ZREM`: does its subject have a queue (`EXISTS`)?
     QueueCheck(HandOver),
     /// The subject has one: `RELEASE` of the same ids hands its waiters

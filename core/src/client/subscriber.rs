@@ -206,9 +206,12 @@ impl WakeUps {
 /// What a wake-up connection said that concerns the waiters.
 #[derive(Debug)]
 pub(super) enum Heard {
-    /// A message on the channel, or its subscription confirmed: its first
-    /// parked waiter should check.
+    /// A message on the channel: its first parked waiter should check.
     Wake(Bytes),
+    /// The subscription to the channel confirmed: a release may have
+    /// handed a slot to any of its waiters before, unheard, so each
+    /// checks.
+    Subscribed(Bytes),
     /// A release's message: the waiters now first in line, by lease id.
     WakeThese(Bytes, Vec<Bytes>),
     /// A release handed slots over: the waiters served, by lease id, with
@@ -243,7 +246,7 @@ fn read_push(frame: Frame) -> Push {
                 Frame::BulkString(text) => read_message(channel, &text),
                 _ => Push::Heard(Heard::Wake(channel)),
             },
-            b"ssubscribe" => Push::Heard(Heard::Wake(channel)),
+            b"ssubscribe" => Push::Heard(Heard::Subscribed(channel)),
             b"sunsubscribe" => Push::Dropped(channel),
             _ => Push::Nothing,
         },

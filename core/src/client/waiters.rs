@@ -5,7 +5,8 @@
 //! fleet). A queued one is *parked* here until something says a slot may be
 //! free: a wake-up on its subject's shard channel (a release, a compensation
 //! or a waiter leaving), the subscription to that channel being confirmed
-//! (a wake-up may have gone by before), or its periodic check, which also
+//! (a hand-over may have gone by before: every waiter parked there checks),
+//! or its periodic check, which also
 //! keeps its queue entry alive. Then it is sent again, with the same lease
 //! id, which is its place in the queue.
 //!
@@ -348,6 +349,7 @@ impl Waiters {
     pub(super) fn hear(&mut self, now: Instant, news: Heard, done_waiting: impl Fn(&LeaseId) -> bool) -> Vec<Effect> {
         match news {
             Heard::Wake(channel) => self.woken(&channel, 1),
+            Heard::Subscribed(channel) => self.woken(&channel, usize::MAX),
             Heard::WakeThese(channel, ids) => self.named(&channel, &ids),
             Heard::Handed(channel, handed) => self.handed(now, &channel, handed, done_waiting),
         }

@@ -11,6 +11,7 @@ use super::connection::Connection;
 use super::encode::Wire;
 use super::hand_over::HandOver;
 use super::network::Network;
+use super::release_job::ReleaseKind;
 use super::request::{AcquireOp, Op, ReleaseJob, Request};
 use crate::config::Config;
 use crate::event::RequestId;
@@ -130,10 +131,15 @@ impl Network {
             // A batch shares one `ask` (see `same_subject`): used up here.
             let asked = jobs[0].ask.is_some();
             jobs.iter_mut().for_each(|job| job.ask = None);
-            // After an `ASK` the queue may be on either node: its waiters
-            // check on their own (see `hand_over.rs`).
-            let hand_over = (!asked).then(|| HandOver::after(&jobs));
+            // After an `ASK` the queue may be on either node: a plain `ZREM`,
+            // and its waiters check on their own (see `hand_over.rs`).
+            if asked && jobs[0].kind == ReleaseKind::ToWaiters {
+                jobs.iter_mut().for_each(|job| job.kind = ReleaseKind::Release);
+            }
+            let to_waiters = jobs[0].kind == ReleaseKind::ToWaiters;
+            let hand_over = (!asked && !to_waiters).then(|| HandOver::after(&jobs));
             let request = match jobs.len() {
+                _ if to_waiters => Request::ReleaseToWaiters(jobs),
                 1 => Request::Release(jobs.pop().expect("one")),
                 _ => Request::ReleaseMany(jobs),
             };

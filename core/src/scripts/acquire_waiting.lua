@@ -34,7 +34,15 @@ local now, time = server_time()
 if now > valid_until or expiry <= now then
   return {-2, id, 0, 0, 0, 0}
 end
-if redis.call('EXISTS', tombstone) == 1 then
+-- Neither a tombstone nor the recovery hold, almost always: one `EXISTS`
+-- says so for both.
+local marked
+if hold ~= '' then
+  marked = redis.call('EXISTS', tombstone, hold) > 0
+else
+  marked = redis.call('EXISTS', tombstone) > 0
+end
+if marked and redis.call('EXISTS', tombstone) == 1 then
   return {-1, id, 0, 0, 0, 0}
 end
 local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
@@ -48,7 +56,7 @@ if redis.call('ZSCORE', leases, id) then
   leave_queue(queue, waiters, holds, id)
   return {1, id, token, 0, 0, reclaimed}
 end
-if hold ~= '' and redis.call('EXISTS', hold) == 1 then
+if marked and hold ~= '' and redis.call('EXISTS', hold) == 1 then
   leave_queue(queue, waiters, holds, id)
   return {-3, id, 0, 0, 0, reclaimed}
 end
@@ -57,15 +65,15 @@ if w > limit then
   leave_queue(queue, waiters, holds, id)
   return {0, id, 0, w - limit, 0, reclaimed}
 end
-local rank = false
+local rank, count = false, 0
 local live = redis.call('ZCARD', leases)
 if redis.call('EXISTS', queue) == 1 then
-  prune_waiters(queue, waiters, holds, now)
+  count = prune_waiters(queue, waiters, holds, now)
   rank = redis.call('ZRANK', queue, id)
 end
 local queued = rank ~= false
 if not queued then
-  rank = redis.call('ZCARD', queue)
+  rank = count
 end
 local fits, _, owed = claim(queue, holds, live, rank, w, limit)
 if fits then

@@ -9,9 +9,10 @@
 -- ARGV[2] the recovery hold key ('' for none; standalone only)
 -- ARGV[3...] the lease ids
 --
--- Returns how many members (units) were removed. Idempotent: the client
--- gives a lease back by a plain `ZREM` and `EXISTS` of the queue, and runs
--- this script on the same ids only when the queue exists (it then removes
+-- Returns how many members (units) were removed. Idempotent. A client
+-- with waiters on the subject gives its leases back by this script alone;
+-- elsewhere by a plain `ZREM` and `EXISTS` of the queue, running this
+-- script on the same ids only when the queue exists (it then removes
 -- nothing, and hands over what is free). While the subject has had
 -- waiters lately, the hold time is folded into its average (each release
 -- weighing 1/8: the waiting script's estimate). Only when the subject has
@@ -61,27 +62,36 @@ end
 if redis.call('EXISTS', queue, holds) == 0 then
   return removed
 end
+local queued_for = redis.call('PTTL', queue)
 if held_ms then
   local average = tonumber(redis.call('HGET', holds, 'avg') or '')
-  if average then
-    average = average + (held_ms - average) / 8
-  else
-    average = held_ms
+  redis.call('HSET', holds, 'avg', string.format('%.3f', average and average + (held_ms - average) / 8 or held_ms))
+  if not average and queued_for > 0 then
+    -- The hash may be new here: it lives as long as the queue at least
+    -- (every other write to it covers it already).
+    cover(holds, queued_for)
   end
-  redis.call('HSET', holds, 'avg', string.format('%.3f', average))
 end
-local queued_for = redis.call('PTTL', queue)
 if queued_for == -2 then
   return removed
 end
-cover(holds, queued_for)
--- An id given back waits for nothing.
-leave_queue(queue, waiters, holds, unpack(ids))
-if redis.call('EXISTS', queue) == 0 then
-  return removed
+-- An id given back waits for nothing (one found in the queue is an entry
+-- a failover brought back).
+local back = redis.call('ZMSCORE', queue, unpack(ids))
+local stale = {}
+for i, id in ipairs(ids) do
+  if back[i] then
+    stale[#stale + 1] = id
+  end
+end
+if #stale > 0 then
+  leave_queue(queue, waiters, holds, unpack(stale))
+  if redis.call('EXISTS', queue) == 0 then
+    return removed
+  end
 end
 local now, time = server_time()
-prune_waiters(queue, waiters, holds, now)
+forget_dead(queue, waiters, holds, now)
 redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 -- While the recovery hold is set, nothing is handed over: the lease set
 -- may still miss leases that count against the limit, and a hand-over is a

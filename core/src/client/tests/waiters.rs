@@ -3,6 +3,7 @@ use std::num::NonZeroU32;
 
 use crate::client::request::AcquireOp;
 use crate::client::request::{Call, Wait};
+use crate::client::subscriber::Heard;
 use crate::client::waiters::{Effect, Waiters};
 use crate::event::RequestId;
 use crate::key::Key;
@@ -125,4 +126,24 @@ fn an_injected_deafness_ignores_wake_ups_but_not_own_checks() {
         ),
         [1]
     );
+}
+
+/// A release may hand a slot to any waiter of a channel before this
+/// client's subscription to it is confirmed, and that message is never
+/// heard: the confirmation sends every parked waiter there to check, where
+/// a plain wake-up sends the first.
+#[test]
+fn a_confirmed_subscription_sends_every_parked_waiter_of_its_channel_to_check() {
+    let t0 = start();
+    let mut waiters = Waiters::new(Duration::from_secs(1), Duration::from_secs(5));
+    let until = t0 + Duration::from_secs(30);
+    let channel = keys().wake_channel();
+    for n in 1..=3 {
+        waiters.start(&waiting(n, until));
+        assert!(waiters.queued(t0, waiting(n, until)).is_none());
+    }
+    let woken = waiters.hear(t0, Heard::Wake(channel.clone()), |_| false);
+    assert_eq!(checked(woken), [1], "a wake-up: the first parked");
+    let woken = waiters.hear(t0, Heard::Subscribed(channel.clone()), |_| false);
+    assert_eq!(checked(woken), [2, 3], "subscribed: every one parked");
 }

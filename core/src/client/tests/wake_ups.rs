@@ -55,6 +55,11 @@ fn it_opens_subscribes_hears_and_retries_on_its_timers() {
         if handed.len() == 2 && handed[1].1 == 42 && ids.len() == 1)
     );
 
+    // A subscription confirmed: every waiter there checks (see `waiters.rs`).
+    let confirmed = b"*3\r\n$10\r\nssubscribe\r\n$12\r\np:{t|a}:wake\r\n:1\r\n";
+    let heard = wake_ups.input(confirmed, |_| true).unwrap();
+    assert!(matches!(&heard[..], [Heard::Subscribed(channel)] if &channel[..] == b"p:{t|a}:wake"));
+
     // The server drops b's subscription while someone still waits there.
     let dropped = b"*3\r\n$12\r\nsunsubscribe\r\n$12\r\np:{t|b}:wake\r\n:1\r\n";
     assert!(wake_ups.input(dropped, |channel| channel == &b).unwrap().is_empty());

@@ -23,12 +23,17 @@ end
 
 -- Drops waiters whose clients stopped calling (at most 256 at a time; the
 -- rest go on later calls and are counted as waiting meanwhile: never fewer
--- waiters than there are). Returns how many are queued.
-local function prune_waiters(queue, waiters, holds, now)
+-- waiters than there are).
+local function forget_dead(queue, waiters, holds, now)
   local dead = redis.call('ZRANGEBYSCORE', waiters, '-inf', now, 'LIMIT', 0, 256)
   if #dead > 0 then
     leave_queue(queue, waiters, holds, unpack(dead))
   end
+end
+
+-- `forget_dead`, then how many are queued.
+local function prune_waiters(queue, waiters, holds, now)
+  forget_dead(queue, waiters, holds, now)
   return redis.call('ZCARD', queue)
 end
 
