@@ -4,7 +4,9 @@
 //! One key, limit 10; 64 tasks on 4 limiters (16 each), each acquiring,
 //! holding 1–5 ms (drawn from a fixed seed) and releasing, for SECONDS
 //! (default 3) per row, on one redis-server on loopback
-//! (`WAIT_BENCH_LIMITERS=1` puts all 64 tasks on one limiter). Rows:
+//! (`WAIT_BENCH_LIMITERS=1` puts all 64 tasks on one limiter;
+//! `WAIT_BENCH_HOLD_MS=20` holds 20–100 ms instead, five times as long at
+//! each end as the default). Rows:
 //! `acquire_wait` (the server's FIFO queue, woken by releases), and a
 //! fail-fast `acquire` retried every 10 ms until it succeeds (what
 //! redis-semaphore and DistributedLock do). Two rounds, the order
@@ -29,6 +31,14 @@ use inflight_tokio::{Error, Key, Limiter};
 
 const LIMIT: u32 = 10;
 const LIMITERS: usize = 4;
+
+/// Holds are drawn from `[low, low + 4 × low)` µs: 1–5 ms by default.
+fn hold_low_us() -> u64 {
+    std::env::var("WAIT_BENCH_HOLD_MS")
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map_or(1_000, |ms| ms * 1_000)
+}
 
 fn limiter_count() -> usize {
     std::env::var("WAIT_BENCH_LIMITERS")
@@ -64,8 +74,10 @@ async fn main() {
             .unwrap()
     });
     println!(
-        "limit {LIMIT}, {TASKS} tasks on {} limiters, holds 1-5 ms, {seconds} s per row",
-        limiter_count()
+        "limit {LIMIT}, {TASKS} tasks on {} limiters, holds {}-{} ms, {seconds} s per row",
+        limiter_count(),
+        hold_low_us() / 1_000,
+        hold_low_us() * 5 / 1_000
     );
     println!("| round | mode | utilisation (holders) | utilisation (Redis) | grants/s | wait p50 | wait p99 | overtaking max | overtaking mean | client CPU µs/grant | Redis CPU µs/grant |");
     println!("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
@@ -102,6 +114,7 @@ async fn run(server: &RedisServer, mode: Mode, subject: &str, measure: Duration)
     let (cpu_before, redis_before) = (cpu::process_seconds(), cpu::redis_seconds(server));
     let commands_before = cpu::redis_command_calls(server);
     let started = Instant::now();
+    let low = hold_low_us();
     let tasks: Vec<_> = (0..TASKS)
         .map(|task| {
             let (limiter, key) = (limiters[task % limiters.len()].clone(), key.clone());
@@ -120,7 +133,7 @@ async fn run(server: &RedisServer, mode: Mode, subject: &str, measure: Duration)
                     };
                     let Ok(permit) = permit else { continue };
                     let granted = Instant::now();
-                    let hold = Duration::from_micros(1_000 + rng.below(4_000));
+                    let hold = Duration::from_micros(low + rng.below(4 * low));
                     tokio::time::sleep(hold).await;
                     let held = granted.elapsed();
                     drop(permit);
