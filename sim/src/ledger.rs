@@ -75,6 +75,11 @@ pub struct Ledger {
     tokens: HashMap<&'static str, u64>,
     /// `INFLIGHT_SIM_TRACE` set: every event is printed as it is noted.
     trace_all: bool,
+    /// S13, in calm runs: how soon a slot a release handed to a waiter must
+    /// reach its caller, and the hand-overs not heard yet (by lease id,
+    /// with when Redis made them).
+    hand_over_bound: Option<Duration>,
+    handed: BTreeMap<String, Duration>,
 }
 
 impl Ledger {
@@ -101,6 +106,60 @@ impl Ledger {
             holding: HashSet::new(),
             let_go: HashMap::new(),
             tokens: HashMap::new(),
+            hand_over_bound: None,
+            handed: BTreeMap::new(),
+        }
+    }
+
+    /// S13 applies (a run with no faults): a slot a release hands to a
+    /// waiter reaches the waiter's caller within `bound`.
+    pub fn expect_hand_overs_heard(&mut self, bound: Duration) {
+        self.hand_over_bound = Some(bound);
+    }
+
+    /// Redis handed a freed slot to waiter `lease` (S13).
+    pub fn server_handed(&mut self, at: Duration, lease: String) {
+        if self.hand_over_bound.is_some() && !self.holding.contains(&lease) {
+            self.handed.insert(lease, at);
+        }
+    }
+
+    /// The client of waiter `lease` named it in a call (a renewal that
+    /// confirms a hand-over, a check, a `LEAVE`): it heard (S13).
+    pub fn hand_over_heard(&mut self, lease: &str) {
+        self.handed.remove(lease);
+    }
+
+    /// The hand-overs older than S13's bound that no caller has taken:
+    /// each is checked once, against what Redis holds then
+    /// ([`Ledger::unheard_hand_overs`]).
+    pub fn overdue_hand_overs(&mut self, at: Duration) -> Vec<String> {
+        let Some(bound) = self.hand_over_bound else {
+            return Vec::new();
+        };
+        let overdue: Vec<String> = self
+            .handed
+            .iter()
+            .filter(|(_, made)| at.saturating_sub(**made) > bound)
+            .map(|(lease, _)| lease.clone())
+            .collect();
+        for lease in &overdue {
+            self.handed.remove(lease);
+        }
+        overdue
+    }
+
+    /// S13 no unheard hand-over: of the overdue hand-overs (none of which
+    /// its client has answered), those Redis still holds (`live`) and no
+    /// caller does went unheard.
+    pub fn unheard_hand_overs(&mut self, at: Duration, live: Vec<String>) {
+        let Some(bound) = self.hand_over_bound else {
+            return;
+        };
+        let unheard: Vec<String> = live.into_iter().filter(|lease| !self.holding.contains(lease)).collect();
+        for lease in unheard {
+            let detail = format!("a slot handed to {lease} reached no caller within {bound:?}");
+            self.violate(at, "S13 hand-overs heard", detail);
         }
     }
 
@@ -133,6 +192,7 @@ impl Ledger {
     pub fn hold(&mut self, at: Duration, who: &str, key: &'static str, lease: Option<String>, weight: u32) {
         if let Some(lease) = lease {
             self.let_go.remove(&lease);
+            self.handed.remove(&lease);
             self.holding.insert(lease);
         }
         let state = self.keys.get_mut(key).expect("known key");

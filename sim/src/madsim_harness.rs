@@ -74,6 +74,12 @@ pub fn run_seed(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Rep
 pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> Report {
     let faults = scenario.faults;
     let ledger = Arc::new(Mutex::new(Ledger::new(scenario.keys, scenario.exact)));
+    if scenario.faults.is_calm() {
+        ledger
+            .lock()
+            .unwrap()
+            .expect_hand_overs_heard(crate::callers::WAKE_BOUND);
+    }
     let mut server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
     server.bug = bug;
     if scenario.faults.lagging_failover {

@@ -268,6 +268,7 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
                 None => model.handle_each(&mut connection, &buf[..n]),
             };
             let records: Vec<_> = model.acquires.drain(..).collect();
+            let named: Vec<_> = model.named.drain(..).collect();
             let partial = partial_calls(&records);
             let executed: Vec<_> = records.into_iter().filter(|r| r.status == 0 || r.status == 1).collect();
             let published = model.take_published();
@@ -293,6 +294,9 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
                     (Some(key), 0) => ledger.server_denied(key),
                     (Some(key), _) => {
                         ledger.server_granted(at, key, record.token);
+                        if record.handed {
+                            ledger.server_handed(at, String::from_utf8_lossy(&record.lease).into_owned());
+                        }
                         // A fresh grant needs a free slot; `free` is 0 for
                         // an id that already held one.
                         if record.free > 0 {
@@ -302,12 +306,28 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
                     (None, _) => {}
                 }
             }
+            for lease in named {
+                ledger.hand_over_heard(&String::from_utf8_lossy(&lease));
+            }
             for (key, limit, live) in live {
                 // Room for any waiter (the heaviest weighs MAX_WEIGHT): S9
                 // cannot blame a heavy waiter first in line for a lighter
                 // one's wait behind it.
                 let room = crate::callers::MAX_WEIGHT.min(limit);
                 ledger.server_live(at, key, live as u32 + room > limit);
+            }
+            let overdue = ledger.overdue_hand_overs(at);
+            drop(ledger);
+            if !overdue.is_empty() {
+                let live: Vec<String> = {
+                    let mut model = state.model.lock().unwrap();
+                    let held = model.all_live_leases();
+                    overdue
+                        .into_iter()
+                        .filter(|lease| held.iter().any(|(_, id)| id[..] == *lease.as_bytes()))
+                        .collect()
+                };
+                state.ledger.lock().unwrap().unheard_hand_overs(at, live);
             }
             (replies, published)
         };

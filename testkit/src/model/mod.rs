@@ -44,6 +44,9 @@ pub struct AcquireRecord {
     /// model's count of batch calls then), so a check can see each call's
     /// parts together.
     pub call: Option<usize>,
+    /// Made by a release (`RELEASE` handing a freed slot to a waiter), not
+    /// by the caller's own call: its client learns of it from a message.
+    pub handed: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -76,6 +79,10 @@ pub struct RedisModel {
     pub replid2: String,
     /// Every acquire executed, in order.
     pub acquires: Vec<AcquireRecord>,
+    /// The lease ids clients named in renewals, waiting acquires and
+    /// `LEAVE`s, in order: a client that hears of a hand-over answers it
+    /// with one of these (the simulator's S13).
+    pub named: Vec<Bytes>,
     /// A deliberate script bug, for the simulator's self-test: fail-fast
     /// acquires ignore the wait queue (newcomers take waiters' slots).
     pub ignore_queue: bool,
@@ -366,7 +373,16 @@ impl RedisModel {
             free,
             weight: scripts::weight(lease).unwrap_or(1),
             call: self.in_call,
+            handed: false,
         });
+    }
+
+    /// A hand-over's grant, as [`RedisModel::record`] records a call's.
+    fn record_hand_over(&mut self, key: &Bytes, lease: &Bytes, token: u64, fair: (u64, u64)) {
+        self.record(key, lease, 1, token, fair);
+        if let Some(record) = self.acquires.last_mut() {
+            record.handed = true;
+        }
     }
 
     pub fn flush_scripts(&mut self) {

@@ -77,7 +77,7 @@ impl RedisModel {
             for (i, ((id, fair), at)) in served.iter().zip(&reserved).enumerate() {
                 self.add_units(leases, *at, id, ZaddFlags::default());
                 message.extend_from_slice(format!(" {} {}", String::from_utf8_lossy(id), token + i as u64).as_bytes());
-                self.record(leases, id, 1, token + i as u64, *fair);
+                self.record_hand_over(leases, id, token + i as u64, *fair);
             }
             let ids: Vec<Bytes> = served.into_iter().map(|(id, _)| id).collect();
             self.leave_queue(queue, waiters, holds, &ids);

@@ -131,6 +131,15 @@ impl RedisModel {
             // which `integer` refuses first.
             return Frame::Error("ERR inflight: wrong number of keys or arguments".into());
         }
+        let named = match kind {
+            ScriptKind::Renew => argv.get(1),
+            ScriptKind::AcquireWaiting => argv.get(2),
+            ScriptKind::Leave => argv.first(),
+            _ => None,
+        };
+        if let Some(id) = named {
+            self.named.push(id.clone());
+        }
         let ran = match kind {
             ScriptKind::Acquire => self.acquire(keys, argv),
             ScriptKind::AcquireWaiting => self.acquire_waiting(keys, argv),
