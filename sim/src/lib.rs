@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod callers;
+pub mod clock;
 pub mod http_callers;
 pub mod ledger;
 pub mod rng;

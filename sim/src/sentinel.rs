@@ -83,7 +83,7 @@ pub enum Role {
 
 impl Default for SentinelSim {
     fn default() -> Self {
-        let mut replica = RedisModel::new(crate::server::EPOCH_MS);
+        let mut replica = RedisModel::new(crate::clock::EPOCH_MS);
         replica.replica = true;
         Self {
             view: Mutex::new(View {
@@ -119,7 +119,7 @@ impl SentinelSim {
         }
         if let Some((old, copy, demoted_at)) = &mut view.old {
             if *old == host && now_ms < *demoted_at {
-                copy.now_ms = crate::server::EPOCH_MS + now_ms;
+                copy.now_ms = crate::clock::EPOCH_MS + now_ms;
                 let replies = copy.handle_each(conn, data).map_err(|_| ());
                 let _ = copy.take_published();
                 let ran = copy

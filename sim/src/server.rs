@@ -17,8 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::ledger::Ledger;
 
 pub const PORT: u16 = 6379;
-/// The model's clock at the start of a run, in Unix milliseconds.
-pub const EPOCH_MS: u64 = 1_700_000_000_000;
+pub use crate::clock::EPOCH_MS;
 
 /// What the simulated server shares with the harness.
 #[derive(Clone)]

@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use super::connection::Connection;
 use super::names::Names;
 use super::recovery::RecoveryKeys;
-use super::request::{AcquireOp, Call, Reading, Request, Step};
+use super::request::{AcquireOp, Call, HandOver, Reading, Request, Step};
 use crate::config::Config;
 use crate::event::ConnectionId;
 use crate::key::SubjectKeys;
@@ -107,20 +107,9 @@ impl Request {
             Request::ReleaseMany(jobs) => {
                 encode_removal(&jobs[0].keys, jobs.iter().map(|job| &job.lease_bytes[..]), out)
             }
-            Request::ReleaseToWaiters(jobs) => {
-                let ids = jobs.iter().map(|job| &job.lease_bytes[..]);
-                // By text if any of them met a `NOSCRIPT`.
-                let text = jobs.iter().any(|job| job.eval == Eval::Text);
-                let eval = if text { Eval::Text } else { Eval::Sha };
-                let held = jobs.iter().map(|job| job.held_ms).sum::<u64>() / jobs.len().max(1) as u64;
-                scripts.encode_release(out, &jobs[0].keys, eval, Some(held), wire.hold, ids)
-            }
+            Request::ReleaseToWaiters(jobs) => encode_hand_over(&HandOver::after(jobs), wire, out),
             Request::QueueCheck(hand_over) => encode_command(out, &[b"EXISTS", &hand_over.keys.queue()]),
-            Request::HandOver(hand_over) => {
-                let ids = hand_over.ids.iter().map(|id| &id[..]);
-                let (keys, eval, held) = (&hand_over.keys, hand_over.eval, hand_over.held_ms);
-                scripts.encode_release(out, keys, eval, Some(held), wire.hold, ids)
-            }
+            Request::HandOver(hand_over) => encode_hand_over(hand_over, wire, out),
             Request::Compensate(job, tombstone_until_ms) => {
                 scripts.encode_compensate(out, job.eval, &job.keys, &job.lease_bytes, *tombstone_until_ms)
             }
@@ -214,6 +203,14 @@ fn encode_acquire_many(ops: &[AcquireOp], wire: &Wire, out: &mut BytesMut) {
         valid_until,
         wire.hold,
     );
+}
+
+/// `RELEASE` of a subject's ids: removes them, and hands what is free to
+/// its waiters.
+fn encode_hand_over(hand_over: &HandOver, wire: &Wire, out: &mut BytesMut) {
+    let ids = hand_over.ids.iter().map(|id| &id[..]);
+    let (keys, eval, held) = (&hand_over.keys, hand_over.eval, hand_over.held_ms);
+    wire.scripts.encode_release(out, keys, eval, Some(held), wire.hold, ids)
 }
 
 /// A release: a plain `ZREM` of leases of one subject, every unit of each

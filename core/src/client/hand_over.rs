@@ -18,38 +18,14 @@
 
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use super::effect::Effect;
 use super::error_class::{error_class, unexpected, ErrorClass};
-use super::request::{ReleaseJob, Request};
+use super::request::{HandOver, Request};
 use crate::event::ConnectionError;
-use crate::key::SubjectKeys;
 use crate::resp::Frame;
 use crate::scripts::{Eval, ScriptKind};
 
-/// The waiters of a subject whose leases a `ZREM` just gave back.
-#[derive(Debug)]
-pub(super) struct HandOver {
-    pub(super) keys: SubjectKeys,
-    pub(super) ids: Vec<Bytes>,
-    /// The leases' average hold, in ms (the subject's estimate for its
-    /// waiters folds it in).
-    pub(super) held_ms: u64,
-    pub(super) eval: Eval,
-}
-
 impl HandOver {
-    /// After the `ZREM` of `jobs` (one subject's).
-    pub(super) fn after(jobs: &[ReleaseJob]) -> Self {
-        Self {
-            keys: jobs[0].keys.clone(),
-            ids: jobs.iter().map(|job| job.lease_bytes.clone()).collect(),
-            held_ms: jobs.iter().map(|job| job.held_ms).sum::<u64>() / jobs.len().max(1) as u64,
-            eval: Eval::Sha,
-        }
-    }
-
     /// The `EXISTS`'s reply: a queue (1) wants the `RELEASE`, on `node`.
     pub(super) fn checked(
         self,

@@ -174,3 +174,28 @@ impl ReleaseJob {
         }
     }
 }
+
+/// The waiters of a subject whose leases a `ZREM` just gave back.
+#[derive(Debug)]
+pub(super) struct HandOver {
+    pub(super) keys: SubjectKeys,
+    pub(super) ids: Vec<Bytes>,
+    /// The leases' average hold, in ms (the subject's estimate for its
+    /// waiters folds it in).
+    pub(super) held_ms: u64,
+    pub(super) eval: Eval,
+}
+
+impl HandOver {
+    /// After the `ZREM` of `jobs` (one subject's), or in its place. By
+    /// text if any of them met a `NOSCRIPT`.
+    pub(super) fn after(jobs: &[ReleaseJob]) -> Self {
+        let text = jobs.iter().any(|job| job.eval == Eval::Text);
+        Self {
+            keys: jobs[0].keys.clone(),
+            ids: jobs.iter().map(|job| job.lease_bytes.clone()).collect(),
+            held_ms: jobs.iter().map(|job| job.held_ms).sum::<u64>() / jobs.len().max(1) as u64,
+            eval: if text { Eval::Text } else { Eval::Sha },
+        }
+    }
+}

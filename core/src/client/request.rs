@@ -7,9 +7,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::hand_over::HandOver;
 use super::names::Names;
-pub(super) use super::release_job::{Ran, ReleaseJob, ReleaseKind};
+pub(super) use super::release_job::{HandOver, Ran, ReleaseJob, ReleaseKind};
 use crate::event::{Lease, RequestId};
 use crate::key::SubjectKeys;
 use crate::lease_id::{Label, LeaseId};

@@ -9,10 +9,9 @@ use std::time::{Duration, Instant};
 
 use super::connection::Connection;
 use super::encode::Wire;
-use super::hand_over::HandOver;
 use super::network::Network;
 use super::release_job::ReleaseKind;
-use super::request::{AcquireOp, Op, ReleaseJob, Request};
+use super::request::{AcquireOp, HandOver, Op, ReleaseJob, Request};
 use crate::config::Config;
 use crate::event::RequestId;
 use crate::scripts::{Eval, MAX_BATCH, MAX_RELEASE_BATCH};

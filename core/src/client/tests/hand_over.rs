@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use super::start;
 use crate::client::effect::Effect;
-use crate::client::hand_over::HandOver;
+use crate::client::request::HandOver;
 use crate::client::request::Request;
 use crate::key::{Key, SubjectKeys};
 use crate::resp::Frame;
