@@ -1,6 +1,7 @@
 //! What one cycle costs Redis, counted: the commands a fail-fast acquire and
-//! its release run (the script calls and every `redis.call` inside them),
-//! read from `INFO commandstats` on a private server. Counts do not drift
+//! its release run, and the three script calls of a waiting grant (the
+//! script calls and every `redis.call` inside them), read from `INFO
+//! commandstats` on a private server. Counts do not drift
 //! with the machine's load as times do, so this is the guard against a
 //! change that makes every request pay for a feature it does not use: it
 //! fails when a count grows (and when one shrinks, so that the expectation
@@ -10,6 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use inflight_core::resp::Frame;
+use inflight_tests::subject::Subject;
 use inflight_tests::RedisServer;
 use inflight_tokio::{Error, Key, Limiter};
 
@@ -241,4 +243,109 @@ async fn expired_units_are_pruned_only_when_they_leave_no_room() {
     );
     assert_eq!(limiter.stats().reclaimed, 1, "the forgotten lease, reclaimed");
     drop((held, again));
+}
+
+/// A waiting grant, script by script, with no client timing in the way:
+/// the call that queues a waiter behind another, the `RELEASE` (as a
+/// limiter with waiters on the subject sends it: alone) that hands it the
+/// slot its predecessor frees, and the renewal that confirms the hand-over.
+/// Three script calls per waiting grant whatever the wait (`wait_bench`
+/// measures what they cost against polling). Each helper reads `TIME` once
+/// by itself first (one `time` more in each count below).
+#[test]
+fn a_waiting_grant_runs_three_script_calls() {
+    let server = RedisServer::start();
+    let mut redis = server.client();
+    let subject = Subject::new("counts", "queued");
+    subject.load(&mut redis);
+    const LONG: u64 = 60_000;
+    assert_eq!(subject.acquire(&mut redis, "holder", 1, LONG).status, 1);
+    assert_eq!(subject.wait(&mut redis, "first", 1, LONG, 5_000).status, 2);
+
+    let before = calls(&server);
+    // A longer lifetime than the first waiter's: each key's expiry grows
+    // (one `PEXPIRE` each, whatever the milliseconds between the calls).
+    assert_eq!(subject.wait(&mut redis, "second", 1, LONG, 10_000).status, 2);
+    // The call, its clock, the tombstone and hold at once, the prune and
+    // whether the id holds a lease, the count, the queue: its dead waiters,
+    // its length, the id's place; the estimate, the ticket, the entry, the
+    // waiter's expiry and limit, and the three keys' expiries.
+    let queued = &[
+        ("evalsha", 1),
+        ("time", 2),
+        ("exists", 2),
+        ("zremrangebyscore", 1),
+        ("zscore", 1),
+        ("zcard", 2),
+        ("zrangebyscore", 1),
+        ("zrank", 1),
+        ("hget", 1),
+        ("zrange", 1),
+        ("zadd", 2),
+        ("hset", 1),
+        ("pttl", 3),
+        ("pexpire", 3),
+    ];
+    expect(&delta(&before, &calls(&server)), 1, queued);
+
+    // The subject's first hand-over (to "first"): it also starts the hold
+    // time's average, and covers the held hash's expiry for it, once.
+    assert_eq!(subject.release(&mut redis, &["holder"]), 1);
+    assert!(subject.score(&mut redis, "first").is_some());
+
+    let before = calls(&server);
+    assert_eq!(subject.release(&mut redis, &["first"]), 1);
+    // The removal, the queue and held hash, the hold time folded in, the
+    // queue's expiry, the ids given back looked up in the queue; the clock,
+    // dead waiters, the prune, the recovery hold, the count; the first
+    // waiters, their limits, whether they hold a lease; the reservation's
+    // end, the token, the lease, out of the queue (three places), the
+    // set's expiry (set anew: the removal left the set empty, and Redis
+    // dropped the key), the message.
+    let handed = &[
+        ("evalsha", 1),
+        ("zrem", 3),
+        ("exists", 2),
+        ("hget", 1),
+        ("hset", 1),
+        ("pttl", 2),
+        ("pexpire", 1),
+        ("zmscore", 3),
+        ("time", 1),
+        ("zrangebyscore", 1),
+        ("zremrangebyscore", 1),
+        ("zcard", 1),
+        ("zrange", 1),
+        ("hmget", 1),
+        ("set", 1),
+        ("zadd", 1),
+        ("hdel", 1),
+        ("spublish", 1),
+    ];
+    expect(&delta(&before, &calls(&server)), 1, handed);
+
+    let before = calls(&server);
+    let now = Subject::now(&mut redis);
+    // Longer than the holder's lease: the set's expiry grows.
+    let confirm = subject.encode_renew("second", now + 2 * LONG, now + 3_600_000);
+    assert_eq!(redis.call_raw(&confirm).unwrap(), renewed("second"));
+    let confirmed = &[
+        ("evalsha", 1),
+        ("time", 2),
+        ("zremrangebyscore", 1),
+        ("zscore", 1),
+        ("zadd", 1),
+        ("pttl", 1),
+        ("pexpire", 1),
+    ];
+    expect(&delta(&before, &calls(&server)), 1, confirmed);
+}
+
+/// `RENEW`'s reply for an extended lease.
+fn renewed(id: &str) -> Frame {
+    Frame::Array(vec![
+        Frame::Integer(1),
+        Frame::BulkString(bytes::Bytes::copy_from_slice(id.as_bytes())),
+        Frame::Integer(0),
+    ])
 }
