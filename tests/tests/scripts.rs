@@ -848,3 +848,48 @@ fn a_heavy_waiter_is_served_in_its_turn_and_not_overtaken_by_lighter_ones() {
     assert_eq!(leases.live(), 4, "three handed over, plus lease 3");
     assert!(leases.expiry(3010).is_some());
 }
+
+// ---- what only eviction or another writer leaves ---------------------------
+
+/// A queue entry with no expiry beside it in the waiters' set has no waiter
+/// to confirm a hand-over: `RELEASE` takes it out of the queue and serves it
+/// nothing, where it used to fail on it (after its removal), every time,
+/// while the entry blocked the queue.
+#[test]
+fn a_queue_entry_without_a_waiter_leaves_the_queue_instead_of_failing_every_release() {
+    let server = RedisServer::start();
+    let mut redis = server.client();
+    let subject = inflight_tests::subject::Subject::new("orphan", "s");
+    subject.load(&mut redis);
+    assert_eq!(subject.acquire(&mut redis, "holder", 1, LONG).status, 1);
+    let (queue, holds) = (subject.keys.queue(), subject.keys.holds());
+    redis.call(&[b"ZADD", &queue, b"1", b"orphan"]).unwrap();
+    redis.call(&[b"PEXPIRE", &queue, b"20000"]).unwrap();
+    redis.call(&[b"HSET", &holds, b"limit", b"1", b"orphan", b"1"]).unwrap();
+    redis.call(&[b"PEXPIRE", &holds, b"20000"]).unwrap();
+    assert_eq!(subject.release(&mut redis, &["holder"]), 1);
+    assert!(subject.queue(&mut redis).is_empty(), "the orphan left the queue");
+    assert_eq!(subject.score(&mut redis, "orphan"), None, "and holds nothing");
+    // The slot is free for the next caller.
+    assert_eq!(subject.acquire(&mut redis, "next", 1, LONG).status, 1);
+}
+
+/// Every key a script writes expires: the held hash `RELEASE` creates to
+/// keep the hold time gets one even beside a queue without an expiry (only
+/// another writer leaves one; a queue in its last millisecond reads the
+/// same way to the script: no time left).
+#[test]
+fn the_held_hash_a_release_creates_expires_whatever_the_queue_says() {
+    let server = RedisServer::start();
+    let mut redis = server.client();
+    let subject = inflight_tests::subject::Subject::new("persisted", "s");
+    subject.load(&mut redis);
+    assert_eq!(subject.acquire(&mut redis, "holder", 1, LONG).status, 1);
+    assert_eq!(subject.wait(&mut redis, "waiter", 1, LONG, 5_000).status, 2);
+    let (queue, holds) = (subject.keys.queue(), subject.keys.holds());
+    redis.call(&[b"PERSIST", &queue]).unwrap();
+    redis.call(&[b"DEL", &holds]).unwrap();
+    assert_eq!(subject.release(&mut redis, &["holder"]), 1);
+    let pttl = inflight_tests::subject::Subject::pttl(&mut redis, &holds);
+    assert!(pttl > 0 || pttl == -2, "the held hash expires: PTTL {pttl}");
+}

@@ -66,10 +66,11 @@ local queued_for = redis.call('PTTL', queue)
 if held_ms then
   local average = tonumber(redis.call('HGET', holds, 'avg') or '')
   redis.call('HSET', holds, 'avg', string.format('%.3f', average and average + (held_ms - average) / 8 or held_ms))
-  if not average and queued_for > 0 then
+  if not average and queued_for ~= -2 then
     -- The hash may be new here: it lives as long as the queue at least
-    -- (every other write to it covers it already).
-    cover(holds, queued_for)
+    -- (every other write to it covers it already), and expires even if
+    -- the queue is in its last millisecond (a PTTL of 0) or has no expiry.
+    cover(holds, math.max(queued_for, 1))
   end
 end
 if queued_for == -2 then
@@ -102,15 +103,33 @@ redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 if hold ~= '' and redis.call('EXISTS', hold) == 1 then
   return removed
 end
+local reserved = {}
 local served, named, holding = serve(queue, holds, leases, redis.call('ZCARD', leases), math.min(64, freed + 15))
 if #holding > 0 then
   leave_queue(queue, waiters, holds, unpack(holding))
 end
 if #served > 0 then
-  local reserved = redis.call('ZMSCORE', waiters, unpack(served))
+  -- A queue entry with no expiry beside it (only eviction or another
+  -- writer leaves one) has no waiter to confirm a reservation: it leaves
+  -- the queue, served nothing, instead of blocking it.
+  local expiries = redis.call('ZMSCORE', waiters, unpack(served))
+  local alive, orphans = {}, {}
+  for i, id in ipairs(served) do
+    if expiries[i] then
+      alive[#alive + 1] = id
+      reserved[#alive] = tonumber(expiries[i])
+    else
+      orphans[#orphans + 1] = id
+    end
+  end
+  if #orphans > 0 then
+    leave_queue(queue, waiters, holds, unpack(orphans))
+  end
+  served = alive
+end
+if #served > 0 then
   local longest = 1
   for i, id in ipairs(served) do
-    reserved[i] = tonumber(reserved[i])
     longest = math.max(longest, reserved[i] - now)
   end
   local token = next_tokens(fence, time, longest, #served)

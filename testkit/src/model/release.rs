@@ -66,11 +66,23 @@ impl RedisModel {
         if !holding.is_empty() {
             self.leave_queue(queue, waiters, holds, &holding);
         }
+        // A queue entry with no expiry beside it leaves the queue, served
+        // nothing.
+        let (mut alive, mut reserved, mut orphans) = (Vec::new(), Vec::new(), Vec::new());
+        for (id, fair) in served {
+            match self.store.zscore(waiters, &id) {
+                Some(until) => {
+                    alive.push((id, fair));
+                    reserved.push(until);
+                }
+                None => orphans.push(id),
+            }
+        }
+        if !orphans.is_empty() {
+            self.leave_queue(queue, waiters, holds, &orphans);
+        }
+        let served = alive;
         if !served.is_empty() {
-            let reserved: Vec<u64> = served
-                .iter()
-                .map(|(id, _)| self.store.zscore(waiters, id).unwrap_or(0))
-                .collect();
             let longest = reserved.iter().map(|r| r.saturating_sub(now)).max().unwrap_or(0).max(1);
             let token = self.next_tokens(fence, longest, served.len() as u64);
             let mut message = b"H".to_vec();
