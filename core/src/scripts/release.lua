@@ -62,20 +62,18 @@ end
 if redis.call('EXISTS', queue, holds) == 0 then
   return removed
 end
-local queued_for = redis.call('PTTL', queue)
 if held_ms then
   local average = tonumber(redis.call('HGET', holds, 'avg') or '')
   redis.call('HSET', holds, 'avg', string.format('%.3f', average and average + (held_ms - average) / 8 or held_ms))
-  if not average and queued_for ~= -2 then
-    -- The hash may be new here: it lives as long as the queue at least
-    -- (every other write to it covers it already), and expires even if
-    -- the queue is in its last millisecond (a PTTL of 0) or has no expiry.
-    cover(holds, math.max(queued_for, 1))
-  end
 end
+local queued_for = redis.call('PTTL', queue)
 if queued_for == -2 then
   return removed
 end
+-- The held hash lives as long as the queue (it may be new here), and
+-- expires even beside a queue in its last millisecond (a PTTL of 0) or
+-- one without an expiry.
+cover(holds, math.max(queued_for, 1))
 -- An id given back waits for nothing (one found in the queue is an entry
 -- a failover brought back).
 local back = redis.call('ZMSCORE', queue, unpack(ids))

@@ -50,7 +50,7 @@ impl RedisModel {
         if queued_for == -2 {
             return Ok(int(removed as i64));
         }
-        self.cover(holds, queued_for);
+        self.cover(holds, queued_for.max(1));
         self.leave_queue(queue, waiters, holds, ids);
         if !self.store.exists(queue) {
             return Ok(int(removed as i64));
