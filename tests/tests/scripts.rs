@@ -851,6 +851,16 @@ fn a_heavy_waiter_is_served_in_its_turn_and_not_overtaken_by_lighter_ones() {
 
 // ---- what only eviction or another writer leaves ---------------------------
 
+/// Subject `s` under `prefix`, its scripts loaded, its one slot (limit 1)
+/// held by `holder`.
+fn held_once(server: &RedisServer, prefix: &str) -> (RespClient, inflight_tests::subject::Subject) {
+    let mut redis = server.client();
+    let subject = inflight_tests::subject::Subject::new(prefix, "s");
+    subject.load(&mut redis);
+    assert_eq!(subject.acquire(&mut redis, "holder", 1, LONG).status, 1);
+    (redis, subject)
+}
+
 /// A queue entry with no expiry beside it in the waiters' set has no waiter
 /// to confirm a hand-over: `RELEASE` takes it out of the queue and serves it
 /// nothing, where it used to fail on it (after its removal), every time,
@@ -858,10 +868,7 @@ fn a_heavy_waiter_is_served_in_its_turn_and_not_overtaken_by_lighter_ones() {
 #[test]
 fn a_queue_entry_without_a_waiter_leaves_the_queue_instead_of_failing_every_release() {
     let server = RedisServer::start();
-    let mut redis = server.client();
-    let subject = inflight_tests::subject::Subject::new("orphan", "s");
-    subject.load(&mut redis);
-    assert_eq!(subject.acquire(&mut redis, "holder", 1, LONG).status, 1);
+    let (mut redis, subject) = held_once(&server, "orphan");
     let (queue, holds) = (subject.keys.queue(), subject.keys.holds());
     redis.call(&[b"ZADD", &queue, b"1", b"orphan"]).unwrap();
     redis.call(&[b"PEXPIRE", &queue, b"20000"]).unwrap();
@@ -881,10 +888,7 @@ fn a_queue_entry_without_a_waiter_leaves_the_queue_instead_of_failing_every_rele
 #[test]
 fn the_held_hash_a_release_creates_expires_whatever_the_queue_says() {
     let server = RedisServer::start();
-    let mut redis = server.client();
-    let subject = inflight_tests::subject::Subject::new("persisted", "s");
-    subject.load(&mut redis);
-    assert_eq!(subject.acquire(&mut redis, "holder", 1, LONG).status, 1);
+    let (mut redis, subject) = held_once(&server, "persisted");
     assert_eq!(subject.wait(&mut redis, "waiter", 1, LONG, 5_000).status, 2);
     let (queue, holds) = (subject.keys.queue(), subject.keys.holds());
     redis.call(&[b"PERSIST", &queue]).unwrap();

@@ -333,7 +333,7 @@ impl Client {
 
     /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
     pub fn release(&mut self, now: Instant, lease: Lease) {
-        let waited_on = self.waiters.len() > 0 && self.waiters.wants(&lease.keys.wake_channel());
+        let waited_on = self.waiters.waits_on(&lease.keys);
         let mut job = ReleaseJob::given_back(now, lease, &mut self.recovery.held, &mut self.keep_alive);
         // Waiters here: the slot goes to the first in line (here or not) in
         // the release's own call.

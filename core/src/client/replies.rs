@@ -384,8 +384,7 @@ impl Reader<'_> {
         match error_class(&message, self.cluster) {
             ErrorClass::NoScript => {
                 // A plain release is a `ZREM`: only the scripts get here.
-                let jobs: Vec<ReleaseJob> = jobs.into_iter().collect();
-                if let Some(kind) = jobs.first().and_then(ReleaseJob::script) {
+                if let Some(kind) = jobs.as_ref().first().and_then(ReleaseJob::script) {
                     self.fx.push(Effect::Reload(self.node, kind));
                 }
                 for mut job in jobs {

@@ -340,6 +340,12 @@ impl Waiters {
         self.entries.len()
     }
 
+    /// Whether anyone here waits on the subject of `keys` (no channel name
+    /// is built when nobody waits at all).
+    pub(super) fn waits_on(&self, keys: &SubjectKeys) -> bool {
+        !self.by_channel.is_empty() && self.wants(&keys.wake_channel())
+    }
+
     /// Whether anyone here waits on `channel`.
     pub(super) fn wants(&self, channel: &[u8]) -> bool {
         self.by_channel.contains_key(channel)

@@ -132,10 +132,7 @@ impl Network {
             jobs.iter_mut().for_each(|job| job.ask = None);
             // After an `ASK` the queue may be on either node: a plain `ZREM`,
             // and its waiters check on their own (see `hand_over.rs`).
-            if asked && jobs[0].kind == ReleaseKind::ToWaiters {
-                jobs.iter_mut().for_each(|job| job.kind = ReleaseKind::Release);
-            }
-            let to_waiters = jobs[0].kind == ReleaseKind::ToWaiters;
+            let to_waiters = !asked && jobs[0].kind == ReleaseKind::ToWaiters;
             let hand_over = (!asked && !to_waiters).then(|| HandOver::after(&jobs));
             let request = match jobs.len() {
                 _ if to_waiters => Request::ReleaseToWaiters(jobs),
