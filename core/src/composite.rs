@@ -49,6 +49,9 @@ pub enum CompositeError {
         /// Why.
         source: ClaimError,
     },
+    /// The request was named by an id another client drew.
+    #[error(transparent)]
+    Foreign(#[from] crate::request_ids::ForeignRequest),
 }
 
 /// Checks `parts` for one call of at most `most` subjects (all of one slot

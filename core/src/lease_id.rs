@@ -241,6 +241,9 @@ pub enum ClaimError {
         /// The limit it was asked under.
         limit: u32,
     },
+    /// The request was named by an id another client drew.
+    #[error(transparent)]
+    Foreign(#[from] crate::request_ids::ForeignRequest),
 }
 
 impl Claim {

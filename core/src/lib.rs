@@ -28,6 +28,7 @@ pub mod lease_id;
 // library's API: a driver needs none of them.
 #[doc(hidden)]
 pub mod pipeline;
+mod request_ids;
 #[doc(hidden)]
 pub mod resp;
 #[doc(hidden)]
@@ -50,6 +51,7 @@ pub use event::{
 pub use fault::InjectedBugs;
 pub use key::{Key, KeyError};
 pub use lease_id::{Claim, ClaimError, Label, LabelError, LeaseId, MAX_LABEL_LEN, MAX_WEIGHT};
+pub use request_ids::{ForeignRequest, FreshRequest, RequestIds};
 pub use resp::{ProtocolError, ReplyLimits};
 pub use sentinel_address::{redact_sentinel_url, SentinelAddress, SENTINEL_PORT};
 pub use server_error::{ServerError, ServerErrorKind};

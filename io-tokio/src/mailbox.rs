@@ -1,28 +1,55 @@
 //! What passes between callers (limiter handles, permits) and the driver:
-//! the commands, the tickets that name requests, the cancel-safe wait for an
-//! answer, and the lease a caller owns, whose drop sends its release. Both
-//! sides depend on this module; neither depends on the other.
+//! the commands, each request named by the id its caller drew from the
+//! core's ids (so caller, driver and core know it by one name), the
+//! cancel-safe wait for an answer, and the lease a caller owns, whose drop
+//! sends its release. Both sides depend on this module; neither depends on
+//! the other.
 
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use inflight_core::event::RequestId;
 use inflight_core::key::SubjectKeys;
-use inflight_core::{Claim, Inspection, KeysPage, Lease, Reassertion};
+use inflight_core::{Claim, FreshRequest, Inspection, KeysPage, Lease, Reassertion, RequestIds};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::drained::Drained;
 use crate::error::{Error, ReleaseError, RenewError};
 use crate::news::{Lost, SharedNews};
 
-/// Where commands go.
-pub(crate) type Commands = mpsc::UnboundedSender<Command>;
+/// Where commands go, and the ids their requests are named by.
+#[derive(Clone, Debug)]
+pub(crate) struct Commands {
+    sender: mpsc::UnboundedSender<Command>,
+    ids: RequestIds,
+}
+
+impl Commands {
+    pub(crate) fn new(sender: mpsc::UnboundedSender<Command>, ids: RequestIds) -> Self {
+        Self { sender, ids }
+    }
+
+    /// A name for a new request.
+    pub(crate) fn fresh(&self) -> FreshRequest {
+        self.ids.draw()
+    }
+
+    /// Hands `command` to the driver; `Err` (with it) once the driver stopped.
+    pub(crate) fn send(&self, command: Command) -> Result<(), Box<Command>> {
+        self.sender.send(command).map_err(|unsent| Box::new(unsent.0))
+    }
+
+    /// Whether the driver stopped.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+}
 
 /// What limiter handles and permits ask of the driver.
 #[derive(Debug)]
 pub(crate) enum Command {
     Acquire {
-        ticket: u64,
+        request: FreshRequest,
         keys: SubjectKeys,
         limit: NonZeroU32,
         /// Its weight and label (checked against `limit` by the caller).
@@ -36,7 +63,7 @@ pub(crate) enum Command {
     },
     /// One lease on each subject, all or nothing (one slot in a cluster).
     AcquireAll {
-        ticket: u64,
+        request: FreshRequest,
         parts: Vec<(SubjectKeys, NonZeroU32)>,
         claim: Claim,
         keep_alive: bool,
@@ -44,13 +71,13 @@ pub(crate) enum Command {
         reply: oneshot::Sender<Result<Option<Vec<HeldLease>>, Error>>,
     },
     Renew {
-        ticket: u64,
+        request: FreshRequest,
         lease: Lease,
         reply: oneshot::Sender<Result<Lease, RenewError>>,
     },
     /// Read what a subject holds (`Limiter::usage`, `Limiter::holders`).
     Inspect {
-        ticket: u64,
+        request: FreshRequest,
         keys: SubjectKeys,
         holders: u32,
         reply: oneshot::Sender<Result<Inspection, Error>>,
@@ -58,19 +85,16 @@ pub(crate) enum Command {
     /// Read one page of the keys primary `shard` holds leases for
     /// (`Limiter::busy_keys`); `Ok(None)`: there is no such shard.
     Scan {
-        ticket: u64,
+        request: FreshRequest,
         shard: usize,
         cursor: u64,
         count: u32,
         reply: oneshot::Sender<Result<Option<KeysPage>, Error>>,
     },
     /// Renew this lease on its own schedule until it is let go.
-    KeepAlive {
-        lease: Lease,
-    },
-    Abandon {
-        ticket: u64,
-    },
+    KeepAlive { lease: Lease },
+    /// The caller of `request` is gone.
+    Abandon { request: RequestId },
     Release {
         lease: Lease,
         done: Option<oneshot::Sender<Result<(), ReleaseError>>>,
@@ -84,21 +108,15 @@ pub(crate) enum Command {
     },
 }
 
-/// Names a request between a caller and the driver, unique in the process.
-pub(crate) fn next_ticket() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Waits for the driver's answer to `ticket`. Cancel-safe: if this future is
+/// Waits for the driver's answer to `request`. Cancel-safe: if this future is
 /// dropped first, the driver is told the caller is gone.
 pub(crate) async fn answer<T>(
     commands: &Commands,
-    ticket: u64,
+    request: RequestId,
     answer: oneshot::Receiver<T>,
 ) -> Result<T, oneshot::error::RecvError> {
     let mut guard = AbandonOnDrop {
-        ticket,
+        request,
         commands,
         armed: true,
     };
@@ -109,7 +127,7 @@ pub(crate) async fn answer<T>(
 
 /// Tells the driver the caller is gone, unless the outcome was received.
 struct AbandonOnDrop<'a> {
-    ticket: u64,
+    request: RequestId,
     commands: &'a Commands,
     armed: bool,
 }
@@ -117,7 +135,7 @@ struct AbandonOnDrop<'a> {
 impl Drop for AbandonOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let _ = self.commands.send(Command::Abandon { ticket: self.ticket });
+            let _ = self.commands.send(Command::Abandon { request: self.request });
         }
     }
 }
@@ -215,7 +233,7 @@ impl Drop for HeldLease {
         self.note_hold(&lease);
         // Sending needs no runtime; the driver's runtime does the work.
         if let Err(unsent) = commands.send(Command::Release { lease, done: None }) {
-            if let Command::Release { lease, .. } = unsent.0 {
+            if let Command::Release { lease, .. } = *unsent {
                 tracing::warn!(
                     lease = %lease.id(),
                     "permit dropped after the limiter's driver stopped; the lease expires at its TTL"

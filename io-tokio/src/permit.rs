@@ -4,7 +4,7 @@ use inflight_core::{Lease, LeaseId, Reassertion};
 use tokio::sync::oneshot;
 
 use crate::error::{ReleaseError, RenewError};
-use crate::mailbox::{answer, next_ticket, Command, HeldLease};
+use crate::mailbox::{answer, Command, HeldLease};
 use crate::news::{self, Lost};
 
 /// Held while a request runs. Dropping it releases the lease in the background;
@@ -134,12 +134,13 @@ impl Permit {
             return Ok(());
         };
         let (lease, commands) = (held.lease().clone(), held.commands().clone());
-        let ticket = next_ticket();
+        let request = commands.fresh();
+        let id = request.id();
         let (reply, outcome) = oneshot::channel();
-        if commands.send(Command::Renew { ticket, lease, reply }).is_err() {
+        if commands.send(Command::Renew { request, lease, reply }).is_err() {
             return Err(RenewError::Stopped);
         }
-        match answer(&commands, ticket, outcome).await {
+        match answer(&commands, id, outcome).await {
             Ok(Ok(renewed)) => {
                 if let Some(held) = self.lease.as_mut() {
                     held.renewed(renewed);

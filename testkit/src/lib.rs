@@ -20,7 +20,16 @@ mod pair;
 
 pub use pair::Pair;
 
+use inflight_core::event::RequestId;
+use inflight_core::lease_id::{LeaseId, LeaseIds};
 use inflight_core::{Client, ConnectionId};
+
+/// The lease id request `request` of the client made with `entropy` holds
+/// if granted, for a plain acquire (weight 1, no label): a request's number
+/// is its lease id's counter.
+pub fn plain_lease_id(entropy: [u8; 16], request: RequestId) -> LeaseId {
+    LeaseIds::new(entropy).id(request.get()).with_claim(1, None)
+}
 
 /// The client's first current connection (a standalone server's) and
 /// whether it is ready.

@@ -62,6 +62,8 @@ pub struct Pair {
     requests: HashMap<RequestId, RequestRecord>,
     /// Leases whose release the client reported as abandoned: allowed to stay.
     given_up: HashSet<LeaseId>,
+    /// What the client's lease ids are built on.
+    entropy: [u8; 16],
 }
 
 impl Pair {
@@ -70,10 +72,16 @@ impl Pair {
         Self::with_entropy(config, start, [7; 16])
     }
 
+    /// What the client's lease ids are built on (see [`crate::plain_lease_id`]).
+    pub fn entropy(&self) -> [u8; 16] {
+        self.entropy
+    }
+
     /// As [`Pair::new`], for a client of its own (other lease ids).
     pub fn with_entropy(config: Config, start: Instant, entropy: [u8; 16]) -> Self {
         let client = Client::new(config, entropy, start).expect("valid config");
         let mut pair = Self {
+            entropy,
             client,
             server: RedisModel::new(1_700_000_000_000),
             now: start,
@@ -145,9 +153,9 @@ impl Pair {
         let claim = inflight_core::lease_id::Claim::weighing(weight).expect("a valid weight");
         let request = self
             .client
-            .acquire_claim(self.now, keys, limit, &claim, None)
+            .acquire_claim(self.now, self.client.request_ids().draw(), keys, limit, &claim, None)
             .expect("the weight fits the limit");
-        let lease = self.client.lease_id(request).with_claim(weight, None);
+        let lease = crate::plain_lease_id(self.entropy, request).with_claim(weight, None);
         self.requests.insert(
             request,
             RequestRecord {
@@ -176,7 +184,7 @@ impl Pair {
         let claim = inflight_core::lease_id::Claim::default();
         let request = self
             .client
-            .acquire_all(self.now, parts, &claim)
+            .acquire_all(self.now, self.client.request_ids().draw(), parts, &claim)
             .expect("keys that go together");
         self.requests.insert(
             request,
@@ -203,7 +211,8 @@ impl Pair {
     /// the lease is not released: a `Permit` renews through `&mut self`.
     pub fn renew(&mut self, index: usize) -> RequestId {
         let lease = self.held[index].clone();
-        let request = self.client.renew(self.now, &lease);
+        let fresh = self.client.request_ids().draw();
+        let request = self.client.renew(self.now, fresh, &lease).expect("this client's id");
         self.requests.insert(
             request,
             RequestRecord {

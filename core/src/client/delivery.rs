@@ -42,6 +42,31 @@ impl Delivery<'_> {
         self.callers.remove(request).is_some()
     }
 
+    /// `request`'s caller's deadline passed.
+    pub(super) fn time_out(&mut self, request: RequestId) {
+        if self.waiters.was_queued(request) {
+            // It was queued, and no slot came in time: that is the limit's
+            // answer. (A waiter Redis never answered is as unavailable as
+            // any other request.)
+            self.deliver(request, Event::Acquired(request, Outcome::Exceeded));
+        } else {
+            self.fail(request, Unavailable::Timeout);
+        }
+    }
+
+    /// `request`'s caller left: whether it was still waiting. If not, its
+    /// answer may be queued, unseen: a grant's lease is given back; a
+    /// renewed lease stays its holder's, with the expiry it knew.
+    pub(super) fn abandon(&mut self, request: RequestId) -> bool {
+        if self.stop_waiting(request) {
+            return true;
+        }
+        if let Some(Event::Acquired(_, outcome)) = self.out.withdraw(request) {
+            self.withdraw(outcome);
+        }
+        false
+    }
+
     /// Hands `event`, `request`'s outcome, to its caller if it still waits.
     pub(super) fn deliver(&mut self, request: RequestId, event: Event) {
         if self.stop_waiting(request) {
@@ -210,7 +235,7 @@ impl Delivery<'_> {
 
     /// Takes back an outcome whose caller left before seeing it (never
     /// delivered, so never counted): the lease of a grant is compensated.
-    pub(super) fn withdraw(&mut self, outcome: Outcome) {
+    fn withdraw(&mut self, outcome: Outcome) {
         let leases = match outcome {
             Outcome::Granted(lease) => vec![lease],
             Outcome::GrantedAll(leases) => leases,

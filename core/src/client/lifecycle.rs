@@ -4,12 +4,11 @@
 
 use std::time::Instant;
 
-use super::connection::{Connection, Phase};
+use super::connection::Connection;
 use super::effect::{ambiguous, Effect};
 use super::network::Network;
 use super::outbox::Outbox;
 use super::request::{Op, Request, Step};
-use super::topology::Route;
 use crate::config::Config;
 use crate::event::{Action, ConnectionError, ConnectionId, Event, SentinelError, Unavailable};
 use crate::resp::ReplyLimits;
@@ -32,64 +31,6 @@ impl Network {
         target.reconnect.attempting();
         target.connection = Some(Connection::new(id, deadline, limits));
         Some(Action::Connect(id, target.endpoint.clone()))
-    }
-
-    /// Where `op` goes: the node that serves it (an `ASK` target once,
-    /// else its slot's owner). Returned when that node's connection is
-    /// ready, for the client to write it; else it waits for the handshake,
-    /// for a connection (opened on first use) or for a slot table, or it
-    /// fails at once (no owner; a node backing off), by effects.
-    pub(super) fn route(
-        &mut self,
-        now: Instant,
-        op: Op,
-        out: &mut Outbox,
-        fx: &mut Vec<Effect>,
-    ) -> Option<(usize, Op)> {
-        let route = match op.call().ask {
-            Some(node) => Route::Node(node),
-            None => self.topology.route(op.call().keys.slot()),
-        };
-        let node = match route {
-            Route::Node(node) => node,
-            Route::AwaitTopology => {
-                self.deferred.until_topology(op);
-                return None;
-            }
-            Route::NoOwner => {
-                fx.push(Effect::RefreshTopology);
-                fx.push(Effect::Fail(op.call().request, Unavailable::NoPrimary));
-                return None;
-            }
-        };
-        let target = &mut self.nodes[node];
-        let promoted = target.connection.as_ref().is_some_and(|c| c.replica.is_some());
-        match target.connection.as_ref().map(|c| c.phase) {
-            // Handshaken while its server was a replica (a cluster seed, say),
-            // and now routed lease requests: a failover promoted it. That
-            // handshake checked nothing for lost lease data and wrote nothing
-            // back; a fresh one does both before the request goes.
-            Some(Phase::Ready) if promoted => {
-                target.waiting.push_back(op);
-                self.retire(now, node, ConnectionError::Promoted, out, fx);
-                fx.push(Effect::Connect(node));
-            }
-            Some(Phase::Ready) => return Some((node, op)),
-            Some(_) => target.waiting.push_back(op),
-            // Backing off after failed connection attempts: say so at once
-            // rather than make every caller wait out its timeout.
-            None if target.reconnect.backing_off() => {
-                let error = target.reconnect.last_error().clone();
-                fx.push(Effect::RefreshTopology);
-                fx.push(Effect::Fail(op.call().request, Unavailable::NotConnected(error)));
-            }
-            // A primary not connected yet: connect on first use.
-            None => {
-                target.waiting.push_back(op);
-                fx.push(Effect::Connect(node));
-            }
-        }
-        None
     }
 
     /// `node`'s connection timers at `now`: an overdue connection is

@@ -13,7 +13,8 @@ use crate::composite::{self, CompositeError};
 use crate::config::{Config, ConfigError, Servers};
 use crate::event::{Action, ConnectionId, Event, Lease, RequestId, Stats, Transmit};
 use crate::key::{Key, SubjectKeys};
-use crate::lease_id::{Claim, ClaimError, LeaseId};
+use crate::lease_id::{Claim, ClaimError};
+use crate::request_ids::{ForeignRequest, FreshRequest, RequestIds};
 use crate::resp::ReplyLimits;
 use crate::scripts::MAX_BATCH;
 use callers::{Awaits, Callers};
@@ -23,7 +24,6 @@ use network::Network;
 use outbox::Outbox;
 use reconnect::Backoff;
 use recovery::RecoveryState;
-use release_job::ReleaseKind;
 use release_queue::ReleaseQueue;
 use request::{AcquireOp, Bundle, Call, InspectOp, Op, ReleaseJob, RenewOp, Request, Wait};
 use waiters::Waiters;
@@ -133,14 +133,6 @@ impl Client {
         self.out.stats
     }
 
-    /// The lease id that request `request` holds if granted, for a plain
-    /// acquire (weight 1, this client's `holder_label`).
-    pub fn lease_id(&self, request: RequestId) -> LeaseId {
-        self.names
-            .lease_id(request)
-            .with_claim(1, self.config.holder_label.clone())
-    }
-
     /// Every current connection: its id, where it goes, whether it is ready.
     pub fn connections(&self) -> impl Iterator<Item = (ConnectionId, &Endpoint, bool)> + '_ {
         self.net.connections()
@@ -184,8 +176,14 @@ impl Client {
     /// `Event::Acquired` follows for the returned id, unless it is abandoned first.
     pub fn acquire(&mut self, now: Instant, key: &Key, limit: NonZeroU32) -> RequestId {
         let keys = SubjectKeys::new(&self.config.key_prefix, key);
-        self.acquire_claim(now, keys, limit, &Claim::default(), None)
-            .expect("a weight of 1 fits every limit")
+        let request = self.names.requests().draw();
+        self.acquire_claim(now, request, keys, limit, &Claim::default(), None)
+            .expect("a weight of 1 fits every limit, and the id is this client's")
+    }
+
+    /// The ids callers draw from (on any thread) for the calls below.
+    pub fn request_ids(&self) -> RequestIds {
+        self.names.requests().clone()
     }
 
     /// The general acquire, of `keys` encoded already (see [`SubjectKeys::new`]
@@ -195,24 +193,19 @@ impl Client {
     /// waiting for a slot until then, first come, first served across the
     /// fleet. `Event::Acquired` follows: a grant; for a wait, `Exceeded` when
     /// `until` passes, `Shed` at once when the server expects a longer wait.
-    /// A weight above the limit is refused here, before anything is sent.
+    /// A weight above the limit, or an id another client drew, is refused
+    /// here, before anything is sent.
     pub fn acquire_claim(
         &mut self,
         now: Instant,
+        request: FreshRequest,
         keys: SubjectKeys,
         limit: NonZeroU32,
         claim: &Claim,
         until: Option<Instant>,
     ) -> Result<RequestId, ClaimError> {
         claim.fits(limit)?;
-        let request = match until {
-            None => self.register(now, Awaits::Acquire),
-            Some(until) => {
-                let request = self.names.request();
-                self.callers.insert(request, until.max(now), Awaits::Acquire);
-                request
-            }
-        };
+        let request = self.register(now, request, until, Awaits::Acquire)?;
         let label = claim.label().or(self.config.holder_label.as_ref()).cloned();
         let (weight, fenced) = (claim.weight(), self.config.fencing_tokens);
         let mut op = AcquireOp::of(request, &self.names, keys, limit, weight, label, fenced);
@@ -232,13 +225,14 @@ impl Client {
     pub fn acquire_all(
         &mut self,
         now: Instant,
+        request: FreshRequest,
         parts: Vec<(SubjectKeys, NonZeroU32)>,
         claim: &Claim,
     ) -> Result<RequestId, CompositeError> {
         let most = MAX_BATCH.min(self.config.reply_limits.max_array_len.saturating_sub(1) / 3);
         let cluster = matches!(self.config.servers, Servers::Cluster { .. });
         composite::check(&parts, claim, most, cluster)?;
-        let request = self.register(now, Awaits::Acquire);
+        let request = self.register(now, request, None, Awaits::Acquire)?;
         let label = claim.label().or(self.config.holder_label.as_ref()).cloned();
         let (weight, fenced) = (claim.weight(), self.config.fencing_tokens);
         let bundle = Bundle::of(request, &mut self.names, parts, weight, label, fenced);
@@ -255,24 +249,30 @@ impl Client {
     /// Exactly one `Event::Renewed` follows for the returned id, unless it is
     /// abandoned first. Renewals share the acquires' FIFO, timeout and
     /// in-flight cap.
-    pub fn renew(&mut self, now: Instant, lease: &Lease) -> RequestId {
-        let request = self.register(now, Awaits::Renewal);
+    pub fn renew(&mut self, now: Instant, request: FreshRequest, lease: &Lease) -> Result<RequestId, ForeignRequest> {
+        let request = self.register(now, request, None, Awaits::Renewal)?;
         let (id, keys) = (lease.id.clone(), lease.keys.clone());
         let renewal = RenewOp::new(request, id, keys, lease.fencing_token, lease.granted_at);
         self.submit(now, Op::Renew(renewal));
-        request
+        Ok(request)
     }
 
     /// Reads what `keys`' subject holds now: its live units, the limit its
     /// waiters recorded, and up to `holders` of its live leases (0: none,
     /// only the count). Read only. Exactly one `Event::Inspected` follows,
     /// unless it is abandoned first; it shares the acquires' timeout.
-    pub fn inspect(&mut self, now: Instant, keys: SubjectKeys, holders: u32) -> RequestId {
-        let request = self.register(now, Awaits::Inspection);
+    pub fn inspect(
+        &mut self,
+        now: Instant,
+        request: FreshRequest,
+        keys: SubjectKeys,
+        holders: u32,
+    ) -> Result<RequestId, ForeignRequest> {
+        let request = self.register(now, request, None, Awaits::Inspection)?;
         let call = Call::new(request, self.names.lease_id(request), keys);
         let op = InspectOp::subject(call, holders, self.config.reply_limits);
         self.submit(now, Op::Inspect(op));
-        request
+        Ok(request)
     }
 
     /// How many primaries hold lease sets: 1 for a standalone server, the
@@ -286,16 +286,25 @@ impl Client {
     /// keys: `SCAN`, for operators listing busy keys. Exactly one
     /// `Event::Scanned` follows, unless it is abandoned first; it shares the
     /// acquires' timeout. `None` if there is no such shard.
-    pub fn scan_keys(&mut self, now: Instant, shard: usize, cursor: u64, count: u32) -> Option<RequestId> {
-        let slot = *self.net.topology.slot_per_primary().get(shard)?;
-        let request = self.register(now, Awaits::Scan);
+    pub fn scan_keys(
+        &mut self,
+        now: Instant,
+        request: FreshRequest,
+        shard: usize,
+        cursor: u64,
+        count: u32,
+    ) -> Result<Option<RequestId>, ForeignRequest> {
+        let Some(&slot) = self.net.topology.slot_per_primary().get(shard) else {
+            return Ok(None);
+        };
+        let request = self.register(now, request, None, Awaits::Scan)?;
         // The scan goes where this slot's keys go: routed (and redirected,
         // and connected on first use) as any request of that slot.
         let call = Call::new(request, self.names.lease_id(request), SubjectKeys::in_slot(slot));
         let pattern = crate::key::leases_pattern(&self.config.key_prefix);
         let op = InspectOp::keys(call, cursor, count, pattern, self.config.reply_limits);
         self.submit(now, Op::Inspect(op));
-        Some(request)
+        Ok(Some(request))
     }
 
     /// Keeps `lease` alive: from now on the client renews it on its own
@@ -318,28 +327,17 @@ impl Client {
     /// Redis grants it, before or after this call, is released.
     pub fn abandon(&mut self, now: Instant, request: RequestId) {
         let mut was_waiting = false;
-        self.delivering(now, |d| was_waiting = d.stop_waiting(request));
+        self.delivering(now, |d| was_waiting = d.abandon(request));
         if was_waiting {
             self.net.unsend(request);
             self.send_leaves(now);
-            return;
-        }
-        // Its answer may be queued, unseen: a grant's lease is given back;
-        // a renewed lease stays its holder's, with the expiry it knew.
-        if let Some(Event::Acquired(_, outcome)) = self.out.withdraw(request) {
-            self.delivering(now, |d| d.withdraw(outcome));
         }
     }
 
     /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
     pub fn release(&mut self, now: Instant, lease: Lease) {
         let waited_on = self.waiters.waits_on(&lease.keys);
-        let mut job = ReleaseJob::given_back(now, lease, &mut self.recovery.held, &mut self.keep_alive);
-        // Waiters here: the slot goes to the first in line (here or not) in
-        // the release's own call.
-        if waited_on && job.kind == ReleaseKind::Release {
-            job.kind = ReleaseKind::ToWaiters;
-        }
+        let job = ReleaseJob::given_back(now, lease, waited_on, &mut self.recovery.held, &mut self.keep_alive);
         self.submit_release(now, job);
     }
 
@@ -351,10 +349,10 @@ impl Client {
             return sentinels.connected(now, connection);
         }
         if let Some(node) = self.net.subscriber_of(connection) {
-            let credentials = self.config.credentials.as_ref();
-            self.net.nodes[node].wake_ups.connected(credentials);
             let (waiters, names, config) = (&mut self.waiters, &mut self.names, &self.config);
-            return self.net.sync_subscriptions(now, waiters, names, config, &mut self.out);
+            return self
+                .net
+                .subscriber_connected(now, node, waiters, names, config, &mut self.out);
         }
         let Some(node) = self.net.node_of(connection) else {
             return;
@@ -428,7 +426,7 @@ impl Client {
             (self.waiters.poll_timeout(), Timer::Waiter),
             (self.keep_alive.poll_timeout(), Timer::KeepAlive),
             (
-                self.net.sentinels.as_ref().and_then(|s| s.poll_timeout()),
+                self.net.sentinels.as_ref().and_then(sentinel::Sentinels::poll_timeout),
                 Timer::Sentinel,
             ),
         ];

@@ -6,12 +6,14 @@
 
 use crate::event::{ConnectionId, RequestId};
 use crate::lease_id::{LeaseId, LeaseIds};
+use crate::request_ids::{ForeignRequest, FreshRequest, RequestIds};
 
 #[derive(Debug)]
 pub(super) struct Names {
     entropy: [u8; 16],
     lease_ids: LeaseIds,
-    next_request: u64,
+    /// Shared with the callers, who may draw an id before they call.
+    requests: RequestIds,
     next_connection: u64,
 }
 
@@ -20,16 +22,24 @@ impl Names {
         Self {
             entropy,
             lease_ids: LeaseIds::new(entropy),
-            next_request: 1,
+            requests: RequestIds::new(),
             next_connection: 1,
         }
     }
 
-    /// A fresh request id.
-    pub(super) fn request(&mut self) -> RequestId {
-        let request = RequestId(self.next_request);
-        self.next_request += 1;
-        request
+    /// A fresh request id, for a request the client makes itself.
+    pub(super) fn request(&self) -> RequestId {
+        self.requests.draw().id()
+    }
+
+    /// The ids callers draw from.
+    pub(super) fn requests(&self) -> &RequestIds {
+        &self.requests
+    }
+
+    /// The id of a call's `fresh` request, unless another client drew it.
+    pub(super) fn accept(&self, fresh: FreshRequest) -> Result<RequestId, ForeignRequest> {
+        self.requests.accept(fresh)
     }
 
     /// A fresh connection id.

@@ -9,17 +9,18 @@ use bytes::Bytes;
 
 use super::connection::Phase;
 use super::deferred::Deferred;
+use super::effect::Effect;
 use super::names::Names;
 use super::node::Node;
 use super::outbox::Outbox;
 use super::reconnect::Backoff;
-use super::request::{ReleaseJob, Request, Step};
+use super::request::{Op, ReleaseJob, Request, Step};
 use super::sentinel::Sentinels;
 use super::topology::{Route, Topology};
 use super::waiters::Waiters;
 use crate::address::Endpoint;
 use crate::config::{Config, Servers};
-use crate::event::{Action, ConnectionError, ConnectionId, Transmit};
+use crate::event::{Action, ConnectionError, ConnectionId, Transmit, Unavailable};
 use crate::resp::Frame;
 
 #[derive(Debug)]
@@ -217,6 +218,86 @@ impl Network {
     /// `waiters` wait on: opened where needed (its subscriptions are sent
     /// once it is open), subscribed to new channels, unsubscribed from old
     /// ones.
+    /// Where `op` goes: the node that serves it (an `ASK` target once,
+    /// else its slot's owner). Returned when that node's connection is
+    /// ready, for the client to write it; else it waits for the handshake,
+    /// for a connection (opened on first use) or for a slot table, or it
+    /// fails at once (no owner; a node backing off), by effects.
+    pub(super) fn route(
+        &mut self,
+        now: Instant,
+        op: Op,
+        out: &mut Outbox,
+        fx: &mut Vec<Effect>,
+    ) -> Option<(usize, Op)> {
+        let route = match op.call().ask {
+            Some(node) => Route::Node(node),
+            None => self.topology.route(op.call().keys.slot()),
+        };
+        let node = match route {
+            Route::Node(node) => node,
+            Route::AwaitTopology => {
+                self.deferred.until_topology(op);
+                return None;
+            }
+            Route::NoOwner => {
+                fx.push(Effect::RefreshTopology);
+                fx.push(Effect::Fail(op.call().request, Unavailable::NoPrimary));
+                return None;
+            }
+        };
+        let target = &mut self.nodes[node];
+        let promoted = target.connection.as_ref().is_some_and(|c| c.replica.is_some());
+        match target.connection.as_ref().map(|c| c.phase) {
+            // Handshaken while its server was a replica (a cluster seed, say),
+            // and now routed lease requests: a failover promoted it. That
+            // handshake checked nothing for lost lease data and wrote nothing
+            // back; a fresh one does both before the request goes.
+            Some(Phase::Ready) if promoted => {
+                target.waiting.push_back(op);
+                self.retire(now, node, ConnectionError::Promoted, out, fx);
+                fx.push(Effect::Connect(node));
+            }
+            Some(Phase::Ready) => return Some((node, op)),
+            Some(_) => target.waiting.push_back(op),
+            // Backing off after failed connection attempts: say so at once
+            // rather than make every caller wait out its timeout.
+            None if target.reconnect.backing_off() => {
+                let error = target.reconnect.last_error().clone();
+                fx.push(Effect::RefreshTopology);
+                fx.push(Effect::Fail(op.call().request, Unavailable::NotConnected(error)));
+            }
+            // A primary not connected yet: connect on first use.
+            None => {
+                target.waiting.push_back(op);
+                fx.push(Effect::Connect(node));
+            }
+        }
+        None
+    }
+
+    /// Every wake-up connection's deadline that passed: one that did not
+    /// answer in time is closed, to be opened again after `retry_after`.
+    pub(super) fn wake_ups_timeout(&mut self, now: Instant, retry_after: std::time::Duration, out: &mut Outbox) {
+        for node in &mut self.nodes {
+            out.actions(node.wake_ups.handle_timeout(now, retry_after).map(Action::Close));
+        }
+    }
+
+    /// `node`'s wake-up connection is open: it authenticates and subscribes.
+    pub(super) fn subscriber_connected(
+        &mut self,
+        now: Instant,
+        node: usize,
+        waiters: &mut Waiters,
+        names: &mut Names,
+        config: &Config,
+        out: &mut Outbox,
+    ) {
+        self.nodes[node].wake_ups.connected(config.credentials.as_ref());
+        self.sync_subscriptions(now, waiters, names, config, out);
+    }
+
     pub(super) fn sync_subscriptions(
         &mut self,
         now: Instant,

@@ -14,6 +14,7 @@ use super::request::{AcquireOp, Op, ReleaseJob, Request, Step};
 use super::waiters;
 use super::Client;
 use crate::event::{Action, ConnectionError, ConnectionId, Event, Outcome, ReleaseFailure, RequestId, Unavailable};
+use crate::request_ids::{ForeignRequest, FreshRequest};
 use crate::resp::Frame;
 use crate::scripts::ScriptKind;
 
@@ -169,25 +170,13 @@ impl Client {
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(request) = self.callers.overdue(now) {
             self.net.unsend(request);
-            if self.waiters.was_queued(request) {
-                // It was queued, and no slot came in time: that is the
-                // limit's answer. (A waiter Redis never answered is as
-                // unavailable as any other request.)
-                let denied = Event::Acquired(request, Outcome::Exceeded);
-                self.delivering(now, |d| d.deliver(request, denied));
-            } else {
-                self.delivering(now, |d| d.fail(request, Unavailable::Timeout));
-            }
+            self.delivering(now, |d| d.time_out(request));
         }
         while let Some(effect) = self.waiters.handle_timeout(now) {
             self.delivering(now, |d| d.waiter(effect));
         }
-        for node in 0..self.net.nodes.len() {
-            let retry_after = self.config.reconnect_max_backoff;
-            if let Some(id) = self.net.nodes[node].wake_ups.handle_timeout(now, retry_after) {
-                self.out.action(Action::Close(id));
-            }
-        }
+        self.net
+            .wake_ups_timeout(now, self.config.reconnect_max_backoff, &mut self.out);
         self.then(now, |c, fx| c.net.watch_timeout(now, &c.bugs, &mut c.out, fx));
         while let Some(effect) = self.keep_alive.handle_timeout(now) {
             self.delivering(now, |d| d.keep_alive(effect));
@@ -224,12 +213,20 @@ impl Client {
         self.bugs = bugs;
     }
 
-    /// A new request whose caller waits at most the acquire timeout.
-    pub(super) fn register(&mut self, now: Instant, awaits: Awaits) -> RequestId {
-        let request = self.names.request();
-        let deadline = now + self.config.acquire_timeout;
+    /// Files the caller of the `fresh` request, who waits until `until`
+    /// (the acquire timeout from `now` if `None`), unless another client
+    /// drew its id.
+    pub(super) fn register(
+        &mut self,
+        now: Instant,
+        fresh: FreshRequest,
+        until: Option<Instant>,
+        awaits: Awaits,
+    ) -> Result<RequestId, ForeignRequest> {
+        let request = self.names.accept(fresh)?;
+        let deadline = until.map_or(now + self.config.acquire_timeout, |until| until.max(now));
         self.callers.insert(request, deadline, awaits);
-        request
+        Ok(request)
     }
 
     // ---- calls ------------------------------------------------------------

@@ -8,7 +8,7 @@ use super::{Caller, Driver};
 use crate::clock::now;
 use crate::connector::Connector;
 use crate::error::{ConnectError, Error, ReleaseError, RenewError};
-use crate::mailbox::HeldLease;
+use crate::mailbox::{Commands, HeldLease};
 
 impl<C: Connector> Driver<C> {
     pub(super) fn on_event(&mut self, event: Event) {
@@ -16,14 +16,12 @@ impl<C: Connector> Driver<C> {
             Event::Acquired(request, outcome) => self.on_acquired(request, outcome),
             Event::Renewed(request, renewal) => self.on_renewed(request, renewal),
             Event::Inspected(request, inspection) => {
-                if let Some((ticket, Caller::Inspect(reply))) = self.callers.remove(&request) {
-                    self.tickets.remove(&ticket);
+                if let Some(Caller::Inspect(reply)) = self.callers.remove(&request) {
                     let _ = reply.send(inspection.map_err(|reason| Error::Unavailable { reason }));
                 }
             }
             Event::Scanned(request, page) => {
-                if let Some((ticket, Caller::Scan(reply))) = self.callers.remove(&request) {
-                    self.tickets.remove(&ticket);
+                if let Some(Caller::Scan(reply)) = self.callers.remove(&request) {
                     let _ = reply.send(page.map(Some).map_err(|reason| Error::Unavailable { reason }));
                 }
             }
@@ -114,15 +112,16 @@ impl<C: Connector> Driver<C> {
             self.news.watch(lease.id(), lease.expires_at(), true);
             self.client.keep_alive(now(), &lease);
         }
+        let commands = Commands::new(commands, self.client.request_ids());
         Some(HeldLease::new(lease, commands, self.news.clone()))
     }
 
     /// Hands an acquire's outcome to its caller.
     fn on_acquired(&mut self, request: RequestId, outcome: Outcome) {
-        if let Some((_, Caller::AcquireAll { .. })) = self.callers.get(&request) {
+        if let Some(Caller::AcquireAll { .. }) = self.callers.get(&request) {
             return self.on_acquired_all(request, outcome);
         }
-        let Some((ticket, Caller::Acquire { reply, keep_alive })) = self.callers.remove(&request) else {
+        let Some(Caller::Acquire { reply, keep_alive }) = self.callers.remove(&request) else {
             // Unreachable: a caller's entry goes only with its outcome or its
             // `abandon`, after which the core sends nothing for it. Should
             // that ever break, the lease is still not leaked.
@@ -132,7 +131,6 @@ impl<C: Connector> Driver<C> {
             }
             return;
         };
-        self.tickets.remove(&ticket);
         let result = match outcome {
             Outcome::Granted(lease) => self.held(lease, keep_alive).map(Some).ok_or(Error::Stopped),
             Outcome::Exceeded => Err(self.exceeded(None)),
@@ -160,10 +158,9 @@ impl<C: Connector> Driver<C> {
 
     /// Hands an acquire of several keys its outcome.
     fn on_acquired_all(&mut self, request: RequestId, outcome: Outcome) {
-        let Some((ticket, Caller::AcquireAll { reply, keep_alive })) = self.callers.remove(&request) else {
+        let Some(Caller::AcquireAll { reply, keep_alive }) = self.callers.remove(&request) else {
             return;
         };
-        self.tickets.remove(&ticket);
         let result = match outcome {
             Outcome::GrantedAll(leases) => {
                 // Every lease taken into hand first (none left unreleased
@@ -205,12 +202,11 @@ impl<C: Connector> Driver<C> {
 
     /// Hands a renewal's outcome to its caller.
     fn on_renewed(&mut self, request: RequestId, renewal: Renewal) {
-        let Some((ticket, Caller::Renew(reply))) = self.callers.remove(&request) else {
+        let Some(Caller::Renew(reply)) = self.callers.remove(&request) else {
             // Unreachable, as for acquires; a renewal owes nothing.
             tracing::error!(?request, "inflight: a renewal outcome with no caller");
             return;
         };
-        self.tickets.remove(&ticket);
         let result = match renewal {
             Renewal::Extended(lease) => Ok(lease),
             Renewal::Lost => {

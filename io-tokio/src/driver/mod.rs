@@ -16,7 +16,7 @@ use crate::clock::{now, timer_at};
 use crate::connector::Connector;
 use crate::drained::Drained;
 use crate::error::{ConnectError, Error, ReleaseError, RenewError};
-use crate::mailbox::{Command, HeldLease};
+use crate::mailbox::{Command, Commands, HeldLease};
 use crate::news::{Lost, SharedNews};
 use crate::socket::{poll_sockets, run_connection, IoEvent, Socket, SocketEvent};
 use crate::telemetry;
@@ -26,7 +26,7 @@ mod events;
 
 /// A started driver: where to send commands, when it is connected, its counters.
 pub(crate) struct Spawned {
-    pub commands: mpsc::UnboundedSender<Command>,
+    pub commands: Commands,
     pub started: oneshot::Receiver<Result<(), ConnectError>>,
     pub stats: tokio::sync::watch::Receiver<Stats>,
 }
@@ -64,8 +64,8 @@ pub(crate) struct Driver<C: Connector> {
     /// Connection attempts under way: each one's task, until it hands
     /// over its stream (or the core gives up on it).
     connecting: HashMap<ConnectionId, JoinHandle<()>>,
-    tickets: HashMap<u64, RequestId>,
-    callers: HashMap<RequestId, (u64, Caller)>,
+    /// Who waits for each request's outcome, by the id its caller drew.
+    callers: HashMap<RequestId, Caller>,
     release_waiters: HashMap<LeaseId, oneshot::Sender<Result<(), ReleaseError>>>,
     /// What the driver learns of held leases, for their permits.
     news: SharedNews,
@@ -97,6 +97,7 @@ impl<C: Connector> Driver<C> {
         metric_labels: Vec<metrics::Label>,
     ) -> Result<Spawned, ConnectError> {
         let (commands, command_rx) = mpsc::unbounded_channel();
+        let ids = client.request_ids();
         let (io_tx, io_rx) = mpsc::unbounded_channel();
         let (startup, started) = oneshot::channel();
         let (stats_tx, stats) = tokio::sync::watch::channel(Stats::default());
@@ -109,7 +110,6 @@ impl<C: Connector> Driver<C> {
             next_reader: 0,
             read_buf: vec![0; 16 * 1024],
             connecting: HashMap::new(),
-            tickets: HashMap::new(),
             callers: HashMap::new(),
             release_waiters: HashMap::new(),
             news: SharedNews::default(),
@@ -127,7 +127,7 @@ impl<C: Connector> Driver<C> {
         };
         tokio::spawn(driver.run(command_rx, io_rx));
         Ok(Spawned {
-            commands,
+            commands: Commands::new(commands, ids),
             started,
             stats,
         })
@@ -228,18 +228,16 @@ impl<C: Connector> Driver<C> {
         self.client.owes_nothing()
     }
 
-    /// Remembers whose outcome `request` is: `ticket`'s (which its caller
-    /// may abandon), delivered to `caller`.
-    fn track(&mut self, ticket: u64, request: RequestId, caller: Caller) {
-        self.tickets.insert(ticket, request);
-        self.callers.insert(request, (ticket, caller));
+    /// Remembers that `request`'s outcome goes to `caller`.
+    fn track(&mut self, request: RequestId, caller: Caller) {
+        self.callers.insert(request, caller);
     }
 
     fn on_command(&mut self, command: Command) {
         let now = now();
         match command {
             Command::Acquire {
-                ticket,
+                request,
                 keys,
                 limit,
                 claim,
@@ -250,64 +248,60 @@ impl<C: Connector> Driver<C> {
                 // The caller's deadline, on the core's clock: "wait forever"
                 // (`Duration::MAX`) waits as long as any deadline may be.
                 let until = wait.map(|wait| now + wait.min(inflight_core::config::MAX_DURATION));
-                let request = match self.client.acquire_claim(now, keys, limit, &claim, until) {
+                let request = match self.client.acquire_claim(now, request, keys, limit, &claim, until) {
                     Ok(request) => request,
                     Err(error) => {
                         let _ = reply.send(Err(Error::Claim(error)));
                         return;
                     }
                 };
-                self.track(ticket, request, Caller::Acquire { reply, keep_alive });
+                self.track(request, Caller::Acquire { reply, keep_alive });
             }
             Command::AcquireAll {
-                ticket,
+                request,
                 parts,
                 claim,
                 keep_alive,
                 reply,
             } => {
-                let request = match self.client.acquire_all(now, parts, &claim) {
+                let request = match self.client.acquire_all(now, request, parts, &claim) {
                     Ok(request) => request,
                     Err(error) => {
                         let _ = reply.send(Err(Error::Composite(error)));
                         return;
                     }
                 };
-                self.track(ticket, request, Caller::AcquireAll { reply, keep_alive });
+                self.track(request, Caller::AcquireAll { reply, keep_alive });
             }
-            Command::Renew { ticket, lease, reply } => {
-                let request = self.client.renew(now, &lease);
-                self.track(ticket, request, Caller::Renew(reply));
-            }
-            Command::Abandon { ticket } => {
-                if let Some(request) = self.tickets.remove(&ticket) {
-                    self.callers.remove(&request);
+            Command::Renew { request, lease, reply } => match self.client.renew(now, request, &lease) {
+                Ok(request) => self.track(request, Caller::Renew(reply)),
+                Err(foreign) => drop(reply.send(Err(refused(foreign, RenewError::Stopped)))),
+            },
+            Command::Abandon { request } => {
+                if self.callers.remove(&request).is_some() {
                     self.client.abandon(now, request);
                 }
             }
             Command::KeepAlive { lease } => self.client.keep_alive(now, &lease),
             Command::Inspect {
-                ticket,
+                request,
                 keys,
                 holders,
                 reply,
-            } => {
-                let request = self.client.inspect(now, keys, holders);
-                self.track(ticket, request, Caller::Inspect(reply));
-            }
+            } => match self.client.inspect(now, request, keys, holders) {
+                Ok(request) => self.track(request, Caller::Inspect(reply)),
+                Err(foreign) => drop(reply.send(Err(refused(foreign, Error::Stopped)))),
+            },
             Command::Scan {
-                ticket,
+                request,
                 shard,
                 cursor,
                 count,
                 reply,
-            } => match self.client.scan_keys(now, shard, cursor, count) {
-                Some(request) => {
-                    self.track(ticket, request, Caller::Scan(reply));
-                }
-                None => {
-                    let _ = reply.send(Ok(None));
-                }
+            } => match self.client.scan_keys(now, request, shard, cursor, count) {
+                Ok(Some(request)) => self.track(request, Caller::Scan(reply)),
+                Ok(None) => drop(reply.send(Ok(None))),
+                Err(foreign) => drop(reply.send(Err(refused(foreign, Error::Stopped)))),
             },
             Command::Release { lease, done } => {
                 self.news.let_go(lease.id(), Lost::Released);
@@ -428,4 +422,12 @@ impl<C: Connector> Driver<C> {
             self.stats.send_replace(stats);
         }
     }
+}
+
+/// A request named by another client's id, refused unsent. It cannot
+/// happen: every id a caller sends comes from this client's own sequence
+/// (`Commands`).
+fn refused<E>(foreign: inflight_core::ForeignRequest, error: E) -> E {
+    tracing::error!(%foreign, "inflight: a request named by another client's id was refused");
+    error
 }

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::{Acquire, Limiter};
 use crate::error::Error;
-use crate::mailbox::{answer, next_ticket, Command};
+use crate::mailbox::{answer, Command};
 use crate::permit::Permit;
 use crate::permits::Permits;
 
@@ -118,10 +118,11 @@ impl Limiter {
         keep_alive: bool,
     ) -> Result<Vec<Permit>, Error> {
         let count = parts.len();
-        let ticket = next_ticket();
+        let request = self.shared.commands.fresh();
+        let id = request.id();
         let (reply, outcome) = oneshot::channel();
         let command = Command::AcquireAll {
-            ticket,
+            request,
             parts,
             claim,
             keep_alive,
@@ -131,7 +132,7 @@ impl Limiter {
         if self.shared.commands.send(command).is_err() {
             return self.stopped().map(|_| unenforced());
         }
-        match answer(&self.shared.commands, ticket, outcome).await {
+        match answer(&self.shared.commands, id, outcome).await {
             Ok(Ok(Some(leases))) => Ok(leases.into_iter().map(Permit::enforced).collect()),
             Ok(Ok(None)) => Ok(unenforced()),
             Ok(Err(error)) => Err(error),

@@ -10,7 +10,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::drained::Drained;
 use crate::error::Error;
-use crate::mailbox::{answer, next_ticket, Command, Commands};
+use crate::mailbox::{answer, Command, Commands};
 use crate::permit::Permit;
 use crate::telemetry::{self, AcquireOutcome};
 
@@ -233,10 +233,11 @@ impl Limiter {
         keep_alive: bool,
         wait: Option<Duration>,
     ) -> Result<Permit, Error> {
-        let ticket = next_ticket();
+        let request = self.shared.commands.fresh();
+        let id = request.id();
         let (reply, outcome) = oneshot::channel();
         let command = Command::Acquire {
-            ticket,
+            request,
             // Encoded here, on the caller's thread, not on the driver's.
             keys: SubjectKeys::new(&self.shared.key_prefix, key),
             limit,
@@ -248,7 +249,7 @@ impl Limiter {
         if self.shared.commands.send(command).is_err() {
             return self.stopped();
         }
-        match answer(&self.shared.commands, ticket, outcome).await {
+        match answer(&self.shared.commands, id, outcome).await {
             Ok(Ok(Some(lease))) => Ok(Permit::enforced(lease)),
             Ok(Ok(None)) => Ok(Permit::unenforced()),
             Ok(Err(error)) => Err(error),

@@ -1,19 +1,20 @@
 //! What a limiter reads from Redis without taking anything: a key's usage
 //! and holders, and the busiest keys under its prefix.
 
+use inflight_core::event::RequestId;
 use inflight_core::key::SubjectKeys;
-use inflight_core::{Holder, Inspection, Key, Unavailable};
+use inflight_core::{FreshRequest, Holder, Inspection, Key, Unavailable};
 use tokio::sync::oneshot;
 
 use super::Limiter;
 use crate::error::Error;
-use crate::mailbox::{answer, next_ticket, Command};
+use crate::mailbox::{answer, Command};
 
 /// The most holders `Limiter::holders` lists.
 pub const MAX_HOLDERS: u32 = 2_000;
 
-/// A read handed to the driver: its ticket, and where its answer comes.
-type Sent<T> = (u64, oneshot::Receiver<Result<T, Error>>);
+/// A read handed to the driver: its request id, and where its answer comes.
+type Sent<T> = (RequestId, oneshot::Receiver<Result<T, Error>>);
 
 /// The most key names `Limiter::busy_keys` reads from Redis before it
 /// stops looking (it says so with `BusyKeys::complete`).
@@ -145,8 +146,8 @@ impl Limiter {
     }
 
     async fn scan(&self, shard: usize, cursor: u64) -> Result<Option<inflight_core::KeysPage>, Error> {
-        let sent = self.send(|ticket, reply| Command::Scan {
-            ticket,
+        let sent = self.send(|request, reply| Command::Scan {
+            request,
             shard,
             cursor,
             count: 1000,
@@ -162,32 +163,33 @@ impl Limiter {
 
     /// Hands an inspection to the driver; its answer comes on the receiver.
     fn send_inspect(&self, key: &Key, holders: u32) -> Result<Sent<Inspection>, Error> {
-        self.send(|ticket, reply| Command::Inspect {
-            ticket,
+        self.send(|request, reply| Command::Inspect {
+            request,
             keys: SubjectKeys::new(&self.shared.key_prefix, key),
             holders,
             reply,
         })
     }
 
-    /// Hands the driver a read made by `command` from its ticket and reply
-    /// channel.
+    /// Hands the driver a read made by `command` from its request's name
+    /// and reply channel.
     fn send<T>(
         &self,
-        command: impl FnOnce(u64, oneshot::Sender<Result<T, Error>>) -> Command,
+        command: impl FnOnce(FreshRequest, oneshot::Sender<Result<T, Error>>) -> Command,
     ) -> Result<Sent<T>, Error> {
-        let ticket = next_ticket();
+        let request = self.shared.commands.fresh();
+        let id = request.id();
         let (reply, outcome) = oneshot::channel();
         self.shared
             .commands
-            .send(command(ticket, reply))
+            .send(command(request, reply))
             .map_err(|_| Error::Stopped)?;
-        Ok((ticket, outcome))
+        Ok((id, outcome))
     }
 
     /// The driver's answer to a read [`Limiter::send`] handed it.
-    async fn answered<T>(&self, (ticket, outcome): Sent<T>) -> Result<T, Error> {
-        match answer(&self.shared.commands, ticket, outcome).await {
+    async fn answered<T>(&self, (request, outcome): Sent<T>) -> Result<T, Error> {
+        match answer(&self.shared.commands, request, outcome).await {
             Ok(result) => result,
             Err(_) => Err(Error::Stopped),
         }

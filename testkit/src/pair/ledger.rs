@@ -63,7 +63,7 @@ impl Pair {
         self.requests
             .get(&request)
             .and_then(|record| record.lease.clone())
-            .unwrap_or_else(|| self.client.lease_id(request))
+            .unwrap_or_else(|| crate::plain_lease_id(self.entropy, request))
     }
 
     pub(super) fn answer(&mut self, request: RequestId) -> (Bytes, Option<LeaseId>) {

@@ -210,3 +210,48 @@ fn fail_open_policy_lets_unanswerable_requests_through_and_counts_them() {
     pair.settle();
     pair.assert_no_leak();
 }
+
+#[test]
+fn a_request_goes_by_the_id_its_caller_drew_and_another_clients_id_is_refused_unsent() {
+    let pair = Pair::connected(config(), start());
+    let (mut client, now) = (pair.client, pair.now);
+    let keys = inflight_core::key::SubjectKeys::new(&client.config().key_prefix, &key("t", "s"));
+    let (limit, claim) = (limit(1), inflight_core::Claim::default());
+    let written = |client: &mut inflight_core::Client| {
+        let mut bytes = Vec::new();
+        while let Some(transmit) = client.poll_transmit() {
+            bytes.extend_from_slice(&transmit.data);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    let lease = |id| inflight_testkit::plain_lease_id([7; 16], id).to_string();
+    // Drawn ahead, on the callers' side (one on another thread), and used
+    // in an order other than the draws'.
+    let ids = client.request_ids();
+    let (first, second) = (ids.draw(), std::thread::spawn(move || ids.draw()).join().unwrap());
+    let (first_id, second_id) = (first.id(), second.id());
+    assert_ne!(first_id, second_id);
+    let named = client.acquire_claim(now, second, keys.clone(), limit, &claim, None);
+    assert_eq!(named, Ok(second_id));
+    let text = written(&mut client);
+    assert!(text.contains(&lease(second_id)) && !text.contains(&lease(first_id)));
+
+    // Another client's id could repeat one of ours (and with it a lease id):
+    // refused before anything is written.
+    let other = inflight_core::Client::new(config(), [9; 16], now).unwrap();
+    let foreign = other.request_ids().draw();
+    let foreign_id = foreign.id();
+    let refused = client.acquire_claim(now, foreign, keys.clone(), limit, &claim, None);
+    let expected = inflight_core::ClaimError::Foreign(inflight_core::ForeignRequest(foreign_id));
+    assert_eq!(refused, Err(expected));
+    assert_eq!(written(&mut client), "", "nothing is written for a refused id");
+    assert_eq!(client.in_flight_calls(), 1);
+
+    // The id drawn first still names its own request, later; an id the
+    // client draws for itself never repeats a caller's.
+    let late = client.acquire_claim(now, first, keys, limit, &claim, None);
+    assert_eq!(late, Ok(first_id));
+    assert!(written(&mut client).contains(&lease(first_id)));
+    let own = client.acquire(now, &key("t", "s"), limit);
+    assert!(own != first_id && own != second_id);
+}

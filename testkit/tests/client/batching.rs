@@ -37,7 +37,7 @@ fn a_batch_member_abandoned_before_it_is_written_is_never_sent() {
         written.extend_from_slice(&transmit.data);
     }
     let text = String::from_utf8_lossy(&written);
-    let lease = |r: inflight_core::event::RequestId| pair.client.lease_id(r).to_string();
+    let lease = |r| inflight_testkit::plain_lease_id(pair.entropy(), r).to_string();
     assert!(text.contains(&lease(requests[0])) && text.contains(&lease(requests[2])));
     assert!(
         !text.contains(&lease(requests[1])),
@@ -68,7 +68,7 @@ fn a_batch_reply_with_one_wrong_echo_makes_every_member_ambiguous() {
     let batch = client.poll_transmit().unwrap().data;
     // Redis runs the batch (the leases exist), but the reply lies about one id.
     let honest = String::from_utf8(model.handle(&mut connection, &batch).unwrap().to_vec()).unwrap();
-    let victim = client.lease_id(requests[1]).to_string();
+    let victim = inflight_testkit::plain_lease_id([7; 16], requests[1]).to_string();
     let lie = honest.replace(&victim, &victim.replace('0', "1"));
     assert_ne!(lie, honest);
     client.handle_input(start(), id, lie.as_bytes());

@@ -70,10 +70,10 @@ proptest! {
         let keys = SubjectKeys::new("p", &key("t", "s"));
         let limit = NonZeroU32::new(2).unwrap();
         client
-            .acquire_claim(now, keys.clone(), limit, &inflight_core::Claim::default(), None)
+            .acquire_claim(now, client.request_ids().draw(), keys.clone(), limit, &inflight_core::Claim::default(), None)
             .unwrap();
         let until = now.checked_add(wait.min(MAX_DURATION));
-        let _ = client.acquire_claim(now, keys, limit, &Claim::default(), until);
+        let _ = client.acquire_claim(now, client.request_ids().draw(), keys, limit, &Claim::default(), until);
         let mut at = now;
         for _ in 0..4 {
             while client.poll_action().is_some() {}
