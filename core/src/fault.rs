@@ -45,4 +45,9 @@ pub struct InjectedBugs {
     /// last release: one a failover lost is left if the client finds the
     /// new primary late (a stale sentinel, a handshake cut off).
     pub releases_aged_from_recovery: bool,
+    /// A release refused by `TRYAGAIN` (its slot moving) spends one of its
+    /// attempts, as a failure would, and a release to waiters tries its
+    /// script again: a move that outlasts every attempt's backoff makes it
+    /// give up, its slot taken until the lease's TTL.
+    pub try_again_spends_attempts: bool,
 }

@@ -85,10 +85,13 @@ pub enum Bug {
     /// the others do, as one acquire per key would (injected into the
     /// simulated Redis).
     CompositeGrantsPartly,
+    /// A release refused by `TRYAGAIN` while its slot moves spends an
+    /// attempt: a long move makes it give up, the slot left taken.
+    TryAgainSpendsAttempts,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 16] = [
+    pub const ALL: [Bug; 17] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
@@ -105,6 +108,7 @@ impl Bug {
         Bug::SwitchForgetsIdentity,
         Bug::ReleasesAgedFromRecovery,
         Bug::CompositeGrantsPartly,
+        Bug::TryAgainSpendsAttempts,
     ];
 
     pub fn name(self) -> &'static str {
@@ -125,6 +129,7 @@ impl Bug {
             Bug::SwitchForgetsIdentity => "switch-forgets-identity",
             Bug::ReleasesAgedFromRecovery => "releases-aged-from-recovery",
             Bug::CompositeGrantsPartly => "composite-grants-partly",
+            Bug::TryAgainSpendsAttempts => "try-again-spends-attempts",
         }
     }
 
@@ -159,6 +164,7 @@ impl Bug {
             drop_fencing_token: bug == Some(Bug::DroppedFencingToken),
             switch_forgets_identity: bug == Some(Bug::SwitchForgetsIdentity),
             releases_aged_from_recovery: bug == Some(Bug::ReleasesAgedFromRecovery),
+            try_again_spends_attempts: bug == Some(Bug::TryAgainSpendsAttempts),
         }
     }
 }

@@ -207,11 +207,13 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
                 let cluster = server.cluster.as_ref().expect("a cluster scenario");
                 let started = start_migration(&mut cluster.lock().unwrap(), scenario.keys, &mut chaos, host_name);
                 note(started);
-                madsim::time::sleep(Duration::from_millis(chaos.range(20, 400))).await;
+                // One in four is slow (as under turmoil: `ClusterChaos`).
+                let (fastest, slowest) = if chaos.chance(1, 4) { (1000, 4000) } else { (20, 400) };
+                madsim::time::sleep(Duration::from_millis(chaos.range(fastest, slowest))).await;
                 if let Some(migration) = cluster.lock().unwrap().migration.as_mut() {
                     migration.keys_moved = true;
                 }
-                madsim::time::sleep(Duration::from_millis(chaos.range(20, 400))).await;
+                madsim::time::sleep(Duration::from_millis(chaos.range(fastest, slowest))).await;
                 cluster.lock().unwrap().finish_migration();
                 ledger.lock().unwrap().note(elapsed(), "the migration is over");
             }

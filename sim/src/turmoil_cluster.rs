@@ -36,6 +36,11 @@ pub async fn cluster_host(state: ServerState, host: usize) -> turmoil::Result {
 pub struct ClusterChaos {
     /// The migration's next step and when: keys moved, then finished.
     migration_step: Option<Duration>,
+    /// How long each of its steps takes, in ms: one migration in four is
+    /// slow (a slot of many keys, moved in batches), so that scripts of
+    /// several keys meet `TRYAGAIN` for seconds, longer than a release's
+    /// attempts would last if each refusal spent one.
+    migration_pace: (u64, u64),
     /// A crashed primary and when its replica is promoted.
     failover: Option<(usize, Duration)>,
 }
@@ -73,7 +78,9 @@ impl ClusterChaos {
             return None;
         }
         let note = start_migration(&mut map, server.keys, chaos, host_name);
-        self.migration_step = Some(now + Duration::from_millis(chaos.range(20, 400)));
+        self.migration_pace = if chaos.chance(1, 4) { (1000, 4000) } else { (20, 400) };
+        let (fastest, slowest) = self.migration_pace;
+        self.migration_step = Some(now + Duration::from_millis(chaos.range(fastest, slowest)));
         Some(note)
     }
 
@@ -108,7 +115,8 @@ impl ClusterChaos {
                 let migration = map.migration.as_mut().expect("a migration under way");
                 if !migration.keys_moved && !heal {
                     migration.keys_moved = true;
-                    self.migration_step = Some(now + Duration::from_millis(chaos.range(20, 400)));
+                    let (fastest, slowest) = self.migration_pace;
+                    self.migration_step = Some(now + Duration::from_millis(chaos.range(fastest, slowest)));
                     notes.push(format!("slot {} keys moved", migration.slot));
                 } else {
                     let slot = migration.slot;

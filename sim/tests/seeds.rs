@@ -166,3 +166,24 @@ fn a_composite_acquire_granted_in_part_is_caught_within_20_seeds() {
     let caught = seeds_to_catch(Bug::CompositeGrantsPartly, 20);
     assert!(caught.is_some(), "the simulator cannot see a composite granted in part");
 }
+
+#[test]
+fn a_release_that_spends_its_attempts_on_try_again_is_caught_within_10_cluster_seeds() {
+    // One migration in four is slow: a script of several keys meets
+    // `TRYAGAIN` for seconds. A release that counted each refusal as a
+    // failed attempt gave up and left its slot taken (S10; found on cluster
+    // seed 516, with a release to waiters that kept its script after `ASK`).
+    let cluster = SCENARIOS
+        .iter()
+        .find(|s| s.name == "cluster")
+        .expect("a cluster scenario");
+    let caught = (0..10).find(|&seed| {
+        !run_seed(cluster, seed, Some(Bug::TryAgainSpendsAttempts))
+            .violations
+            .is_empty()
+    });
+    assert!(
+        caught.is_some(),
+        "the simulator cannot see a release given up to a slot migration"
+    );
+}

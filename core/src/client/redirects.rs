@@ -137,10 +137,11 @@ impl Network {
     }
 
     /// A release or compensation `node` redirected: sent again where the
-    /// slot lives (a tenant's slot may move while its leases are held); one
-    /// waiting out a migration backs off as after a failure.
+    /// slot lives (a tenant's slot may move while its leases are held), or,
+    /// refused unrun while the slot moves (`TRYAGAIN`), again shortly.
     pub(super) fn redirect_release(
         &mut self,
+        now: Instant,
         redirected: Redirected<ReleaseJob>,
         stats: &mut Stats,
         fx: &mut Vec<Effect>,
@@ -154,6 +155,8 @@ impl Network {
                 job.ask = ask;
                 Effect::Release(job)
             }
+            // See `ReleaseQueue::later`.
+            Next::Later if redirect == Redirect::TryAgain => Effect::DeferRelease(job, now + TRY_AGAIN_DELAY),
             Next::Later | Next::GiveUp => Effect::RetryRelease(job),
         });
     }

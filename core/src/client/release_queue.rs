@@ -63,6 +63,17 @@ impl ReleaseQueue {
         self.queue(job)
     }
 
+    /// `job` waits until `at`, with no failure counted, or is given up if
+    /// `at` is past its deadline.
+    #[must_use = "a job given up must be reported"]
+    pub(super) fn defer(&mut self, at: Instant, mut job: ReleaseJob) -> Option<Given> {
+        if at >= job.deadline {
+            return Some(Given::Up(job, ReleaseFailure::Expired));
+        }
+        job.not_before = at;
+        self.queue(job)
+    }
+
     /// Stages `job` (at `now`) for the next write.
     pub(super) fn stage(&mut self, job: ReleaseJob, now: Instant) {
         self.staged.push((job, now));

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::effect::Effect;
 use super::network::Network;
 use super::outbox::Outbox;
+use super::release_job::ReleaseKind;
 use super::release_queue::{Given, ReleaseQueue};
 use super::request::{ReleaseJob, Request};
 use crate::event::{Event, ReleaseFailure};
@@ -63,6 +64,23 @@ impl ReleaseQueue {
     /// and reported, if there is no room).
     pub(super) fn wait(&mut self, job: ReleaseJob, out: &mut Outbox) {
         if let Some(Given::Up(job, reason)) = self.queue(job) {
+            abandon(job, reason, out);
+        }
+    }
+
+    /// `job`, refused unrun by `TRYAGAIN` (its slot moving), goes again at
+    /// `at`, unless that is past its deadline. A script of several keys
+    /// meets `TRYAGAIN` for as long as the move lasts (some of its keys
+    /// moved, some not), which can outlast every attempt's backoff: counted
+    /// as failures, the release would give up and leave its slot taken
+    /// until the lease's TTL. So no attempt is spent; and a release to
+    /// waiters goes on as the plain `ZREM` (one key: served, or sent on by
+    /// `ASK`), its waiters told as after any plain release.
+    pub(super) fn later(&mut self, at: Instant, mut job: ReleaseJob, out: &mut Outbox) {
+        if job.kind == ReleaseKind::ToWaiters {
+            job.kind = ReleaseKind::Release;
+        }
+        if let Some(Given::Up(job, reason)) = self.defer(at, job) {
             abandon(job, reason, out);
         }
     }
