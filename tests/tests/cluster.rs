@@ -299,6 +299,78 @@ async fn live_resharding_under_load() {
     assert_eq!(live(&cluster, prefix, subject), 0, "no lease left behind");
 }
 
+/// A release to waiters is a script of several keys: while its slot moves
+/// (MIGRATING on the source, no key moved yet), Redis answers it `TRYAGAIN`
+/// for as long as the move lasts. Here the move lasts 4 s, longer than every
+/// attempt's backoff together (about 2.6 s): the release must neither give up
+/// nor keep its slot taken; it goes on as the plain `ZREM`, and the waiter
+/// gets the slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_to_waiters_goes_through_a_slow_slot_move() {
+    let cluster = cluster();
+    let prefix = "c9";
+    let subject = "moving";
+    let limiter = builder(&cluster.url(), prefix).connect().await.unwrap();
+    let mut held = Some(limiter.acquire(&key(subject)).await.unwrap());
+    let waiter = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire_wait(&key(subject), Duration::from_secs(30)).await }
+    });
+    // The waiter is queued (in Redis) before the move starts.
+    let queue = format!("{prefix}:{{tenant|{subject}}}:queue").into_bytes();
+    let slot = cluster.keyslot(&queue);
+    let from = cluster.owner(slot);
+    let queued = || {
+        matches!(
+            cluster.node(from).client().call(&[b"EXISTS", &queue]),
+            Ok(Frame::Integer(1))
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !queued() {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let to = *cluster.primaries().iter().find(|p| **p != from).unwrap();
+    let runtime = tokio::runtime::Handle::current();
+    let mut left_during_the_move = None;
+    let cluster = tokio::task::block_in_place(|| {
+        cluster.migrate_slot(slot, to, || {
+            let Some(permit) = held.take() else { return };
+            drop(permit);
+            runtime.block_on(tokio::time::sleep(Duration::from_secs(4)));
+            // The source answers `ASK` for a key it no longer holds: then
+            // the target is asked (`ASKING`), where nothing moved yet.
+            let key = redis_key(prefix, subject);
+            left_during_the_move = Some(match cluster.node(from).client().call(&[b"ZCARD", &key]) {
+                Ok(Frame::Integer(n)) => n,
+                Ok(Frame::Error(ask)) if ask.starts_with("ASK") => {
+                    let mut target = cluster.node(to).client();
+                    let _ = target.call(&[b"ASKING"]);
+                    match target.call(&[b"ZCARD", &key]) {
+                        Ok(Frame::Integer(n)) => n,
+                        other => panic!("ZCARD on the target answered {other:?}"),
+                    }
+                }
+                other => panic!("ZCARD answered {other:?}"),
+            });
+        });
+        cluster
+    });
+    assert_eq!(
+        left_during_the_move,
+        Some(0),
+        "the lease was given back while the slot moved"
+    );
+    let permit = waiter.await.unwrap().expect("the waiter gets the slot");
+    drop(permit);
+    limiter.clone().drain().await;
+    let stats = limiter.stats();
+    assert_eq!(stats.releases_abandoned, 0, "{stats:?}");
+    assert!(stats.try_again > 0, "the move was seen: {stats:?}");
+    assert_eq!(live(&cluster, prefix, subject), 0, "no lease left behind");
+}
+
 /// Failovers under load: tenants on other primaries see no error, and the
 /// failed-over tenant is served again within a bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
