@@ -25,7 +25,9 @@ pub use reading::{Holder, Inspection, KeysPage};
 pub use recovery::{DataLoss, Reassertion};
 pub use stats::Stats;
 
-/// Names one acquire from `Client::acquire` to its outcome.
+/// Names one request (an acquire, a renewal, a read) from the call that makes
+/// it to its outcome. A caller may draw it before the call, on any thread
+/// ([`Client::request_ids`](crate::Client::request_ids)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId(pub(crate) u64);
 
