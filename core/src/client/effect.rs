@@ -63,8 +63,8 @@ pub(super) enum Effect {
     /// A release attempt failed: back off and try again, or give up.
     RetryRelease(ReleaseJob),
     /// A release refused unrun while its slot moves (`TRYAGAIN`): send it
-    /// again at `Instant`, no attempt spent (its deadline still bounds it).
-    DeferRelease(ReleaseJob, Instant),
+    /// again after a backoff, no attempt spent (its deadline bounds it).
+    DeferRelease(ReleaseJob),
     /// `SCRIPT LOAD` again on `node`, once per script at a time.
     Reload(usize, ScriptKind),
     /// Write `Request` on `node`'s current connection, its reply due by `Instant`.

@@ -214,10 +214,6 @@ impl Network {
             .is_some_and(|node| self.nodes[node].is_ready())
     }
 
-    /// Brings every node's wake-up connection in line with the channels
-    /// `waiters` wait on: opened where needed (its subscriptions are sent
-    /// once it is open), subscribed to new channels, unsubscribed from old
-    /// ones.
     /// Where `op` goes: the node that serves it (an `ASK` target once,
     /// else its slot's owner). Returned when that node's connection is
     /// ready, for the client to write it; else it waits for the handshake,
@@ -298,6 +294,10 @@ impl Network {
         self.sync_subscriptions(now, waiters, names, config, out);
     }
 
+    /// Brings every node's wake-up connection in line with the channels
+    /// `waiters` wait on: opened where needed (its subscriptions are sent
+    /// once it is open), subscribed to new channels, unsubscribed from old
+    /// ones.
     pub(super) fn sync_subscriptions(
         &mut self,
         now: Instant,

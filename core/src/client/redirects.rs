@@ -141,7 +141,6 @@ impl Network {
     /// refused unrun while the slot moves (`TRYAGAIN`), again shortly.
     pub(super) fn redirect_release(
         &mut self,
-        now: Instant,
         redirected: Redirected<ReleaseJob>,
         stats: &mut Stats,
         fx: &mut Vec<Effect>,
@@ -156,7 +155,7 @@ impl Network {
                 Effect::Release(job)
             }
             // See `ReleaseQueue::later`.
-            Next::Later if redirect == Redirect::TryAgain => Effect::DeferRelease(job, now + TRY_AGAIN_DELAY),
+            Next::Later if redirect == Redirect::TryAgain => Effect::DeferRelease(job),
             Next::Later | Next::GiveUp => Effect::RetryRelease(job),
         });
     }

@@ -52,6 +52,10 @@ pub(super) struct ReleaseJob {
     pub(super) held_ms: u64,
     /// Failed attempts so far.
     pub(super) failures: u32,
+    /// `TRYAGAIN`s so far (its slot moving): no failure, but the retries
+    /// back off as after failures, so that a move that stalls does not draw
+    /// a call every few milliseconds until the deadline.
+    pub(super) refusals: u32,
     /// Retries stop here: the lease has expired by then anyway.
     pub(super) deadline: Instant,
     /// Next attempt not before.
@@ -118,6 +122,7 @@ impl ReleaseJob {
             kind,
             held_ms,
             failures: 0,
+            refusals: 0,
             deadline,
             not_before: now,
             eval: Eval::Sha,

@@ -63,14 +63,17 @@ impl ReleaseQueue {
         self.queue(job)
     }
 
-    /// `job` waits until `at`, with no failure counted, or is given up if
-    /// `at` is past its deadline.
+    /// `job` was refused unrun at `now` (`TRYAGAIN`): it waits out a
+    /// backoff with no failure counted, or is given up if that ends past its
+    /// deadline.
     #[must_use = "a job given up must be reported"]
-    pub(super) fn defer(&mut self, at: Instant, mut job: ReleaseJob) -> Option<Given> {
-        if at >= job.deadline {
+    pub(super) fn defer(&mut self, now: Instant, mut job: ReleaseJob) -> Option<Given> {
+        job.refusals += 1;
+        let policy = &self.policy;
+        job.not_before = now + backoff(policy.initial_backoff, policy.max_backoff, job.refusals);
+        if job.not_before >= job.deadline {
             return Some(Given::Up(job, ReleaseFailure::Expired));
         }
-        job.not_before = at;
         self.queue(job)
     }
 

@@ -68,19 +68,19 @@ impl ReleaseQueue {
         }
     }
 
-    /// `job`, refused unrun by `TRYAGAIN` (its slot moving), goes again at
-    /// `at`, unless that is past its deadline. A script of several keys
+    /// `job`, refused unrun at `now` by `TRYAGAIN` (its slot moving), goes
+    /// again after a backoff, unless that is past its deadline. A script of several keys
     /// meets `TRYAGAIN` for as long as the move lasts (some of its keys
     /// moved, some not), which can outlast every attempt's backoff: counted
     /// as failures, the release would give up and leave its slot taken
     /// until the lease's TTL. So no attempt is spent; and a release to
     /// waiters goes on as the plain `ZREM` (one key: served, or sent on by
     /// `ASK`), its waiters told as after any plain release.
-    pub(super) fn later(&mut self, at: Instant, mut job: ReleaseJob, out: &mut Outbox) {
+    pub(super) fn later(&mut self, now: Instant, mut job: ReleaseJob, out: &mut Outbox) {
         if job.kind == ReleaseKind::ToWaiters {
             job.kind = ReleaseKind::Release;
         }
-        if let Some(Given::Up(job, reason)) = self.defer(at, job) {
+        if let Some(Given::Up(job, reason)) = self.defer(now, job) {
             abandon(job, reason, out);
         }
     }

@@ -83,16 +83,14 @@ impl Client {
             }
             Effect::Release(job) => self.submit_release(now, job),
             Effect::RedirectRelease(redirected) => {
-                self.then(now, |c, fx| {
-                    c.net.redirect_release(now, *redirected, &mut c.out.stats, fx)
-                });
+                self.then(now, |c, fx| c.net.redirect_release(*redirected, &mut c.out.stats, fx));
             }
             Effect::RetryRelease(job) => self.releases.try_again(now, job, &mut self.out),
             // The injected bug: a `TRYAGAIN` spends one of the release's attempts.
-            Effect::DeferRelease(job, _) if self.bugs.try_again_spends_attempts => {
+            Effect::DeferRelease(job) if self.bugs.try_again_spends_attempts => {
                 self.releases.try_again(now, job, &mut self.out)
             }
-            Effect::DeferRelease(job, at) => self.releases.later(at, job, &mut self.out),
+            Effect::DeferRelease(job) => self.releases.later(now, job, &mut self.out),
             Effect::Reload(node, kind) => self.reload(now, node, kind),
             Effect::Send(node, request, deadline) => self.send(node, request, deadline),
             Effect::RefreshTopology => self.refresh_topology(now),

@@ -82,3 +82,33 @@ fn retries_back_off_and_give_up_for_a_reason() {
     );
     assert_eq!(queue.len(), 2);
 }
+
+/// A `TRYAGAIN` (its slot moving) spends no attempt: more refusals than
+/// `max_attempts` keep the job, backing off to the cap, until its deadline.
+#[test]
+fn refusals_while_a_slot_moves_back_off_but_spend_no_attempt() {
+    let t0 = start();
+    let mut queue = ReleaseQueue::new(policy());
+    let ms = Duration::from_millis;
+    let mut job = job(1, t0, Duration::from_secs(2));
+    let mut now = t0;
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        assert!(queue.defer(now, job).is_none(), "kept: no attempt spent");
+        let due = queue.poll_timeout(|_| true).unwrap();
+        waits.push(due - now);
+        now = due;
+        job = queue.take_due(now, |_| true).pop().unwrap();
+    }
+    assert_eq!(waits, [ms(100), ms(200), ms(250), ms(250), ms(250), ms(250)]);
+    assert_eq!(job.failures, 0);
+    // A failure after them is the first one.
+    assert!(queue.retry(now, job).is_none());
+    let job = queue.take_due(now + ms(100), |_| true).pop().unwrap();
+    assert_eq!(job.failures, 1);
+    // Its deadline still bounds it.
+    assert_eq!(
+        reason(queue.defer(t0 + Duration::from_secs(2) - ms(10), job)),
+        Some(ReleaseFailure::Expired)
+    );
+}
