@@ -10,7 +10,18 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::event::RequestId;
+/// Names one request (an acquire, a renewal, a read) from the call that makes
+/// it to its outcome. A caller may draw it before the call, on any thread
+/// ([`Client::request_ids`](crate::Client::request_ids)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub(crate) u64);
+
+impl RequestId {
+    /// The number, for logs: requests are numbered from 1 per client.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
 
 /// One client's request numbers, shared with the threads that call it.
 /// Cheap to clone; every clone draws from the same sequence.

@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use crate::address::Endpoint;
 use crate::lease_id::LeaseId;
+pub use crate::request_ids::RequestId;
 
 mod errors;
 mod outcome;
@@ -24,19 +25,6 @@ pub use outcome::{Lease, LeaseLost, Outcome, ReleaseFailure, Renewal, Unavailabl
 pub use reading::{Holder, Inspection, KeysPage};
 pub use recovery::{DataLoss, Reassertion};
 pub use stats::Stats;
-
-/// Names one request (an acquire, a renewal, a read) from the call that makes
-/// it to its outcome. A caller may draw it before the call, on any thread
-/// ([`Client::request_ids`](crate::Client::request_ids)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RequestId(pub(crate) u64);
-
-impl RequestId {
-    /// The number, for logs: requests are numbered from 1 per client.
-    pub fn get(self) -> u64 {
-        self.0
-    }
-}
 
 /// One connection generation. Never reused: once retired, nothing it carries is
 /// trusted again.
