@@ -24,6 +24,8 @@ pub(super) struct ReleaseQueue {
     waiting: Vec<ReleaseJob>,
     staged: Vec<(ReleaseJob, Instant)>,
     policy: ReleasePolicy,
+    /// The injected bug: a `TRYAGAIN` spends an attempt (see `later`).
+    try_again_spends_attempts: bool,
 }
 
 impl ReleaseQueue {
@@ -32,7 +34,19 @@ impl ReleaseQueue {
             waiting: Vec::new(),
             staged: Vec::new(),
             policy,
+            try_again_spends_attempts: false,
         }
+    }
+
+    /// The injected bug: from now on a `TRYAGAIN` spends an attempt, and a
+    /// release to waiters tries its script again.
+    pub(super) fn spend_attempts_on_try_again(&mut self) {
+        self.try_again_spends_attempts = true;
+    }
+
+    /// Whether the injected bug is on.
+    pub(super) fn try_again_spends_attempts(&self) -> bool {
+        self.try_again_spends_attempts
     }
 
     /// Queues `job` to wait for a ready connection or its retry time; gives

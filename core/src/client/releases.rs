@@ -77,6 +77,9 @@ impl ReleaseQueue {
     /// waiters goes on as the plain `ZREM` (one key: served, or sent on by
     /// `ASK`), its waiters told as after any plain release.
     pub(super) fn later(&mut self, now: Instant, mut job: ReleaseJob, out: &mut Outbox) {
+        if self.try_again_spends_attempts() {
+            return self.try_again(now, job, out);
+        }
         if job.kind == ReleaseKind::ToWaiters {
             job.kind = ReleaseKind::Release;
         }

@@ -86,10 +86,6 @@ impl Client {
                 self.then(now, |c, fx| c.net.redirect_release(*redirected, &mut c.out.stats, fx));
             }
             Effect::RetryRelease(job) => self.releases.try_again(now, job, &mut self.out),
-            // The injected bug: a `TRYAGAIN` spends one of the release's attempts.
-            Effect::DeferRelease(job) if self.bugs.try_again_spends_attempts => {
-                self.releases.try_again(now, job, &mut self.out)
-            }
             Effect::DeferRelease(job) => self.releases.later(now, job, &mut self.out),
             Effect::Reload(node, kind) => self.reload(now, node, kind),
             Effect::Send(node, request, deadline) => self.send(node, request, deadline),
@@ -214,6 +210,9 @@ impl Client {
         }
         if bugs.releases_aged_from_recovery {
             self.recovery.released.age_from_now();
+        }
+        if bugs.try_again_spends_attempts {
+            self.releases.spend_attempts_on_try_again();
         }
         self.bugs = bugs;
     }
@@ -407,9 +406,8 @@ impl Client {
     /// `node`'s wake-up connection closed or failed: closed here too, and
     /// opened again after the reconnect backoff cap.
     pub(super) fn close_wake_ups(&mut self, now: Instant, node: usize) {
-        let closed = self.net.nodes[node]
-            .wake_ups
-            .close(now, self.config.reconnect_max_backoff);
+        let retry_after = self.config.reconnect_max_backoff;
+        let closed = self.net.nodes[node].wake_ups.close(now, retry_after);
         self.out.actions(closed.map(Action::Close));
     }
 
