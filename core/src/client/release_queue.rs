@@ -69,12 +69,8 @@ impl ReleaseQueue {
         if job.failures >= self.policy.max_attempts {
             return Some(Given::Up(job, ReleaseFailure::AttemptsExhausted));
         }
-        let policy = &self.policy;
-        job.not_before = now + backoff(policy.initial_backoff, policy.max_backoff, job.failures);
-        if job.not_before >= job.deadline {
-            return Some(Given::Up(job, ReleaseFailure::Expired));
-        }
-        self.queue(job)
+        let times = job.failures;
+        self.back_off(now, job, times)
     }
 
     /// `job` was refused unrun at `now` (`TRYAGAIN`): it waits out a
@@ -83,8 +79,14 @@ impl ReleaseQueue {
     #[must_use = "a job given up must be reported"]
     pub(super) fn defer(&mut self, now: Instant, mut job: ReleaseJob) -> Option<Given> {
         job.refusals += 1;
-        let policy = &self.policy;
-        job.not_before = now + backoff(policy.initial_backoff, policy.max_backoff, job.refusals);
+        let times = job.refusals;
+        self.back_off(now, job, times)
+    }
+
+    /// Queues `job` for after the backoff of its `times`-th miss, unless
+    /// that ends past its deadline.
+    fn back_off(&mut self, now: Instant, mut job: ReleaseJob, times: u32) -> Option<Given> {
+        job.not_before = now + backoff(self.policy.initial_backoff, self.policy.max_backoff, times);
         if job.not_before >= job.deadline {
             return Some(Given::Up(job, ReleaseFailure::Expired));
         }
