@@ -108,7 +108,13 @@ impl Request {
                 encode_removal(&jobs[0].keys, jobs.iter().map(|job| &job.lease_bytes[..]), out)
             }
             Request::ReleaseToWaiters(jobs) => encode_hand_over(&HandOver::after(jobs), wire, out),
-            Request::QueueCheck(hand_over) => encode_command(out, &[b"EXISTS", &hand_over.keys.queue()]),
+            Request::QueueCheck(hand_overs) => {
+                let queues: Vec<_> = hand_overs.iter().map(|hand_over| hand_over.keys.queue()).collect();
+                let args: Vec<&[u8]> = std::iter::once(&b"EXISTS"[..])
+                    .chain(queues.iter().map(|q| &q[..]))
+                    .collect();
+                encode_command(out, &args);
+            }
             Request::HandOver(hand_over) => encode_hand_over(hand_over, wire, out),
             Request::Compensate(job, tombstone_until_ms) => {
                 scripts.encode_compensate(out, job.eval, &job.keys, &job.lease_bytes, *tombstone_until_ms)

@@ -1,8 +1,8 @@
 //! What a release does for the subject's waiters. A release is a plain
-//! `ZREM` of the lease's units, and right behind it on the same connection
-//! an `EXISTS` of the subject's queue: one O(1) read where, for most
-//! subjects, there is no queue. Only when one exists does `RELEASE` run on
-//! the same ids (it is idempotent: it removes nothing more, and hands the
+//! `ZREM` of the lease's units, and behind the `ZREM`s of one write on the
+//! same connection one `EXISTS` of their subjects' queues: one read where,
+//! for most subjects, there is no queue. Only when one exists does
+//! `RELEASE` run on the same ids (it is idempotent: it removes nothing more, and hands the
 //! free units to the waiters the fairness rule lets through). A client
 //! that has waiters on the subject itself knows a queue is there: its
 //! releases go as `RELEASE` alone (`ReleaseKind::ToWaiters`), with no round
@@ -25,25 +25,36 @@ use crate::event::ConnectionError;
 use crate::resp::Frame;
 use crate::scripts::{Eval, ScriptKind};
 
-impl HandOver {
-    /// The `EXISTS`'s reply: a queue (1) wants the `RELEASE`, on `node`.
-    pub(super) fn checked(
-        self,
-        frame: Frame,
-        cluster: bool,
-        node: usize,
-        deadline: Instant,
-        fx: &mut Vec<Effect>,
-    ) -> Result<(), ConnectionError> {
-        match frame {
-            Frame::Integer(1) => fx.push(Effect::Send(node, Request::HandOver(self), deadline)),
-            Frame::Integer(0) => {}
-            Frame::Error(message) => refused(&message, cluster, fx),
-            other => return Err(unexpected("queue check", &other)),
+/// The reply to the `EXISTS` of the queues of `hand_overs` (the subjects of
+/// one write's `ZREM`s on `node`): none (0) wants nothing. Any number
+/// wants the `RELEASE` on every one of them, as the count does not say
+/// which: on a subject with no queue it gives nothing back and hands
+/// nothing over, and waiters are rare enough that one `EXISTS` for all,
+/// not one per subject, is what a write of many tenants' releases saves.
+pub(super) fn queues_checked(
+    hand_overs: Vec<HandOver>,
+    frame: Frame,
+    cluster: bool,
+    node: usize,
+    deadline: Instant,
+    fx: &mut Vec<Effect>,
+) -> Result<(), ConnectionError> {
+    match frame {
+        Frame::Integer(0) => {}
+        Frame::Integer(found) if found > 0 => {
+            fx.extend(
+                hand_overs
+                    .into_iter()
+                    .map(|hand_over| Effect::Send(node, Request::HandOver(hand_over), deadline)),
+            );
         }
-        Ok(())
+        Frame::Error(message) => refused(&message, cluster, fx),
+        other => return Err(unexpected("queue check", &other)),
     }
+    Ok(())
+}
 
+impl HandOver {
     /// `RELEASE`'s reply: a count of units; a script not cached is sent
     /// again by text, once.
     pub(super) fn handed(

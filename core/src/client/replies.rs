@@ -10,6 +10,7 @@ use super::connection::Connection;
 use super::connection::Unconfirmed;
 use super::effect::{ambiguous, compensate, Effect, Redirected};
 use super::error_class::{classify, error_class, unexpected, ErrorClass};
+use super::hand_over;
 use super::handshake::Expect;
 use super::outbox::Outbox;
 use super::recovery::{self, RecoveryState};
@@ -54,9 +55,9 @@ impl Reader<'_> {
             Request::AcquireAll(bundle) => self.bundle(bundle, frame),
             Request::Release(job) | Request::Compensate(job, _) => self.released([job], frame),
             Request::ReleaseMany(jobs) | Request::ReleaseToWaiters(jobs) => self.released(jobs, frame),
-            Request::QueueCheck(hand_over) => {
+            Request::QueueCheck(hand_overs) => {
                 let deadline = self.now + self.config.request_liveness;
-                hand_over.checked(frame, self.cluster, self.node, deadline, self.fx)
+                hand_over::queues_checked(hand_overs, frame, self.cluster, self.node, deadline, self.fx)
             }
             Request::HandOver(hand_over) => {
                 let deadline = self.now + self.config.request_liveness;

@@ -40,8 +40,9 @@ pub(super) enum Request {
     /// Releases of one subject this client has waiters on, in one `RELEASE`
     /// that hands the freed units over (no queue check, no `HandOver`).
     ReleaseToWaiters(Vec<ReleaseJob>),
-    /// After a release's `ZREM`: does its subject have a queue (`EXISTS`)?
-    QueueCheck(HandOver),
+    /// After the `ZREM`s of a write: do their subjects have a queue (one
+    /// `EXISTS` of them all, in one slot)?
+    QueueCheck(Vec<HandOver>),
     /// The subject has one: `RELEASE` of the same ids hands its waiters
     /// what is free. Best effort, as `LEAVE` is.
     HandOver(HandOver),

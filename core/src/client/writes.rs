@@ -2,7 +2,8 @@
 //! its connection; at the next write, a connection's staged acquires of one
 //! subject and limit as one `ACQUIRE_MANY`, those left alone as one
 //! `ACQUIRE_ACROSS` (of one slot, in a cluster), the staged releases of one
-//! subject as one `ZREM` and one check of its queue; and a call forgotten
+//! subject as one `ZREM`, and one check of the queues behind a node's `ZREM`s;
+//! and a call forgotten
 //! before it is written.
 
 use std::time::{Duration, Instant};
@@ -107,14 +108,18 @@ impl Connection {
 
 impl Network {
     /// Writes the staged releases: those of one subject as one `ZREM` of
-    /// up to `MAX_RELEASE_BATCH` ids and one check of its queue, on the node
-    /// that owns the subject.
+    /// up to `MAX_RELEASE_BATCH` ids on the node that owns the subject,
+    /// then, behind all of a node's `ZREM`s, one `EXISTS` of their queues
+    /// (of one slot's, in a cluster: a command's keys must share it).
     /// Returns those whose node is not ready: they wait for it.
     pub(super) fn write_releases(&mut self, staged: Vec<(ReleaseJob, Instant)>, wire: &Wire) -> Vec<ReleaseJob> {
         let mut waiting = Vec::new();
         if staged.is_empty() {
             return waiting;
         }
+        let cluster = self.topology.is_cluster();
+        // (node, slot or 0, the hand-overs, the earliest deadline).
+        let mut checks: Vec<(usize, u16, Vec<HandOver>, Instant)> = Vec::new();
         let same_subject =
             |a: &ReleaseJob, b: &ReleaseJob| a.keys.leases() == b.keys.leases() && a.ask == b.ask && a.kind == b.kind;
         for (mut jobs, oldest) in batches(staged, MAX_RELEASE_BATCH, same_subject) {
@@ -122,7 +127,7 @@ impl Network {
                 .topology
                 .node_for(jobs[0].keys.slot(), jobs[0].ask)
                 .filter(|node| self.nodes[*node].is_ready());
-            let Some(conn) = node.and_then(|node| self.nodes[node].connection.as_mut()) else {
+            let Some((node, conn)) = node.and_then(|node| Some((node, self.nodes[node].connection.as_mut()?))) else {
                 waiting.extend(jobs);
                 continue;
             };
@@ -133,15 +138,30 @@ impl Network {
             // After an `ASK` the queue may be on either node: a plain `ZREM`,
             // and its waiters check on their own (see `hand_over.rs`).
             let to_waiters = !asked && jobs[0].kind == ReleaseKind::ToWaiters;
-            let hand_over = (!asked && !to_waiters).then(|| HandOver::after(&jobs));
+            if !asked && !to_waiters {
+                let slot = if cluster { jobs[0].keys.slot() } else { 0 };
+                let hand_over = HandOver::after(&jobs);
+                match checks
+                    .iter_mut()
+                    .find(|(n, s, group, _)| (*n, *s) == (node, slot) && group.len() < MAX_RELEASE_BATCH)
+                {
+                    Some((_, _, group, earliest)) => {
+                        group.push(hand_over);
+                        *earliest = (*earliest).min(deadline);
+                    }
+                    None => checks.push((node, slot, vec![hand_over], deadline)),
+                }
+            }
             let request = match jobs.len() {
                 _ if to_waiters => Request::ReleaseToWaiters(jobs),
                 1 => Request::Release(jobs.pop().expect("one")),
                 _ => Request::ReleaseMany(jobs),
             };
             conn.send_asking_if(asked, request, deadline, wire);
-            if let Some(hand_over) = hand_over {
-                conn.send(Request::QueueCheck(hand_over), deadline, wire);
+        }
+        for (node, _, hand_overs, deadline) in checks {
+            if let Some(conn) = self.nodes[node].connection.as_mut() {
+                conn.send(Request::QueueCheck(hand_overs), deadline, wire);
             }
         }
         waiting

@@ -184,3 +184,31 @@ fn a_client_owes_the_hand_over_of_a_released_slot_until_it_is_written_and_answer
     let holders = pair.server.live_leases(keys.leases());
     assert_eq!(holders, [&b"someone-else"[..]], "{holders:?}");
 }
+
+#[test]
+fn releases_of_several_subjects_check_their_queues_at_once_and_serve_the_one_that_waits() {
+    use inflight_core::key::{Key, SubjectKeys};
+
+    let config = config();
+    let keys = |subject: &str| SubjectKeys::new(&config.key_prefix, &Key::new("t", subject).unwrap());
+    let mut pair = Pair::connected(config.clone(), start());
+    for subject in ["a", "b", "c"] {
+        let request = pair.acquire("t", subject, 1);
+        pair.exchange();
+        assert!(matches!(pair.outcome(request), Some(Outcome::Granted(_))));
+    }
+    // Another replica's waiter stands in the queue of `b` only.
+    pair.server.queue_waiter(&keys("b").queue(), b"someone-else", 1, 60_000);
+    let zrems = pair.server.zrems;
+    pair.release_burst(3);
+    pair.exchange();
+    assert!(pair.client.owes_nothing());
+    assert_eq!(pair.client.outstanding_releases(), 0);
+    // One ZREM per subject, then (one queue found among the three) the
+    // RELEASE of each: one of them hands `b`'s slot over.
+    assert_eq!(pair.server.zrems - zrems, 6);
+    assert_eq!(pair.server.live_leases(keys("b").leases()), [&b"someone-else"[..]]);
+    for subject in ["a", "c"] {
+        assert!(pair.server.live_leases(keys(subject).leases()).is_empty(), "{subject}");
+    }
+}

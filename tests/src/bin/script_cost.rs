@@ -6,7 +6,9 @@
 //! one of its pieces taken out by editing its text (what that piece costs);
 //! the same acquires in `ACQUIRE_ACROSS` calls of 4 and of 16 (what a script
 //! call costs); and the minimal TTL lease (prune, count, add; a plain
-//! `ZREM`) as the floor. Rounds rotate which variant runs first; each
+//! `ZREM`) as the floor; and `ACQUIRE` registered as a Redis function
+//! (`FUNCTION LOAD`, `FCALL`), its helpers defined once at load rather than
+//! at every call. Rounds rotate which variant runs first; each
 //! variant is compared with `ACQUIRE` measured in the same round. Redis CPU
 //! from `INFO cpu`, commands from `INFO commandstats`. Starts its own
 //! redis-server; bounded in count.
@@ -38,6 +40,8 @@ enum Call {
     Across(usize),
     /// The minimal script, released by a `ZREM` alone.
     Minimal,
+    /// `FCALL` of the function the variant's library registers.
+    Function,
 }
 
 struct Variant {
@@ -55,6 +59,16 @@ fn without(from: &str, to: &str) -> String {
         "{from:?} is no longer in ACQUIRE: update this benchmark"
     );
     ACQUIRE.replace(from, to)
+}
+
+/// `ACQUIRE` as a function library: its helpers defined once, at load.
+fn as_function() -> String {
+    let body_at = ACQUIRE.find("-- ACQUIRE: take a lease").expect("ACQUIRE's own text");
+    format!(
+        "#!lua name=cost\n{}\nredis.register_function('acquire', function(KEYS, ARGV)\n{}\nend)\n",
+        &ACQUIRE[..body_at],
+        &ACQUIRE[body_at..]
+    )
 }
 
 fn variants() -> Vec<Variant> {
@@ -117,6 +131,12 @@ fn variants() -> Vec<Variant> {
             b"0",
         ),
         variant(
+            "ACQUIRE as a function (`FCALL`), without a token",
+            &as_function(),
+            Call::Function,
+            b"0",
+        ),
+        variant(
             "minimal (prune, count, add; `ZREM`)",
             MINIMAL_ACQUIRE,
             Call::Minimal,
@@ -162,11 +182,14 @@ impl Cycles {
             .collect();
         let per_call = match call {
             Call::Across(n) => n,
-            Call::One | Call::Minimal => 1,
+            Call::One | Call::Minimal | Call::Function => 1,
         };
         let mut replies = 0;
         for chunk in (0..WINDOW).collect::<Vec<_>>().chunks(per_call) {
-            let mut args: Vec<&[u8]> = vec![b"EVALSHA", sha.as_bytes(), b""];
+            let mut args: Vec<&[u8]> = match call {
+                Call::Function => vec![b"FCALL", b"acquire", b""],
+                _ => vec![b"EVALSHA", sha.as_bytes(), b""],
+            };
             let mut argv: Vec<&[u8]> = Vec::new();
             for &i in chunk {
                 let subject = &self.subjects[leases[i].0];
@@ -176,7 +199,7 @@ impl Cycles {
                         args.push(subject.keys.leases());
                         argv.extend([self.now_ms.as_bytes(), self.expiry.as_bytes(), b"1000", id]);
                     }
-                    Call::One | Call::Across(_) => {
+                    Call::One | Call::Across(_) | Call::Function => {
                         args.extend([
                             &subject.keys.leases()[..],
                             &tombstones[i],
@@ -256,12 +279,16 @@ fn main() {
     let variants = variants();
     let shas: Vec<String> = variants
         .iter()
-        .map(
-            |v| match client.call(&[b"SCRIPT", b"LOAD", v.text.as_bytes()]).unwrap() {
+        .map(|v| {
+            let verb: &[&[u8]] = match v.call {
+                Call::Function => &[b"FUNCTION", b"LOAD"],
+                _ => &[b"SCRIPT", b"LOAD"],
+            };
+            match client.call(&[verb[0], verb[1], v.text.as_bytes()]).unwrap() {
                 Frame::BulkString(sha) => String::from_utf8(sha.to_vec()).unwrap(),
                 other => panic!("{}: {other:?}", v.name),
-            },
-        )
+            }
+        })
         .collect();
     let subjects = (0..SUBJECTS)
         .map(|i| {

@@ -4,6 +4,7 @@ use bytes::Bytes;
 
 use super::start;
 use crate::client::effect::Effect;
+use crate::client::hand_over;
 use crate::client::request::HandOver;
 use crate::client::request::Request;
 use crate::key::{Key, SubjectKeys};
@@ -22,9 +23,7 @@ fn hand_over() -> HandOver {
 #[test]
 fn a_queue_found_sends_release_on_the_same_node_and_none_sends_nothing() {
     let (mut fx, deadline) = (Vec::new(), start());
-    hand_over()
-        .checked(Frame::Integer(1), false, 3, deadline, &mut fx)
-        .unwrap();
+    hand_over::queues_checked(vec![hand_over()], Frame::Integer(1), false, 3, deadline, &mut fx).unwrap();
     match &fx[..] {
         [Effect::Send(3, Request::HandOver(sent), at)] => {
             assert_eq!(sent.ids, hand_over().ids);
@@ -34,10 +33,30 @@ fn a_queue_found_sends_release_on_the_same_node_and_none_sends_nothing() {
         other => panic!("{other:?}"),
     }
     let mut fx = Vec::new();
-    hand_over()
-        .checked(Frame::Integer(0), false, 3, start(), &mut fx)
-        .unwrap();
+    hand_over::queues_checked(vec![hand_over()], Frame::Integer(0), false, 3, start(), &mut fx).unwrap();
     assert!(fx.is_empty(), "{fx:?}");
+}
+
+#[test]
+fn one_queue_among_several_subjects_sends_release_on_each_of_them() {
+    let other = HandOver {
+        keys: SubjectKeys::new("t", &Key::new("ns", "other").unwrap()),
+        ..hand_over()
+    };
+    let (mut fx, deadline) = (Vec::new(), start());
+    hand_over::queues_checked(vec![hand_over(), other], Frame::Integer(1), false, 0, deadline, &mut fx).unwrap();
+    let subjects: Vec<_> = fx
+        .iter()
+        .map(|effect| match effect {
+            Effect::Send(0, Request::HandOver(sent), at) if *at == deadline => sent.keys.leases(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(subjects.len(), 2, "the count does not say whose queue: both are served");
+    assert_ne!(subjects[0], subjects[1]);
+    let mut fx = Vec::new();
+    let garbled = hand_over::queues_checked(vec![hand_over()], Frame::Integer(-1), false, 0, deadline, &mut fx);
+    assert!(garbled.is_err(), "a negative count is no reply EXISTS gives");
 }
 
 #[test]
@@ -61,11 +80,11 @@ fn a_script_not_cached_is_sent_again_by_text_once() {
 fn a_moved_slot_asks_for_a_slot_table_and_a_wrong_shape_retires() {
     let mut fx = Vec::new();
     let moved = Frame::Error("MOVED 12 127.0.0.1:7001".into());
-    hand_over().checked(moved, true, 0, start(), &mut fx).unwrap();
+    hand_over::queues_checked(vec![hand_over()], moved, true, 0, start(), &mut fx).unwrap();
     assert!(matches!(&fx[..], [Effect::RefreshTopology]), "{fx:?}");
     let mut fx = Vec::new();
     let garbled = Frame::BulkString(Bytes::from_static(b"1"));
-    assert!(hand_over().checked(garbled, false, 0, start(), &mut fx).is_err());
+    assert!(hand_over::queues_checked(vec![hand_over()], garbled, false, 0, start(), &mut fx).is_err());
     assert!(hand_over()
         .handed(Frame::Array(vec![]), false, 0, start(), &mut fx)
         .is_err());
