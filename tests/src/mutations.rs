@@ -85,8 +85,11 @@ pub const MUTATIONS: &[Mutation] = &[
     },
     Mutation {
         name: "fractional-arguments",
-        undoes: "numbers are whole before anything is written (finding 8)",
-        edits: &[("if not n or n ~= math.floor(n) or n < least or n >= 9007199254740992 then", "if not n then")],
+        undoes: "numbers are whole, in plain decimal, before anything is written (finding 8)",
+        edits: &[(
+            "local n = (value == '0' or string.find(value, '^[1-9]%d*$')) and tonumber(value)\n  if not n or n < least or n >= 9007199254740992 then",
+            "local n = tonumber(value)\n  if not n then",
+        )],
     },
     Mutation {
         name: "plain-grant-over-limit",

@@ -333,11 +333,21 @@ fn bad_arguments_write_nothing(server: &RedisServer, scripts: Scripts) {
     let now = Subject::now(&mut redis);
     assert_eq!(s.acquire(&mut redis, "a", 5, LONG).status, 1);
     assert_eq!(s.acquire(&mut redis, "b", 5, LONG).status, 1);
-    // Weight 0, an expiry of 1.5 ms: errors, and nothing written.
+    // Weight 0, an expiry of 1.5 ms, or one written in any form but plain
+    // decimal (the scripts hand the expiry on to `ZADD` and `PEXPIREAT` as
+    // given, which would read some of these otherwise or not at all):
+    // errors, and nothing written.
     let zero_weight = s.encode_acquire("c*0", 5, now + LONG, now + HOUR, None);
     assert!(matches!(redis.call_raw(&zero_weight).unwrap(), Frame::Error(e) if e.contains("weight")));
-    let fractional = with_fractional_expiry(&s, now);
-    assert!(matches!(redis.call_raw(&fractional).unwrap(), Frame::Error(e) if e.contains("expiry")));
+    for expiry in [
+        "1.5", "012345", "1.2345e4", "+12345", " 12345", "0x3039", "12345 ", "-0", "",
+    ] {
+        let odd = with_expiry_written_as(&s, now, expiry);
+        assert!(
+            matches!(redis.call_raw(&odd).unwrap(), Frame::Error(e) if e.contains("expiry")),
+            "expiry {expiry:?} was taken"
+        );
+    }
     assert_eq!(s.units(&mut redis), 2, "nothing was written");
     assert_eq!(s.score(&mut redis, "c"), None);
     for key in s.all_keys(&mut redis) {
@@ -345,13 +355,13 @@ fn bad_arguments_write_nothing(server: &RedisServer, scripts: Scripts) {
     }
 }
 
-/// An acquire whose expiry is `1.5` (not a whole number of milliseconds).
-fn with_fractional_expiry(s: &Subject, now: u64) -> Vec<u8> {
+/// An acquire whose expiry argument is `expiry`, as written.
+fn with_expiry_written_as(s: &Subject, now: u64, expiry: &str) -> Vec<u8> {
     let text = s.encode_acquire("c", 5, 12345, now + HOUR, None);
     let needle = b"$5\r\n12345\r\n";
     let at = text.windows(needle.len()).position(|w| w == needle).unwrap();
     let mut out = text[..at].to_vec();
-    out.extend_from_slice(b"$3\r\n1.5\r\n");
+    out.extend_from_slice(format!("${}\r\n{expiry}\r\n", expiry.len()).as_bytes());
     out.extend_from_slice(&text[at + needle.len()..]);
     out
 }

@@ -24,7 +24,7 @@
 -- Fairness: a fail-fast acquire is a newcomer behind every live waiter of
 -- the subject (see `lib/queue.lua`). A subject with no queue, no tombstone
 -- and no recovery hold pays one `EXISTS` for all three: a grant is then
--- `TIME`, `EXISTS`, `ZCARD`, `ZADD`, `PEXPIRE` (and the counter's `SET`
+-- `TIME`, `EXISTS`, `ZCARD`, `ZADD`, `PEXPIREAT` (and the counter's `SET`
 -- when it draws a token; the prune of expired units, `ZREMRANGEBYSCORE`,
 -- only when they fill the subject).
 -- The work is `lib/acquire_one.lua`'s, shared with `ACQUIRE_ACROSS`.
@@ -38,5 +38,5 @@ weight(id)
 local now, time = server_time()
 local status, token, reclaimed = acquire_one(
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
-  expiry, limit, id, valid_until, ARGV[5], fenced, now, time)
+  expiry, ARGV[1], limit, id, valid_until, ARGV[5], fenced, now, time)
 return {status, id, token, reclaimed}

@@ -26,7 +26,7 @@ for i = 1, n do
   local id = ARGV[k + 3]
   local status, token, freed = acquire_one(
     KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6],
-    expiries[i], limits[i], id, valid[i], ARGV[k + 5], fenced[i], now, time)
+    expiries[i], ARGV[k + 1], limits[i], id, valid[i], ARGV[k + 5], fenced[i], now, time)
   reply[#reply + 1] = status
   reply[#reply + 1] = id
   reply[#reply + 1] = token

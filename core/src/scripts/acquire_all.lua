@@ -59,7 +59,7 @@ for i = 1, n do
       status = -4
     end
   else
-    local _, pruned = grant_one(KEYS[k + 1], KEYS[k + 3], expiries[i], id, false, now, time, lives[i], fresh[i])
+    local _, pruned = grant_one(KEYS[k + 1], KEYS[k + 3], expiries[i], ARGV[k + 1], id, false, now, time, lives[i], fresh[i])
     reclaimed = reclaimed + pruned
   end
   reply[#reply + 1] = status

@@ -37,6 +37,8 @@ if now > valid_until or expiry <= now then
 end
 local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 local live = redis.call('ZCARD', leases)
+-- No units left: the set does not exist, nor its expiry.
+local new = live == 0
 -- The queue's claim is walked once for the batch (one limit): `open` says
 -- whether any newcomer may pass the waiters, `live` then counts what those
 -- served before them would hold, and `room` how many units newcomers may
@@ -67,7 +69,9 @@ for i = 5, #ARGV do
       -- weight-1 leases in one `ZADD`.
       live, grew, room = live + w, true, room - w
       if w == 1 then
-        plain[#plain + 1] = expiry
+        -- The expiry as given (checked by `integer`): Lua would format
+        -- the number anew for each command.
+        plain[#plain + 1] = ARGV[1]
         plain[#plain + 1] = id
       else
         heavy[#heavy + 1] = id
@@ -88,13 +92,19 @@ end
 -- call before anything else is written.
 local token = granted > 0 and next_tokens(fence, time, expiry - now, granted)
 for _, id in ipairs(heavy) do
-  add_units(leases, expiry, id)
+  add_units(leases, ARGV[1], id)
 end
 if #plain > 0 then
   redis.call('ZADD', leases, unpack(plain))
 end
 if grew then
-  cover(leases, expiry - now)
+  -- The key ends with its longest lease; `GT` extends an expiry, never
+  -- shortens it (and a key with none, which only a new set is, takes one).
+  if new then
+    redis.call('PEXPIREAT', leases, ARGV[1])
+  else
+    redis.call('PEXPIREAT', leases, ARGV[1], 'GT')
+  end
 end
 if granted > 0 then
   local given = {}

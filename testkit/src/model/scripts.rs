@@ -28,9 +28,12 @@ pub(super) fn text(n: u64) -> Bytes {
     Bytes::from(n.to_string())
 }
 
-/// `lib/args.lua`'s `integer`: a whole number of at least `least`.
+/// `lib/args.lua`'s `integer`: a whole number of at least `least`, in plain
+/// decimal (no sign, no leading zero, no exponent).
 pub(super) fn integer(value: &[u8], name: &str, least: u64) -> Result<u64, Stop> {
-    let n = lua_number(value);
+    let plain = value == b"0"
+        || (value.first().is_some_and(|d| (b'1'..=b'9').contains(d)) && value.iter().all(u8::is_ascii_digit));
+    let n = if plain { lua_number(value) } else { None };
     match n {
         Some(n) if n == n.floor() && n >= least as f64 && n < 9_007_199_254_740_992.0 => Ok(n as u64),
         _ => Err(Frame::Error(

@@ -101,9 +101,9 @@ fn variants() -> Vec<Variant> {
             b"0",
         ),
         one(
-            "without the lease set's expiry (`PEXPIRE`)",
-            without("redis.call('PEXPIRE', leases, expiry - now + 1, 'GT')", "do end")
-                .replace("redis.call('PEXPIRE', leases, expiry - now + 1)", "do end"),
+            "without the lease set's expiry (`PEXPIREAT`)",
+            without("redis.call('PEXPIREAT', leases, at, 'GT')", "do end")
+                .replace("redis.call('PEXPIREAT', leases, at)", "do end"),
         ),
         one(
             "without the check for tombstone, queue and hold (`EXISTS`)",
@@ -128,6 +128,23 @@ fn variants() -> Vec<Variant> {
             "ACQUIRE_ACROSS of 16, without tokens",
             ACQUIRE_ACROSS,
             Call::Across(16),
+            b"0",
+        ),
+        variant(
+            "ACQUIRE without a token, its expiry formatted by Lua (as before)",
+            &without(
+                "local added = add_units(leases, at, id, 'NX')",
+                "local added = add_units(leases, expiry, id, 'NX')",
+            )
+            .replace(
+                "redis.call('PEXPIREAT', leases, at, 'GT')",
+                "redis.call('PEXPIRE', leases, expiry - now + 1, 'GT')",
+            )
+            .replace(
+                "redis.call('PEXPIREAT', leases, at)",
+                "redis.call('PEXPIRE', leases, expiry - now + 1)",
+            ),
+            Call::One,
             b"0",
         ),
         variant(

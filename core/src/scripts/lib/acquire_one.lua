@@ -63,37 +63,42 @@ local function admit_one(leases, tombstone, queue, waiters, holds, limit, id, va
 end
 
 -- Writes what `admit_one` admitted (`live` and `fresh` are its answers).
--- Returns the token (0 unless `fenced`) and the units a prune reclaimed here.
-local function grant_one(leases, fence, expiry, id, fenced, now, time, live, fresh)
+-- `at` is `expiry` as the caller wrote it (checked by `integer`): the lease
+-- and its key's expiry are written with it, not with the number, which
+-- Lua would format anew for each command. Returns the token (0 unless
+-- `fenced`) and the units a prune reclaimed here.
+local function grant_one(leases, fence, expiry, at, id, fenced, now, time, live, fresh)
   -- The token first: a fence key of a foreign type fails the call before
   -- anything else is written.
   local token = fenced and next_tokens(fence, time, expiry - now, 1) or 0
   if live < 0 then
     if fresh then
-      add_units(leases, expiry, id)
+      add_units(leases, at, id)
       cover(leases, expiry - now)
     end
     return token, 0
   end
   -- `NX`: an id that holds its lease already keeps its expiry.
   local reclaimed = 0
-  local added = add_units(leases, expiry, id, 'NX')
+  local added = add_units(leases, at, id, 'NX')
   if added == 0 and tonumber(redis.call('ZSCORE', leases, id)) <= now then
     -- The id's own earlier lease, expired and not pruned yet (its units
     -- were counted as held, so there is room without them): pruned, and
     -- the id takes a fresh lease.
     reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
     live = live - reclaimed
-    added = add_units(leases, expiry, id, 'NX')
+    added = add_units(leases, at, id, 'NX')
   end
   if added > 0 then
+    -- The key ends with its longest lease (at `at`, the lease is over:
+    -- scripts count a unit as live while its expiry is after now).
     if live == 0 then
       -- The set was empty, so it is new: no expiry to compare with.
-      redis.call('PEXPIRE', leases, expiry - now + 1)
+      redis.call('PEXPIREAT', leases, at)
     else
       -- Every lease set our scripts write has an expiry: `GT` extends
       -- it, never shortens it, in one command.
-      redis.call('PEXPIRE', leases, expiry - now + 1, 'GT')
+      redis.call('PEXPIREAT', leases, at, 'GT')
     end
   end
   return token, reclaimed
@@ -101,12 +106,12 @@ end
 
 -- Both steps: returns the status, the token (0 unless granted and
 -- `fenced`) and the units the prunes reclaimed.
-local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expiry, limit, id, valid_until, hold, fenced, now, time)
+local function acquire_one(leases, tombstone, fence, queue, waiters, holds, expiry, at, limit, id, valid_until, hold, fenced, now, time)
   local status, reclaimed, live, fresh =
     admit_one(leases, tombstone, queue, waiters, holds, limit, id, valid_until, expiry, hold, now)
   if status ~= 1 then
     return status, 0, reclaimed
   end
-  local token, pruned = grant_one(leases, fence, expiry, id, fenced, now, time, live, fresh)
+  local token, pruned = grant_one(leases, fence, expiry, at, id, fenced, now, time, live, fresh)
   return 1, token, reclaimed + pruned
 end
