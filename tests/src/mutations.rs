@@ -92,6 +92,14 @@ pub const MUTATIONS: &[Mutation] = &[
         )],
     },
     Mutation {
+        name: "absolute-key-expiry",
+        undoes: "a new lease set's expiry is relative: an absolute one past on Redis's clock deletes the set mid-call",
+        edits: &[(
+            "redis.call('PEXPIRE', leases, expiry - now + 1)\n",
+            "redis.call('PEXPIREAT', leases, at)\n",
+        )],
+    },
+    Mutation {
         name: "plain-grant-over-limit",
         undoes: "the one-EXISTS fast path of a fail-fast acquire still checks the limit",
         edits: &[("  if live + w > limit and not redis.call('ZSCORE', leases, id) then", "  if false then")],

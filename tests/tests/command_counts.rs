@@ -90,7 +90,7 @@ const CYCLE: &[(&str, u64)] = &[
     ("exists", 2),
     ("zcard", 1),
     ("zadd", 1),
-    ("pexpireat", 1),
+    ("pexpire", 1),
     // The release, no script: the removal, and whether anyone waits (the
     // second EXISTS above).
     ("zrem", 1),

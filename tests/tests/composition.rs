@@ -355,6 +355,79 @@ fn bad_arguments_write_nothing(server: &RedisServer, scripts: Scripts) {
     }
 }
 
+/// A lease that ends while its own script call still runs keeps its set
+/// alive to the call's end: Redis 7.0 deletes a key at once when an
+/// absolute expiry (`PEXPIREAT`) has passed on its clock, which runs on
+/// during a long call, and the call's next acquire on the subject would
+/// then find room beside a lease it just granted. Forty heavy acquires
+/// of other subjects make the `ACQUIRE_ACROSS` call last tens of
+/// milliseconds; `a` ends 3 ms after the call is sent, `b` comes last.
+fn a_lease_ending_during_its_call_keeps_its_set_to_the_end(server: &RedisServer, scripts: Scripts) {
+    const FILLERS: usize = 40;
+    let mut redis = server.client();
+    let text = scripts.acquire_across.text;
+    let prefix = format!("f12-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    for attempt in 0..20 {
+        let now = Subject::now(&mut redis);
+        let far = (now + HOUR).to_string();
+        let subject = |name: String| {
+            let base = format!("{prefix}:{{{name}}}");
+            [":leases", ":gone", ":fence", ":queue", ":waiters", ":held"].map(|suffix| format!("{base}{suffix}"))
+        };
+        let mut keys: Vec<String> = Vec::new();
+        let mut args: Vec<String> = Vec::new();
+        for filler in 0..FILLERS {
+            keys.extend(subject(format!("filler-{attempt}-{filler}")));
+            args.extend([
+                far.clone(),
+                "1000".into(),
+                "x*1000".into(),
+                far.clone(),
+                String::new(),
+                "0".into(),
+            ]);
+        }
+        let s = subject(format!("s-{attempt}"));
+        keys.extend(s.clone());
+        args.extend([
+            (now + 3).to_string(),
+            "1".into(),
+            "a".into(),
+            far.clone(),
+            String::new(),
+            "0".into(),
+        ]);
+        keys.extend(s.clone());
+        args.extend([
+            far.clone(),
+            "1".into(),
+            "b".into(),
+            far.clone(),
+            String::new(),
+            "0".into(),
+        ]);
+        let count = keys.len().to_string();
+        let mut call: Vec<&[u8]> = vec![b"EVAL", text.as_bytes(), count.as_bytes()];
+        call.extend(keys.iter().map(|k| k.as_bytes()));
+        call.extend(args.iter().map(|a| a.as_bytes()));
+        let statuses: Vec<Frame> = match redis.call(&call).unwrap() {
+            Frame::Array(items) => items.chunks(3).filter(|c| c.len() == 3).map(|c| c[0].clone()).collect(),
+            other => panic!("{other:?}"),
+        };
+        if statuses[FILLERS] != Frame::Integer(1) {
+            // The call started after `a`'s end (a slow machine): again.
+            continue;
+        }
+        assert_eq!(
+            statuses[FILLERS + 1],
+            Frame::Integer(0),
+            "limit 1: `b` was granted beside `a`, granted in the same call"
+        );
+        return;
+    }
+    panic!("in 20 attempts no call started before its first lease's end");
+}
+
 /// An acquire whose expiry argument is `expiry`, as written.
 fn with_expiry_written_as(s: &Subject, now: u64, expiry: &str) -> Vec<u8> {
     let text = s.encode_acquire("c", 5, 12345, now + HOUR, None);
@@ -448,6 +521,11 @@ mod fixed {
     fn bad_arguments_write_nothing() {
         super::bad_arguments_write_nothing(&RedisServer::start(), Scripts::default());
     }
+
+    #[test]
+    fn a_lease_ending_during_its_call_keeps_its_set_to_the_end() {
+        super::a_lease_ending_during_its_call_keeps_its_set_to_the_end(&RedisServer::start(), Scripts::default());
+    }
 }
 
 /// Each finding's test, with its fix undone (see `inflight_tests::mutations`):
@@ -455,7 +533,7 @@ mod fixed {
 #[test]
 fn each_finding_fails_with_its_fix_undone() {
     type Finding = fn(&RedisServer, Scripts);
-    let pairs: [(&str, Finding); 12] = [
+    let pairs: [(&str, Finding); 13] = [
         (
             "hand-over-to-holder",
             a_release_skips_and_drops_a_queue_entry_whose_id_already_holds,
@@ -486,6 +564,10 @@ fn each_finding_fails_with_its_fix_undone() {
         ("batch-counts-repeats", a_batch_counts_a_repeated_id_once),
         ("no-argument-checks", bad_arguments_write_nothing),
         ("fractional-arguments", bad_arguments_write_nothing),
+        (
+            "absolute-key-expiry",
+            a_lease_ending_during_its_call_keeps_its_set_to_the_end,
+        ),
     ];
     let server = RedisServer::start();
     let quiet = std::panic::take_hook();

@@ -24,7 +24,7 @@
 -- Fairness: a fail-fast acquire is a newcomer behind every live waiter of
 -- the subject (see `lib/queue.lua`). A subject with no queue, no tombstone
 -- and no recovery hold pays one `EXISTS` for all three: a grant is then
--- `TIME`, `EXISTS`, `ZCARD`, `ZADD`, `PEXPIREAT` (and the counter's `SET`
+-- `TIME`, `EXISTS`, `ZCARD`, `ZADD`, `PEXPIRE` (and the counter's `SET`
 -- when it draws a token; the prune of expired units, `ZREMRANGEBYSCORE`,
 -- only when they fill the subject).
 -- The work is `lib/acquire_one.lua`'s, shared with `ACQUIRE_ACROSS`.

@@ -37,8 +37,6 @@ if now > valid_until or expiry <= now then
 end
 local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 local live = redis.call('ZCARD', leases)
--- No units left: the set does not exist, nor its expiry.
-local new = live == 0
 -- The queue's claim is walked once for the batch (one limit): `open` says
 -- whether any newcomer may pass the waiters, `live` then counts what those
 -- served before them would hold, and `room` how many units newcomers may
@@ -98,13 +96,7 @@ if #plain > 0 then
   redis.call('ZADD', leases, unpack(plain))
 end
 if grew then
-  -- The key ends with its longest lease; `GT` extends an expiry, never
-  -- shortens it (and a key with none, which only a new set is, takes one).
-  if new then
-    redis.call('PEXPIREAT', leases, ARGV[1])
-  else
-    redis.call('PEXPIREAT', leases, ARGV[1], 'GT')
-  end
+  cover(leases, expiry - now)
 end
 if granted > 0 then
   local given = {}

@@ -74,7 +74,7 @@ pub const ACQUIRE_WAITING: &str = lua!(
 /// Several acquires of one subject and limit in one call
 /// (`scripts/acquire_many.lua`).
 pub const ACQUIRE_MANY: &str = lua!(
-    ["args", "clock", "weight", "add_units", "queue", "fence"],
+    ["args", "clock", "weight", "add_units", "cover", "queue", "fence"],
     "acquire_many"
 );
 

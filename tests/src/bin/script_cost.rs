@@ -101,9 +101,9 @@ fn variants() -> Vec<Variant> {
             b"0",
         ),
         one(
-            "without the lease set's expiry (`PEXPIREAT`)",
-            without("redis.call('PEXPIREAT', leases, at, 'GT')", "do end")
-                .replace("redis.call('PEXPIREAT', leases, at)", "do end"),
+            "without the lease set's expiry (`PEXPIRE`)",
+            without("redis.call('PEXPIRE', leases, expiry - now + 1, 'GT')", "do end")
+                .replace("redis.call('PEXPIRE', leases, expiry - now + 1)", "do end"),
         ),
         one(
             "without the check for tombstone, queue and hold (`EXISTS`)",
@@ -135,14 +135,6 @@ fn variants() -> Vec<Variant> {
             &without(
                 "local added = add_units(leases, at, id, 'NX')",
                 "local added = add_units(leases, expiry, id, 'NX')",
-            )
-            .replace(
-                "redis.call('PEXPIREAT', leases, at, 'GT')",
-                "redis.call('PEXPIRE', leases, expiry - now + 1, 'GT')",
-            )
-            .replace(
-                "redis.call('PEXPIREAT', leases, at)",
-                "redis.call('PEXPIRE', leases, expiry - now + 1)",
             ),
             Call::One,
             b"0",

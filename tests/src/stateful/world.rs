@@ -1400,7 +1400,10 @@ fn same_data(a: &[(Bytes, String, Option<u64>)], b: &[(Bytes, String, Option<u64
         .map(|(key, _, _)| key)
         .collect();
     let lasting = |data: &[(Bytes, String, Option<u64>)]| -> Vec<(Bytes, String, Option<u64>)> {
-        data.iter().filter(|(key, _, _)| !soon.contains(&key)).cloned().collect()
+        data.iter()
+            .filter(|(key, _, _)| !soon.contains(&key))
+            .cloned()
+            .collect()
     };
     let (a, b) = (lasting(a), lasting(b));
     a.len() == b.len()

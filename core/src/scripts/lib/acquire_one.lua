@@ -64,8 +64,7 @@ end
 
 -- Writes what `admit_one` admitted (`live` and `fresh` are its answers).
 -- `at` is `expiry` as the caller wrote it (checked by `integer`): the lease
--- and its key's expiry are written with it, not with the number, which
--- Lua would format anew for each command. Returns the token (0 unless
+-- is written with it, not with the number, which Lua would format anew. Returns the token (0 unless
 -- `fenced`) and the units a prune reclaimed here.
 local function grant_one(leases, fence, expiry, at, id, fenced, now, time, live, fresh)
   -- The token first: a fence key of a foreign type fails the call before
@@ -90,15 +89,17 @@ local function grant_one(leases, fence, expiry, at, id, fenced, now, time, live,
     added = add_units(leases, at, id, 'NX')
   end
   if added > 0 then
-    -- The key ends with its longest lease (at `at`, the lease is over:
-    -- scripts count a unit as live while its expiry is after now).
+    -- Relative, not `PEXPIREAT at`: Redis 7.0 deletes a key at once when
+    -- the instant given has passed on its clock, which runs on while a
+    -- long script does (a lease ending within the call would take its set
+    -- with it, and the call's later acquires would find room).
     if live == 0 then
       -- The set was empty, so it is new: no expiry to compare with.
-      redis.call('PEXPIREAT', leases, at)
+      redis.call('PEXPIRE', leases, expiry - now + 1)
     else
       -- Every lease set our scripts write has an expiry: `GT` extends
       -- it, never shortens it, in one command.
-      redis.call('PEXPIREAT', leases, at, 'GT')
+      redis.call('PEXPIRE', leases, expiry - now + 1, 'GT')
     end
   end
   return token, reclaimed
