@@ -26,11 +26,11 @@ use crate::resp::Frame;
 use crate::scripts::{Eval, ScriptKind};
 
 /// The reply to the `EXISTS` of the queues of `hand_overs` (the subjects of
-/// one write's `ZREM`s on `node`): none (0) wants nothing. Any number
-/// wants the `RELEASE` on every one of them, as the count does not say
-/// which: on a subject with no queue it gives nothing back and hands
-/// nothing over, and waiters are rare enough that one `EXISTS` for all,
-/// not one per subject, is what a write of many tenants' releases saves.
+/// one write's `ZREM`s on `node`). None (0), the common case, wants nothing:
+/// one `EXISTS` for all, not one per subject, is what a write of many
+/// tenants' releases saves. As many as were checked want the `RELEASE` on
+/// each. Fewer do not say whose: each subject is checked again on its own,
+/// a round trip later, rather than a script call on every one of them.
 pub(super) fn queues_checked(
     hand_overs: Vec<HandOver>,
     frame: Frame,
@@ -41,13 +41,16 @@ pub(super) fn queues_checked(
 ) -> Result<(), ConnectionError> {
     match frame {
         Frame::Integer(0) => {}
-        Frame::Integer(found) if found > 0 => {
-            fx.extend(
-                hand_overs
-                    .into_iter()
-                    .map(|hand_over| Effect::Send(node, Request::HandOver(hand_over), deadline)),
-            );
-        }
+        Frame::Integer(found) if found >= hand_overs.len() as i64 => fx.extend(
+            hand_overs
+                .into_iter()
+                .map(|hand_over| Effect::Send(node, Request::HandOver(hand_over), deadline)),
+        ),
+        Frame::Integer(found) if found > 0 => fx.extend(
+            hand_overs
+                .into_iter()
+                .map(|hand_over| Effect::Send(node, Request::QueueCheck(vec![hand_over]), deadline)),
+        ),
         Frame::Error(message) => refused(&message, cluster, fx),
         other => return Err(unexpected("queue check", &other)),
     }

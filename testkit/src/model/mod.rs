@@ -108,6 +108,9 @@ pub struct RedisModel {
     pub leaves: usize,
     /// `TIME` calls executed.
     pub times: usize,
+    /// `EXISTS` commands executed (the client's queue checks; the scripts'
+    /// own checks are not commands here).
+    pub exists: usize,
     /// Every renewal's status, in order.
     pub renewals: Vec<i64>,
     /// Every lease written back after a loss: (lease set, id, status).
@@ -326,6 +329,7 @@ impl RedisModel {
                 Frame::Integer(self.store.zrem(&args[1], &args[2..]) as i64)
             }
             ("EXISTS", n) if n >= 2 => {
+                self.exists += 1;
                 self.time();
                 Frame::Integer(args[1..].iter().filter(|key| self.store.exists(key)).count() as i64)
             }

@@ -192,21 +192,32 @@ fn releases_of_several_subjects_check_their_queues_at_once_and_serve_the_one_tha
     let config = config();
     let keys = |subject: &str| SubjectKeys::new(&config.key_prefix, &Key::new("t", subject).unwrap());
     let mut pair = Pair::connected(config.clone(), start());
-    for subject in ["a", "b", "c"] {
-        let request = pair.acquire("t", subject, 1);
-        pair.exchange();
-        assert!(matches!(pair.outcome(request), Some(Outcome::Granted(_))));
-    }
+    let grant_all = |pair: &mut Pair| {
+        for subject in ["a", "b", "c"] {
+            let request = pair.acquire("t", subject, 1);
+            pair.exchange();
+            assert!(matches!(pair.outcome(request), Some(Outcome::Granted(_))));
+        }
+    };
+    // Nobody waits: one ZREM per subject and one EXISTS for the three.
+    grant_all(&mut pair);
+    let (zrems, exists) = (pair.server.zrems, pair.server.exists);
+    pair.release_burst(3);
+    pair.exchange();
+    assert!(pair.client.owes_nothing());
+    assert_eq!((pair.server.zrems - zrems, pair.server.exists - exists), (3, 1));
     // Another replica's waiter stands in the queue of `b` only.
+    grant_all(&mut pair);
     pair.server.queue_waiter(&keys("b").queue(), b"someone-else", 1, 60_000);
-    let zrems = pair.server.zrems;
+    let (zrems, exists) = (pair.server.zrems, pair.server.exists);
     pair.release_burst(3);
     pair.exchange();
     assert!(pair.client.owes_nothing());
     assert_eq!(pair.client.outstanding_releases(), 0);
-    // One ZREM per subject, then (one queue found among the three) the
-    // RELEASE of each: one of them hands `b`'s slot over.
-    assert_eq!(pair.server.zrems - zrems, 6);
+    // The EXISTS counts one queue without saying whose: each subject is
+    // checked again on its own, and only `b` gets the RELEASE that hands
+    // its slot over.
+    assert_eq!((pair.server.zrems - zrems, pair.server.exists - exists), (4, 4));
     assert_eq!(pair.server.live_leases(keys("b").leases()), [&b"someone-else"[..]]);
     for subject in ["a", "c"] {
         assert!(pair.server.live_leases(keys(subject).leases()).is_empty(), "{subject}");

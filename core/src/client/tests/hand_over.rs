@@ -38,22 +38,54 @@ fn a_queue_found_sends_release_on_the_same_node_and_none_sends_nothing() {
 }
 
 #[test]
-fn one_queue_among_several_subjects_sends_release_on_each_of_them() {
-    let other = HandOver {
+fn a_queue_among_several_subjects_is_found_by_checking_each_again() {
+    let other = || HandOver {
         keys: SubjectKeys::new("t", &Key::new("ns", "other").unwrap()),
         ..hand_over()
     };
     let (mut fx, deadline) = (Vec::new(), start());
-    hand_over::queues_checked(vec![hand_over(), other], Frame::Integer(1), false, 0, deadline, &mut fx).unwrap();
-    let subjects: Vec<_> = fx
+    hand_over::queues_checked(
+        vec![hand_over(), other()],
+        Frame::Integer(1),
+        false,
+        0,
+        deadline,
+        &mut fx,
+    )
+    .unwrap();
+    let checked: Vec<_> = fx
         .iter()
         .map(|effect| match effect {
-            Effect::Send(0, Request::HandOver(sent), at) if *at == deadline => sent.keys.leases(),
+            Effect::Send(0, Request::QueueCheck(one), at) if *at == deadline && one.len() == 1 => one[0].keys.leases(),
             other => panic!("{other:?}"),
         })
         .collect();
-    assert_eq!(subjects.len(), 2, "the count does not say whose queue: both are served");
-    assert_ne!(subjects[0], subjects[1]);
+    assert_eq!(
+        checked,
+        [hand_over().keys.leases(), other().keys.leases()],
+        "one of two: each checked on its own"
+    );
+    // Both found: both handed over at once.
+    let mut fx = Vec::new();
+    hand_over::queues_checked(
+        vec![hand_over(), other()],
+        Frame::Integer(2),
+        false,
+        0,
+        deadline,
+        &mut fx,
+    )
+    .unwrap();
+    assert!(
+        matches!(
+            &fx[..],
+            [
+                Effect::Send(0, Request::HandOver(_), _),
+                Effect::Send(0, Request::HandOver(_), _)
+            ]
+        ),
+        "{fx:?}"
+    );
     let mut fx = Vec::new();
     let garbled = hand_over::queues_checked(vec![hand_over()], Frame::Integer(-1), false, 0, deadline, &mut fx);
     assert!(garbled.is_err(), "a negative count is no reply EXISTS gives");
