@@ -41,16 +41,16 @@ pub(super) fn queues_checked(
 ) -> Result<(), ConnectionError> {
     match frame {
         Frame::Integer(0) => {}
-        Frame::Integer(found) if found >= hand_overs.len() as i64 => fx.extend(
-            hand_overs
-                .into_iter()
-                .map(|hand_over| Effect::Send(node, Request::HandOver(hand_over), deadline)),
-        ),
-        Frame::Integer(found) if found > 0 => fx.extend(
-            hand_overs
-                .into_iter()
-                .map(|hand_over| Effect::Send(node, Request::QueueCheck(vec![hand_over]), deadline)),
-        ),
+        Frame::Integer(found) if found > 0 => {
+            let every_one = found >= hand_overs.len() as i64;
+            fx.extend(hand_overs.into_iter().map(|hand_over| {
+                let request = match every_one {
+                    true => Request::HandOver(hand_over),
+                    false => Request::QueueCheck(vec![hand_over]),
+                };
+                Effect::Send(node, request, deadline)
+            }));
+        }
         Frame::Error(message) => refused(&message, cluster, fx),
         other => return Err(unexpected("queue check", &other)),
     }
