@@ -40,6 +40,7 @@ impl ReleaseQueue {
 
     /// The injected bug: from now on a `TRYAGAIN` spends an attempt, and a
     /// release to waiters tries its script again.
+    #[cfg(feature = "fault-injection")]
     pub(super) fn spend_attempts_on_try_again(&mut self) {
         self.try_again_spends_attempts = true;
     }
