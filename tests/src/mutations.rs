@@ -87,7 +87,7 @@ pub const MUTATIONS: &[Mutation] = &[
         name: "fractional-arguments",
         undoes: "numbers are whole, in plain decimal, before anything is written (finding 8)",
         edits: &[(
-            "local n = (value == '0' or string.find(value, '^[1-9]%d*$')) and tonumber(value)\n  if not n or n < least or n >= 9007199254740992 then",
+            "local n = type(value) == 'string' and (value == '0' or string.find(value, '^[1-9]%d*$')) and tonumber(value)\n  if not n or n < least or n >= 9007199254740992 then",
             "local n = tonumber(value)\n  if not n then",
         )],
     },

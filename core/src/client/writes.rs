@@ -2,9 +2,8 @@
 //! its connection; at the next write, a connection's staged acquires of one
 //! subject and limit as one `ACQUIRE_MANY`, those left alone as one
 //! `ACQUIRE_ACROSS` (of one slot, in a cluster), the staged releases of one
-//! subject as one `ZREM`, and one check of the queues behind a node's `ZREM`s;
-//! and a call forgotten
-//! before it is written.
+//! subject as one `ZREM`, and one check of the queues behind a node's
+//! `ZREM`s; and a call forgotten before it is written.
 
 use std::time::{Duration, Instant};
 

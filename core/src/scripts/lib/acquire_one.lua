@@ -64,8 +64,9 @@ end
 
 -- Writes what `admit_one` admitted (`live` and `fresh` are its answers).
 -- `at` is `expiry` as the caller wrote it (checked by `integer`): the lease
--- is written with it, not with the number, which Lua would format anew. Returns the token (0 unless
--- `fenced`) and the units a prune reclaimed here.
+-- is written with it, not with the number, which Lua would format anew.
+-- Returns the token (0 unless `fenced`) and the units a prune reclaimed
+-- here.
 local function grant_one(leases, fence, expiry, at, id, fenced, now, time, live, fresh)
   -- The token first: a fence key of a foreign type fails the call before
   -- anything else is written.

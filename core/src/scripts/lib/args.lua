@@ -5,7 +5,7 @@
 -- so an argument a script hands on to a command as given (an expiry, which
 -- then costs no number formatting) means to Redis what it meant here.
 local function integer(value, name, least)
-  local n = (value == '0' or string.find(value, '^[1-9]%d*$')) and tonumber(value)
+  local n = type(value) == 'string' and (value == '0' or string.find(value, '^[1-9]%d*$')) and tonumber(value)
   if not n or n < least or n >= 9007199254740992 then
     error({err = 'ERR inflight: ' .. name .. ' must be a whole number of at least ' .. least .. ', not ' .. tostring(value)})
   end
