@@ -185,7 +185,7 @@ async fn run(server: &RedisServer, mode: Mode, subject: &str, measure: Duration)
         eprintln!("time {:?}", server.client().call(&[b"TIME"]));
     }
     stop.store(true, Ordering::Relaxed);
-    let elapsed = started.elapsed();
+    let stopped = Instant::now();
     let cpu = (
         cpu::process_seconds() - cpu_before,
         cpu::redis_seconds(server) - redis_before,
@@ -204,7 +204,9 @@ async fn run(server: &RedisServer, mode: Mode, subject: &str, measure: Duration)
     let grants = std::mem::take(&mut *grants.lock().unwrap());
     // What Redis ran per grant, by command (the sampler's ZCARDs and the
     // INFOs left out), on stderr: where the Redis CPU of a row goes.
-    let per_grant = |calls: f64| calls / grants.len().max(1) as f64;
+    // Commands were counted up to the stop: per grant of the window.
+    let in_window = grants.iter().filter(|g| g.granted < stopped).count().max(1) as f64;
+    let per_grant = |calls: f64| calls / in_window;
     let mut ran: Vec<(String, f64)> = commands
         .iter()
         .filter(|(name, _)| name.as_str() != "info")
@@ -219,7 +221,7 @@ async fn run(server: &RedisServer, mode: Mode, subject: &str, measure: Duration)
     let ran: Vec<String> = ran.iter().map(|(name, n)| format!("{name} {n:.2}")).collect();
     let name = if mode == Mode::Waiting { "waiting" } else { "polling" };
     eprintln!("{name}: Redis commands per grant: {}", ran.join(", "));
-    summarise(mode, &grants, elapsed, cpu, in_redis)
+    summarise(mode, &grants, (started, stopped), cpu, in_redis)
 }
 
 /// What the anchors do: try, and on `Exceeded` sleep 10 ms and try again.
@@ -234,15 +236,27 @@ async fn poll(limiter: &Limiter, key: &Key, until: Instant) -> Result<inflight_t
     }
 }
 
+/// What the row measured between `started` and `stopped`: the tasks still
+/// waiting at the stop are granted and hold after it, and those holds,
+/// grants and their CPU fall outside the window (counting them overstated
+/// the holders' utilisation by up to a tenth with 20-100 ms holds).
 fn summarise(
     mode: Mode,
     grants: &[Grant],
-    elapsed: Duration,
+    (started, stopped): (Instant, Instant),
     (client_cpu, redis_cpu): (f64, f64),
     in_redis: f64,
 ) -> String {
-    let held: Duration = grants.iter().map(|g| g.held).sum();
+    let elapsed = stopped - started;
+    let held: Duration = grants
+        .iter()
+        .map(|g| (g.granted + g.held).min(stopped).saturating_duration_since(g.granted.max(started)))
+        .sum();
     let utilisation = held.as_secs_f64() / (f64::from(LIMIT) * elapsed.as_secs_f64());
+    // Rates and CPU per grant count the window's grants; the waits and the
+    // overtaking count every call made in it, however late its grant (a
+    // caller starved past the stop is the tail these are for).
+    let in_window = grants.iter().filter(|g| g.granted < stopped).count().max(1) as f64;
     let mut waits: Vec<Duration> = grants.iter().map(|g| g.granted - g.called).collect();
     waits.sort();
     let percentile = |p: f64| waits[((waits.len() - 1) as f64 * p) as usize];
@@ -251,12 +265,12 @@ fn summarise(
         Mode::Waiting => "acquire_wait (queue + wake-ups)",
         Mode::Polling => "acquire + 10 ms poll (baseline)",
     };
-    let per_grant = |cpu: f64| cpu * 1e6 / grants.len().max(1) as f64;
+    let per_grant = |cpu: f64| cpu * 1e6 / in_window;
     format!(
         "{name} | {:.1}% | {:.1}% | {:.0} | {:.2?} | {:.2?} | {max} | {mean:.2} | {:.0} | {:.0} |",
         utilisation * 100.0,
         in_redis * 100.0,
-        grants.len() as f64 / elapsed.as_secs_f64(),
+        in_window / elapsed.as_secs_f64(),
         percentile(0.5),
         percentile(0.99),
         per_grant(client_cpu),
