@@ -336,8 +336,8 @@ impl Client {
 
     /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
     pub fn release(&mut self, now: Instant, lease: Lease) {
-        let waited_on = self.waiters.waits_on(&lease.keys);
-        let job = ReleaseJob::given_back(now, lease, waited_on, &mut self.recovery.held, &mut self.keep_alive);
+        let plain = self.waiters.release_kind(&lease.keys);
+        let job = ReleaseJob::given_back(now, lease, plain, &mut self.recovery.held, &mut self.keep_alive);
         self.submit_release(now, job);
     }
 

@@ -85,19 +85,19 @@ impl ReleaseJob {
     /// leaves a tombstone until that write-back's valid-until, as a
     /// compensation does. Kept alive, Redis may hold it longer than the
     /// holder's copy says: the release keeps trying until then.
-    /// With waiters of this client's on its subject (`waited_on`), the slot
-    /// goes to the first in line (here or not) in the release's own call.
+    /// Otherwise it goes as `plain` says (`Release`, or `ToWaiters` when
+    /// this client has waiters on its subject: the slot goes to the first in
+    /// line, here or not, in the release's own call).
     pub(super) fn given_back(
         now: Instant,
         mut lease: Lease,
-        waited_on: bool,
+        plain: ReleaseKind,
         held: &mut HeldLeases,
         kept: &mut KeepAlive,
     ) -> Self {
         let kind = match held.give_back(now, &lease.id) {
             Some(tombstone_until_ms) => ReleaseKind::Compensation { tombstone_until_ms },
-            None if waited_on => ReleaseKind::ToWaiters,
-            None => ReleaseKind::Release,
+            None => plain,
         };
         if let Some(expires_at) = kept.remove(&lease.id) {
             lease.release_until = lease.release_until.max(expires_at);

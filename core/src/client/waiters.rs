@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::request::AcquireOp;
+use super::request::{AcquireOp, ReleaseKind};
 use super::subscriber::Heard;
 use crate::event::RequestId;
 use crate::key::SubjectKeys;
@@ -340,10 +340,13 @@ impl Waiters {
         self.entries.len()
     }
 
-    /// Whether anyone here waits on the subject of `keys` (no channel name
-    /// is built when nobody waits at all).
-    pub(super) fn waits_on(&self, keys: &SubjectKeys) -> bool {
-        !self.by_channel.is_empty() && self.wants(&keys.wake_channel())
+    /// How a release on the subject of `keys` goes: to its first waiter in
+    /// its own call if anyone here waits on it (else plain, no name built).
+    pub(super) fn release_kind(&self, keys: &SubjectKeys) -> ReleaseKind {
+        match !self.by_channel.is_empty() && self.wants(&keys.wake_channel()) {
+            true => ReleaseKind::ToWaiters,
+            false => ReleaseKind::Release,
+        }
     }
 
     /// Whether anyone here waits on `channel`.

@@ -250,7 +250,11 @@ fn summarise(
     let elapsed = stopped - started;
     let held: Duration = grants
         .iter()
-        .map(|g| (g.granted + g.held).min(stopped).saturating_duration_since(g.granted.max(started)))
+        .map(|g| {
+            (g.granted + g.held)
+                .min(stopped)
+                .saturating_duration_since(g.granted.max(started))
+        })
         .sum();
     let utilisation = held.as_secs_f64() / (f64::from(LIMIT) * elapsed.as_secs_f64());
     // Rates and CPU per grant count the window's grants; the waits and the
