@@ -2,8 +2,9 @@
 //! `ZREM` of the lease's units, and behind the `ZREM`s of one write on the
 //! same connection one `EXISTS` of their subjects' queues: one read where,
 //! for most subjects, there is no queue. Only when one exists does
-//! `RELEASE` run on the same ids (it is idempotent: it removes nothing more, and hands the
-//! free units to the waiters the fairness rule lets through). A client
+//! `RELEASE` run on the same ids (it is idempotent: it removes nothing
+//! more, and hands the free units to the waiters the fairness rule lets
+//! through). A client
 //! that has waiters on the subject itself knows a queue is there: its
 //! releases go as `RELEASE` alone (`ReleaseKind::ToWaiters`), with no round
 //! trip in which the slot stands free and no check.

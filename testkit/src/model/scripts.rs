@@ -31,11 +31,12 @@ pub(super) fn text(n: u64) -> Bytes {
 /// `lib/args.lua`'s `integer`: a whole number of at least `least`, in plain
 /// decimal (no sign, no leading zero, no exponent).
 pub(super) fn integer(value: &[u8], name: &str, least: u64) -> Result<u64, Stop> {
-    let plain = value == b"0"
-        || (value.first().is_some_and(|d| (b'1'..=b'9').contains(d)) && value.iter().all(u8::is_ascii_digit));
-    let n = if plain { lua_number(value) } else { None };
+    let plain = value == b"0" || (value.first() != Some(&b'0') && value.iter().all(u8::is_ascii_digit));
+    let n = plain
+        .then(|| std::str::from_utf8(value).ok()?.parse::<u64>().ok())
+        .flatten();
     match n {
-        Some(n) if n == n.floor() && n >= least as f64 && n < 9_007_199_254_740_992.0 => Ok(n as u64),
+        Some(n) if n >= least && n < 1 << 53 => Ok(n),
         _ => Err(Frame::Error(
             format!(
                 "ERR inflight: {name} must be a whole number of at least {least}, not {}",

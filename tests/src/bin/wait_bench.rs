@@ -205,7 +205,7 @@ async fn run(server: &RedisServer, mode: Mode, subject: &str, measure: Duration)
     // What Redis ran per grant, by command (the sampler's ZCARDs and the
     // INFOs left out), on stderr: where the Redis CPU of a row goes.
     // Commands were counted up to the stop: per grant of the window.
-    let in_window = grants.iter().filter(|g| g.granted < stopped).count().max(1) as f64;
+    let in_window = granted_before(&grants, stopped);
     let per_grant = |calls: f64| calls / in_window;
     let mut ran: Vec<(String, f64)> = commands
         .iter()
@@ -236,6 +236,11 @@ async fn poll(limiter: &Limiter, key: &Key, until: Instant) -> Result<inflight_t
     }
 }
 
+/// How many of `grants` came before `stopped` (at least 1: a divisor).
+fn granted_before(grants: &[Grant], stopped: Instant) -> f64 {
+    grants.iter().filter(|g| g.granted < stopped).count().max(1) as f64
+}
+
 /// What the row measured between `started` and `stopped`: the tasks still
 /// waiting at the stop are granted and hold after it, and those holds,
 /// grants and their CPU fall outside the window (counting them overstated
@@ -260,7 +265,7 @@ fn summarise(
     // Rates and CPU per grant count the window's grants; the waits and the
     // overtaking count every call made in it, however late its grant (a
     // caller starved past the stop is the tail these are for).
-    let in_window = grants.iter().filter(|g| g.granted < stopped).count().max(1) as f64;
+    let in_window = granted_before(grants, stopped);
     let mut waits: Vec<Duration> = grants.iter().map(|g| g.granted - g.called).collect();
     waits.sort();
     let percentile = |p: f64| waits[((waits.len() - 1) as f64 * p) as usize];

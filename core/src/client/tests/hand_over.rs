@@ -20,6 +20,14 @@ fn hand_over() -> HandOver {
     }
 }
 
+/// `hand_over::queues_checked` of `hand_overs` on node 0 (standalone),
+/// with its effects, or its error.
+fn checked(hand_overs: Vec<HandOver>, frame: Frame, deadline: std::time::Instant) -> Result<Vec<Effect>, String> {
+    let mut fx = Vec::new();
+    hand_over::queues_checked(hand_overs, frame, false, 0, deadline, &mut fx).map_err(|e| e.to_string())?;
+    Ok(fx)
+}
+
 #[test]
 fn a_queue_found_sends_release_on_the_same_node_and_none_sends_nothing() {
     let (mut fx, deadline) = (Vec::new(), start());
@@ -43,17 +51,9 @@ fn a_queue_among_several_subjects_is_found_by_checking_each_again() {
         keys: SubjectKeys::new("t", &Key::new("ns", "other").unwrap()),
         ..hand_over()
     };
-    let (mut fx, deadline) = (Vec::new(), start());
-    hand_over::queues_checked(
-        vec![hand_over(), other()],
-        Frame::Integer(1),
-        false,
-        0,
-        deadline,
-        &mut fx,
-    )
-    .unwrap();
-    let checked: Vec<_> = fx
+    let deadline = start();
+    let fx = checked(vec![hand_over(), other()], Frame::Integer(1), deadline).unwrap();
+    let checked_again: Vec<_> = fx
         .iter()
         .map(|effect| match effect {
             Effect::Send(0, Request::QueueCheck(one), at) if *at == deadline && one.len() == 1 => one[0].keys.leases(),
@@ -61,21 +61,12 @@ fn a_queue_among_several_subjects_is_found_by_checking_each_again() {
         })
         .collect();
     assert_eq!(
-        checked,
+        checked_again,
         [hand_over().keys.leases(), other().keys.leases()],
         "one of two: each checked on its own"
     );
     // Both found: both handed over at once.
-    let mut fx = Vec::new();
-    hand_over::queues_checked(
-        vec![hand_over(), other()],
-        Frame::Integer(2),
-        false,
-        0,
-        deadline,
-        &mut fx,
-    )
-    .unwrap();
+    let fx = checked(vec![hand_over(), other()], Frame::Integer(2), deadline).unwrap();
     assert!(
         matches!(
             &fx[..],
@@ -86,9 +77,10 @@ fn a_queue_among_several_subjects_is_found_by_checking_each_again() {
         ),
         "{fx:?}"
     );
-    let mut fx = Vec::new();
-    let garbled = hand_over::queues_checked(vec![hand_over()], Frame::Integer(-1), false, 0, deadline, &mut fx);
-    assert!(garbled.is_err(), "a negative count is no reply EXISTS gives");
+    assert!(
+        checked(vec![hand_over()], Frame::Integer(-1), deadline).is_err(),
+        "a negative count is no reply EXISTS gives"
+    );
 }
 
 #[test]
