@@ -50,4 +50,8 @@ pub struct InjectedBugs {
     /// script again: a move that outlasts every attempt's backoff makes it
     /// give up, its slot taken until the lease's TTL.
     pub try_again_spends_attempts: bool,
+    /// The count of one write's queue check is read as "none" unless every
+    /// subject checked has a queue: a freed slot whose waiters are another
+    /// replica's reaches them only at their periodic check.
+    pub partial_queue_count_as_none: bool,
 }

@@ -55,7 +55,7 @@ pub const IDLE_PROBE: Duration = Duration::from_millis(200);
 /// most of a scenario whose faults come every 0.2–1.2 s.
 pub const RECOVERY_WINDOW: Duration = Duration::from_millis(500);
 
-/// S9 in fault-free runs: a free slot reaches a waiter first in line within
+/// S9 in fault-free runs: a waiter in line that could be granted is within
 /// this, long before the waiters' own periodic check (every 333 ms). A
 /// hand-over is four messages of at most 12 ms each (the release's `ZREM`
 /// and `EXISTS` out, their replies back, the `RELEASE` out, the wake-up to
@@ -297,6 +297,7 @@ impl Caller {
                 async move { limiter.acquire_opts(&subject, options).await }
             };
             let budget = wait.unwrap_or_default().max(ACQUIRE_TIMEOUT);
+            let started = wait.map(|_| (self.at)());
             let outcome = self
                 .attempt(acquire, budget, || {
                     format!("an acquire (timeout {ACQUIRE_TIMEOUT:?}, wait {wait:?})")
@@ -307,13 +308,21 @@ impl Caller {
                 (true, false) => Hold::Renewing,
                 (true, true) => Hold::KeptAlive,
             };
-            self.settle(key, outcome, hold, wait.is_some()).await;
+            self.settle(key, outcome, hold, started).await;
             tokio::time::sleep(Duration::from_millis(self.rng.range(1, 30))).await;
         }
     }
 
-    async fn settle(&mut self, key: &'static str, outcome: Option<Result<Permit, Error>>, hold: Hold, waited: bool) {
+    /// `waited_since`: when the caller began to wait, if it did.
+    async fn settle(
+        &mut self,
+        key: &'static str,
+        outcome: Option<Result<Permit, Error>>,
+        hold: Hold,
+        waited_since: Option<Duration>,
+    ) {
         let (who, at) = (self.who.clone(), self.at);
+        let waited = waited_since.is_some();
         match outcome {
             Some(Ok(mut permit)) if permit.is_enforced() => {
                 let lease = permit.lease_id().map(|id| id.to_string());
@@ -327,8 +336,11 @@ impl Caller {
                         ledger.violate(at(), "S7 fencing", detail);
                     }
                     ledger.counters.granted += 1;
-                    if waited {
+                    if let Some(started) = waited_since {
                         ledger.counters.waits_granted += 1;
+                        if self.calm {
+                            ledger.wait_served(at(), &who, key, started, WAKE_BOUND);
+                        }
                     }
                     if weight > 1 {
                         ledger.counters.weighted += 1;

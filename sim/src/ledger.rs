@@ -56,9 +56,20 @@ struct KeyState {
     /// `Exceeded` outcomes seen by callers, and denials Redis really made.
     exceeded: u64,
     denials: u64,
-    /// Since when the key has had a free slot (S9), as of the last command.
-    free_since: Option<Duration>,
+    /// Since when a waiter in the key's queue could have been granted (S9),
+    /// as of the last command.
+    servable_since: Option<Duration>,
+    /// Such spells of the last few seconds that lasted longer than a
+    /// wake-up may take (start, end): S9 holds them against each waiter
+    /// served since, not only against one still waiting at its deadline.
+    long_spells: Vec<(Duration, Duration)>,
 }
+
+/// How long a closed spell is kept: longer than any wait.
+const SPELL_MEMORY: Duration = Duration::from_secs(2);
+
+/// Shorter spells are not kept: no wake-up bound is this tight.
+const SPELL_FLOOR: Duration = Duration::from_millis(40);
 
 #[derive(Debug)]
 pub struct Ledger {
@@ -281,34 +292,69 @@ impl Ledger {
         }
     }
 
-    /// After each command: whether `key` is at its limit (S9 tracks since
-    /// when it has had a free slot).
-    pub fn server_live(&mut self, at: Duration, key: &'static str, full: bool) {
+    /// After each command: whether a live waiter in `key`'s queue could be
+    /// granted now (the simulated Redis walks the queue as the scripts'
+    /// fairness rule does). S9 tracks since when, and keeps the long spells.
+    pub fn server_waiters(&mut self, at: Duration, key: &'static str, one_could_go: bool) {
         let state = self.keys.get_mut(key).expect("known key");
-        state.free_since = match (full, state.free_since) {
-            (true, _) => None,
-            (false, None) => Some(at),
-            (false, since) => since,
+        state.servable_since = match (one_could_go, state.servable_since) {
+            (false, Some(since)) => {
+                if at.saturating_sub(since) > SPELL_FLOOR {
+                    state
+                        .long_spells
+                        .retain(|(_, end)| at.saturating_sub(*end) < SPELL_MEMORY);
+                    state.long_spells.push((since, at));
+                }
+                None
+            }
+            (false, None) => None,
+            (true, None) => Some(at),
+            (true, since) => since,
         };
     }
 
     /// S9 no lost wake-up: a waiter of `key` reached its deadline. It must
-    /// not have done so while a slot stood free for longer than `bound`
-    /// (a wake-up, or its own check, would have taken it).
+    /// not have done so while a waiter in line (it, or one ahead of it)
+    /// could have been granted for longer than `bound`: a hand-over or a
+    /// wake-up would have ended that.
     pub fn wait_timed_out(&mut self, at: Duration, who: &str, key: &'static str, bound: Option<Duration>) {
         self.counters.wait_timeouts += 1;
-        let free_since = self.keys.get(key).expect("known key").free_since;
+        let since = self.keys.get(key).expect("known key").servable_since;
         self.note(
             at,
-            format!("{who} timed out waiting on {key} (free since {free_since:?})"),
+            format!("{who} timed out waiting on {key} (a waiter could go since {since:?})"),
         );
-        if let (Some(bound), Some(since)) = (bound, free_since) {
-            let free_for = at.saturating_sub(since);
-            if free_for > bound {
-                let detail =
-                    format!("{who} timed out on {key} while a slot stood free for {free_for:?} (bound {bound:?})");
+        if let (Some(bound), Some(since)) = (bound, since) {
+            let stuck_for = at.saturating_sub(since);
+            if stuck_for > bound {
+                let detail = format!(
+                    "{who} timed out on {key} while a waiter in line could have been granted for {stuck_for:?} (bound {bound:?})"
+                );
                 self.violate(at, "S9 no lost wake-up", detail);
             }
+        }
+    }
+
+    /// S9 at a grant: a caller that waited on `key` alone since `started`
+    /// was served at `at`. No waiter in line may have been able to go for
+    /// longer than `bound` while it waited: that one (it, or one whose
+    /// grant would have let it move up) should have had its slot within a
+    /// wake-up, not at a periodic check.
+    pub fn wait_served(&mut self, at: Duration, who: &str, key: &'static str, started: Duration, bound: Duration) {
+        let state = self.keys.get(key).expect("known key");
+        let open = state.servable_since.map(|since| (since, at));
+        let longest = state
+            .long_spells
+            .iter()
+            .copied()
+            .chain(open)
+            .map(|(since, end)| (since, end.min(at).saturating_sub(since.max(started))))
+            .max_by_key(|(_, overlap)| *overlap);
+        if let Some((since, stuck_for)) = longest.filter(|(_, stuck_for)| *stuck_for > bound) {
+            let detail = format!(
+                "{who} waited on {key} from {started:?} to {at:?} while a waiter in line could have been granted for {stuck_for:?} from {since:?} (bound {bound:?})"
+            );
+            self.violate(at, "S9 no lost wake-up", detail);
         }
     }
 

@@ -88,10 +88,14 @@ pub enum Bug {
     /// A release refused by `TRYAGAIN` while its slot moves spends an
     /// attempt: a long move makes it give up, the slot left taken.
     TryAgainSpendsAttempts,
+    /// The one queue check of a write's releases counts some queues but
+    /// not as many as subjects, and is read as "none": another replica's
+    /// waiters get the freed slot only at their periodic check.
+    PartialQueueCountAsNone,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 17] = [
+    pub const ALL: [Bug; 18] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
@@ -109,6 +113,7 @@ impl Bug {
         Bug::ReleasesAgedFromRecovery,
         Bug::CompositeGrantsPartly,
         Bug::TryAgainSpendsAttempts,
+        Bug::PartialQueueCountAsNone,
     ];
 
     pub fn name(self) -> &'static str {
@@ -130,6 +135,7 @@ impl Bug {
             Bug::ReleasesAgedFromRecovery => "releases-aged-from-recovery",
             Bug::CompositeGrantsPartly => "composite-grants-partly",
             Bug::TryAgainSpendsAttempts => "try-again-spends-attempts",
+            Bug::PartialQueueCountAsNone => "partial-queue-count-as-none",
         }
     }
 
@@ -165,6 +171,7 @@ impl Bug {
             switch_forgets_identity: bug == Some(Bug::SwitchForgetsIdentity),
             releases_aged_from_recovery: bug == Some(Bug::ReleasesAgedFromRecovery),
             try_again_spends_attempts: bug == Some(Bug::TryAgainSpendsAttempts),
+            partial_queue_count_as_none: bug == Some(Bug::PartialQueueCountAsNone),
         }
     }
 }

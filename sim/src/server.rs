@@ -271,15 +271,13 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
             let partial = partial_calls(&records);
             let executed: Vec<_> = records.into_iter().filter(|r| r.status == 0 || r.status == 1).collect();
             let published = model.take_published();
-            let live: Vec<(&'static str, u32, usize)> = state
+            // S9's oracle: whether a waiter in line could be granted now.
+            let servable: Vec<(&'static str, bool)> = state
                 .keys
                 .iter()
                 .map(|(key, limit)| {
-                    (
-                        *key,
-                        *limit,
-                        model.live_units(crate::callers::subject_keys(key).leases()) as usize,
-                    )
+                    let keys = crate::callers::subject_keys(key);
+                    (*key, model.waiter_could_go(&keys, u64::from(*limit)))
                 })
                 .collect();
             drop(model);
@@ -308,12 +306,8 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
             for lease in named {
                 ledger.hand_over_heard(&String::from_utf8_lossy(&lease));
             }
-            for (key, limit, live) in live {
-                // Room for any waiter (the heaviest weighs MAX_WEIGHT): S9
-                // cannot blame a heavy waiter first in line for a lighter
-                // one's wait behind it.
-                let room = crate::callers::MAX_WEIGHT.min(limit);
-                ledger.server_live(at, key, live as u32 + room > limit);
+            for (key, one_could_go) in servable {
+                ledger.server_waiters(at, key, one_could_go);
             }
             let overdue = ledger.overdue_hand_overs(at);
             drop(ledger);

@@ -187,3 +187,22 @@ fn a_release_that_spends_its_attempts_on_try_again_is_caught_within_10_cluster_s
         "the simulator cannot see a release given up to a slot migration"
     );
 }
+
+#[test]
+fn a_partial_queue_count_read_as_none_is_caught_within_20_calm_seeds() {
+    // One `EXISTS` checks the queues of every subject a write releases;
+    // read as "none" unless each has one, a freed slot reaches another
+    // replica's waiters only at their periodic check. S9 sees it at their
+    // grant: a waiter in line could have gone for longer than a hand-over
+    // takes (first caught on calm seed 2).
+    let calm = SCENARIOS.iter().find(|s| s.name == "calm").expect("a calm scenario");
+    let caught = (0..20).find(|&seed| {
+        !run_seed(calm, seed, Some(Bug::PartialQueueCountAsNone))
+            .violations
+            .is_empty()
+    });
+    assert!(
+        caught.is_some(),
+        "the simulator cannot see a hand-over to other replicas' waiters never sent"
+    );
+}

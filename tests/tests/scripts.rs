@@ -751,6 +751,72 @@ fn a_release_on_a_subject_with_waiters_wakes_them_on_its_shard_channel() {
     }
 }
 
+/// The next message on `subscriber`'s channel, as text.
+fn next_message(subscriber: &mut RespClient) -> String {
+    match subscriber.read_reply().unwrap() {
+        Frame::Array(items) => match &items[..] {
+            [Frame::BulkString(kind), _, Frame::BulkString(payload)] if &kind[..] == b"smessage" => {
+                String::from_utf8_lossy(payload).into_owned()
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+/// `N` and the ids of leases `ids`: the message that sends exactly those
+/// waiters to check.
+fn named(ids: &[u64]) -> String {
+    let mut text = String::from("N");
+    for id in ids {
+        text.push(' ');
+        text.push_str(&lease(*id).to_string());
+    }
+    text
+}
+
+#[test]
+fn a_waiter_that_leaves_or_is_shed_names_every_waiter_that_fits_now() {
+    // A bare wake-up sends one waiter per client to check: a second waiter
+    // of the same client that fits would wait for its own periodic check
+    // (the simulator's S9 found both cases).
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "named");
+    let mut subscriber = server.client();
+    let channel = leases.keys.wake_channel();
+    subscriber.call(&[b"SSUBSCRIBE", &channel]).unwrap();
+    assert!(leases.granted(1, 2, LONG));
+    assert!(leases.granted(2, 2, LONG));
+    // A heavy waiter (2 units) first in line, two light ones behind it.
+    for id in [2010, 11, 12] {
+        assert_eq!(leases.wait(id, 2, LONG, LONG).0, 2);
+    }
+    // Both slots are handed to the heavy one, whose caller has left: its
+    // `LEAVE` gives them back, and both light waiters fit.
+    assert_eq!(leases.release_script(&[1, 2], Some(400)), 2);
+    assert!(next_message(&mut subscriber).starts_with(&format!("H {} ", lease(2010))));
+    let mut out = BytesMut::new();
+    leases
+        .scripts
+        .encode_leave(&mut out, &leases.keys, lease(2010).to_string().as_bytes());
+    assert_eq!(leases.client.call_raw(&out).unwrap(), Frame::Integer(1));
+    assert_eq!(next_message(&mut subscriber), named(&[11, 12]));
+    assert_eq!(leases.wait(11, 2, LONG, LONG).0, 1);
+    assert_eq!(leases.wait(12, 2, LONG, LONG).0, 1);
+    // One unit free again, a heavy waiter first in line blocks a light one
+    // behind it; shed on its next call, it names the light one.
+    assert_eq!(leases.release_script(&[11], Some(400)), 1);
+    assert_eq!(leases.wait(3010, 3, LONG, LONG).0, 2);
+    assert_eq!(leases.wait(13, 2, LONG, LONG).0, 2, "behind a heavier waiter");
+    assert_eq!(leases.wait(3010, 3, LONG, 1).0, 0, "shed: it cannot wait long enough");
+    assert_eq!(next_message(&mut subscriber), named(&[13]));
+    assert_eq!(leases.wait(13, 2, LONG, LONG).0, 1);
+    // A compensation of a lease no caller got names the waiter it lets in.
+    assert_eq!(leases.wait(14, 2, LONG, LONG).0, 2);
+    leases.compensate(12, 0);
+    assert_eq!(next_message(&mut subscriber), named(&[14]));
+}
+
 // ---- weighted leases --------------------------------------------------------
 
 #[test]

@@ -26,6 +26,15 @@ use crate::event::ConnectionError;
 use crate::resp::Frame;
 use crate::scripts::{Eval, ScriptKind};
 
+/// Where a hand-over's next request goes (the node that answered, in a
+/// cluster or not) and until when it may wait for its reply.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Onward {
+    pub(super) node: usize,
+    pub(super) cluster: bool,
+    pub(super) deadline: Instant,
+}
+
 /// The reply to the `EXISTS` of the queues of `hand_overs` (the subjects of
 /// one write's `ZREM`s on `node`). None (0), the common case, wants nothing:
 /// one `EXISTS` for all, not one per subject, is what a write of many
@@ -35,9 +44,7 @@ use crate::scripts::{Eval, ScriptKind};
 pub(super) fn queues_checked(
     hand_overs: Vec<HandOver>,
     frame: Frame,
-    cluster: bool,
-    node: usize,
-    deadline: Instant,
+    onward: Onward,
     fx: &mut Vec<Effect>,
 ) -> Result<(), ConnectionError> {
     match frame {
@@ -49,10 +56,10 @@ pub(super) fn queues_checked(
                     true => Request::HandOver(hand_over),
                     false => Request::QueueCheck(vec![hand_over]),
                 };
-                Effect::Send(node, request, deadline)
+                Effect::Send(onward.node, request, onward.deadline)
             }));
         }
-        Frame::Error(message) => refused(&message, cluster, fx),
+        Frame::Error(message) => refused(&message, onward.cluster, fx),
         other => return Err(unexpected("queue check", &other)),
     }
     Ok(())
@@ -61,23 +68,16 @@ pub(super) fn queues_checked(
 impl HandOver {
     /// `RELEASE`'s reply: a count of units; a script not cached is sent
     /// again by text, once.
-    pub(super) fn handed(
-        mut self,
-        frame: Frame,
-        cluster: bool,
-        node: usize,
-        deadline: Instant,
-        fx: &mut Vec<Effect>,
-    ) -> Result<(), ConnectionError> {
+    pub(super) fn handed(mut self, frame: Frame, onward: Onward, fx: &mut Vec<Effect>) -> Result<(), ConnectionError> {
         match frame {
             Frame::Integer(_) => {}
-            Frame::Error(message) => match error_class(&message, cluster) {
+            Frame::Error(message) => match error_class(&message, onward.cluster) {
                 ErrorClass::NoScript if self.eval == Eval::Sha => {
                     self.eval = Eval::Text;
-                    fx.push(Effect::Reload(node, ScriptKind::Release));
-                    fx.push(Effect::Send(node, Request::HandOver(self), deadline));
+                    fx.push(Effect::Reload(onward.node, ScriptKind::Release));
+                    fx.push(Effect::Send(onward.node, Request::HandOver(self), onward.deadline));
                 }
-                _ => refused(&message, cluster, fx),
+                _ => refused(&message, onward.cluster, fx),
             },
             other => return Err(unexpected("hand-over", &other)),
         }

@@ -56,13 +56,17 @@ impl Reader<'_> {
             Request::Release(job) | Request::Compensate(job, _) => self.released([job], frame),
             Request::ReleaseMany(jobs) | Request::ReleaseToWaiters(jobs) => self.released(jobs, frame),
             Request::QueueCheck(hand_overs) => {
-                let deadline = self.now + self.config.request_liveness;
-                hand_over::queues_checked(hand_overs, frame, self.cluster, self.node, deadline, self.fx)
+                let frame = match frame {
+                    Frame::Integer(found)
+                        if self.bugs.partial_queue_count_as_none && found < hand_overs.len() as i64 =>
+                    {
+                        Frame::Integer(0)
+                    }
+                    frame => frame,
+                };
+                hand_over::queues_checked(hand_overs, frame, self.onward(), self.fx)
             }
-            Request::HandOver(hand_over) => {
-                let deadline = self.now + self.config.request_liveness;
-                hand_over.handed(frame, self.cluster, self.node, deadline, self.fx)
-            }
+            Request::HandOver(hand_over) => hand_over.handed(frame, self.onward(), self.fx),
             Request::Reassert(job) => {
                 let outcome = recovery::reassertion(&job, &frame)?;
                 let stats = &mut self.out.stats;
@@ -135,6 +139,16 @@ impl Reader<'_> {
             self.fx.push(Effect::HandshakeDone(self.node));
         }
         Ok(())
+    }
+
+    /// Where a hand-over's next request goes: this node, within a liveness.
+    fn onward(&self) -> hand_over::Onward {
+        let deadline = self.now + self.config.request_liveness;
+        hand_over::Onward {
+            node: self.node,
+            cluster: self.cluster,
+            deadline,
+        }
     }
 
     /// A recovery write of the handshake was answered.

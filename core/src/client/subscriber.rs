@@ -241,8 +241,10 @@ fn read_push(frame: Frame) -> Push {
         Ok([Frame::BulkString(kind), Frame::BulkString(channel), payload]) => match &kind[..] {
             b"smessage" => match payload {
                 // `H id token…` (slots handed over), `N id…` (waiters to
-                // check), `0` (a compensation or a waiter leaving). Anything
-                // else is a plain wake-up: a lie costs checks, no more.
+                // check: those a release could not judge, or those that fit
+                // after a waiter left or a compensation). Anything else (`0`
+                // from an older version's scripts) is a plain wake-up: a lie
+                // costs checks, no more.
                 Frame::BulkString(text) => read_message(channel, &text),
                 _ => Push::Heard(Heard::Wake(channel)),
             },

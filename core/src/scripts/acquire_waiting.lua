@@ -7,6 +7,7 @@
 -- KEYS[3] fencing counter KEYS[6] held hash: `avg` hold (ms, kept by
 --                         RELEASE), `limit` (the last waiter's, for
 --                         INSPECT), and each waiter's limit under its id
+--                         KEYS[7] wake channel
 -- ARGV[1] expiry, server ms   ARGV[5] recovery hold key ('' for none)
 -- ARGV[2] limit               ARGV[6] how long the waiter lives without
 -- ARGV[3] lease id                    another call (ms)
@@ -20,8 +21,11 @@
 -- it is served, `expected` ms is the estimate of that, 0 when no hold time
 -- is known yet), 0 shed (the estimate is longer than the caller may still
 -- wait: it left the queue at once instead of waiting for a certain
--- failure). Every key it writes expires.
+-- failure). Every key it writes expires. A queued waiter that leaves
+-- without a slot (shed, or heavier than its limit) may have blocked those
+-- behind it: the ones that fit now are woken by name.
 local leases, tombstone, fence, queue, waiters, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local wake = KEYS[7]
 local expiry = integer(ARGV[1], 'expiry', 1)
 local limit = integer(ARGV[2], 'limit', 1)
 local id = ARGV[3]
@@ -62,7 +66,11 @@ if marked and hold ~= '' and redis.call('EXISTS', hold) == 1 then
 end
 if w > limit then
   -- It could never be served, and would block the queue behind it.
+  local was_queued = redis.call('ZSCORE', queue, id)
   leave_queue(queue, waiters, holds, id)
+  if was_queued then
+    wake_who_fits(queue, holds, leases, wake, math.min(64, w + 15))
+  end
   return {0, id, 0, w - limit, 0, reclaimed}
 end
 local rank, count = false, 0
@@ -93,6 +101,7 @@ local expected = math.ceil(ahead * average / limit)
 if average > 0 and expected > patience then
   if queued then
     leave_queue(queue, waiters, holds, id)
+    wake_who_fits(queue, holds, leases, wake, math.min(64, w + 15))
   end
   return {0, id, 0, ahead, expected, reclaimed}
 end

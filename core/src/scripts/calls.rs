@@ -121,7 +121,10 @@ impl Scripts {
             Some(wait) => {
                 let (lifetime, patience) = (wait.lifetime_ms.to_string(), wait.patience_ms.to_string());
                 args.extend([lifetime.as_bytes(), patience.as_bytes()]);
-                self.encode_call(out, ScriptKind::AcquireWaiting, eval, &parts.keys(&call), &args)
+                let wake = call.keys.wake_channel();
+                let mut keys = parts.keys(&call).to_vec();
+                keys.push(&wake);
+                self.encode_call(out, ScriptKind::AcquireWaiting, eval, &keys, &args)
             }
         }
     }

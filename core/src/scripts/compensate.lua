@@ -13,12 +13,13 @@
 -- a later one of the same id, if another compensation named it): after
 -- that its script refuses it anyway, so no tombstone outlives its use. The
 -- id also leaves the wait queue (a waiter whose caller left may be queued
--- rather than granted), and when the subject has a queue its waiters are
--- woken: a slot may be free.
+-- rather than granted), and when the subject has a queue the waiters that
+-- fit now are woken by name.
 local leases, tombstone, queue, waiters, wake, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local valid_until = integer(ARGV[1], 'valid-until', 0)
 local id = ARGV[2]
-redis.call('ZREM', leases, unpack((units(id))))
+local members = units(id)
+redis.call('ZREM', leases, unpack(members))
 local now = server_time()
 -- A tombstone is never shortened: the same id may be compensated twice
 -- (its acquire, then a write-back of its lease) with different
@@ -28,6 +29,6 @@ if now <= valid_until and redis.call('PTTL', tombstone) < valid_until - now + 1 
 end
 if redis.call('EXISTS', queue) == 1 then
   leave_queue(queue, waiters, holds, id)
-  redis.call('SPUBLISH', wake, 0)
+  wake_who_fits(queue, holds, leases, wake, math.min(64, #members + 15))
 end
 return id

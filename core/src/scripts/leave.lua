@@ -1,5 +1,6 @@
 -- LEAVE: a waiter leaves the queue (its caller gave up, or its deadline
--- passed), and the waiters behind it are woken: they may fit now.
+-- passed), and the waiters that fit now are woken by name: it may have
+-- given back a slot, or blocked them.
 --
 -- KEYS[1] wait queue         KEYS[4] lease set
 -- KEYS[2] waiters' expiries  KEYS[5] held hash (waiters' limits)
@@ -15,6 +16,6 @@ local removed = redis.call('ZREM', queue, id) + redis.call('ZREM', leases, unpac
 redis.call('ZREM', waiters, id)
 redis.call('HDEL', holds, id)
 if removed > 0 and redis.call('EXISTS', queue) == 1 then
-  redis.call('SPUBLISH', wake, 0)
+  wake_who_fits(queue, holds, leases, wake, math.min(64, #members + 15))
 end
 return math.min(removed, 1)

@@ -67,7 +67,16 @@ pub const ACQUIRE_ALL: &str = fail_fast!(["acquires"], "acquire_all");
 /// Take a lease or wait for one in the subject's queue
 /// (`scripts/acquire_waiting.lua`).
 pub const ACQUIRE_WAITING: &str = lua!(
-    ["args", "clock", "weight", "add_units", "cover", "queue", "fence"],
+    [
+        "args",
+        "clock",
+        "weight",
+        "add_units",
+        "cover",
+        "queue",
+        "serve",
+        "fence"
+    ],
     "acquire_waiting"
 );
 
@@ -96,10 +105,10 @@ pub const RELEASE: &str = lua!(
 
 /// Release a lease no caller got, with a tombstone while its request may
 /// still run (`scripts/compensate.lua`).
-pub const COMPENSATE: &str = lua!(["args", "clock", "weight", "units", "queue"], "compensate");
+pub const COMPENSATE: &str = lua!(["args", "clock", "weight", "units", "queue", "serve"], "compensate");
 
 /// A waiter leaves its queue (`scripts/leave.lua`).
-pub const LEAVE: &str = lua!(["weight", "units"], "leave");
+pub const LEAVE: &str = lua!(["weight", "units", "serve"], "leave");
 
 /// Extend a live lease; never create one (`scripts/renew.lua`).
 pub const RENEW: &str = lua!(["args", "clock", "weight", "add_units", "cover"], "renew");
@@ -366,8 +375,8 @@ impl Scripts {
     pub fn encode_call(&self, out: &mut BytesMut, kind: ScriptKind, eval: Eval, keys: &[&[u8]], args: &[&[u8]]) {
         let (verb, body) = self.get(kind).named(eval);
         let numkeys = [b'0' + keys.len() as u8];
-        debug_assert!(keys.len() < 10 && 3 + keys.len() + args.len() <= 16);
-        let mut command: [&[u8]; 16] = [b""; 16];
+        debug_assert!(keys.len() < 10 && 3 + keys.len() + args.len() <= 20);
+        let mut command: [&[u8]; 20] = [b""; 20];
         command[..3].copy_from_slice(&[verb, body, &numkeys]);
         command[3..3 + keys.len()].copy_from_slice(keys);
         let used = 3 + keys.len();

@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 
+use super::release::look_after;
 use super::scripts::{bulk, flag, int, integer, lua_number, text, weight, Stop};
 use super::store::ZaddFlags;
 use super::RedisModel;
@@ -228,8 +229,8 @@ impl RedisModel {
 
     #[allow(clippy::too_many_lines)] // the script, line by line
     pub(super) fn acquire_waiting(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {
-        let (leases, tombstone, fence, queue, waiters, holds) =
-            (&keys[0], &keys[1], &keys[2], &keys[3], &keys[4], &keys[5]);
+        let (leases, tombstone, fence, queue, waiters, holds, wake) =
+            (&keys[0], &keys[1], &keys[2], &keys[3], &keys[4], &keys[5], &keys[6]);
         let expiry = integer(&argv[0], "expiry", 1)?;
         let limit = integer(&argv[1], "limit", 1)?;
         let id = &argv[2];
@@ -272,7 +273,11 @@ impl RedisModel {
             return reply(RECOVERING, 0, 0, 0, reclaimed);
         }
         if w > limit {
+            let was_queued = self.store.zscore(queue, id).is_some();
             self.leave_queue(queue, waiters, holds, one);
+            if was_queued {
+                self.wake_who_fits([queue, holds, leases, wake], look_after(id));
+            }
             self.record(leases, id, 0, 0, (0, 0));
             return reply(0, 0, w - limit, 0, reclaimed);
         }
@@ -306,6 +311,7 @@ impl RedisModel {
         if average > 0.0 && expected > patience {
             if queued {
                 self.leave_queue(queue, waiters, holds, one);
+                self.wake_who_fits([queue, holds, leases, wake], look_after(id));
             }
             self.record(leases, id, 0, 0, (0, 0));
             return reply(0, 0, ahead, expected, reclaimed);

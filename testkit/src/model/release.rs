@@ -146,6 +146,22 @@ impl RedisModel {
         (served, named, holding)
     }
 
+    /// `lib/serve.lua`'s `wake_who_fits`: the waiters that fit in what is
+    /// free now, and those it cannot judge, named on the wake channel.
+    pub(super) fn wake_who_fits(&mut self, [queue, holds, leases, wake]: [&Bytes; 4], look: usize) {
+        let used = self.store.zcard(leases) as u64;
+        let (served, named, _) = self.serve(queue, holds, leases, used, look);
+        let ids: Vec<Bytes> = served.into_iter().map(|(id, _)| id).chain(named).collect();
+        if !ids.is_empty() {
+            let mut message = b"N".to_vec();
+            for id in &ids {
+                message.push(b' ');
+                message.extend_from_slice(id);
+            }
+            self.published.push((wake.clone(), Bytes::from(message)));
+        }
+    }
+
     pub(super) fn compensate(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {
         let (leases, tombstone, queue, waiters, wake, holds) =
             (&keys[0], &keys[1], &keys[2], &keys[3], &keys[4], &keys[5]);
@@ -160,7 +176,7 @@ impl RedisModel {
         }
         if self.store.exists(queue) {
             self.leave_queue(queue, waiters, holds, std::slice::from_ref(id));
-            self.published.push((wake.clone(), Bytes::from_static(b"0")));
+            self.wake_who_fits([queue, holds, leases, wake], look_after(id));
         }
         Ok(bulk(id))
     }
@@ -175,7 +191,7 @@ impl RedisModel {
         self.store.zrem(waiters, one);
         self.store.hdel(holds, one);
         if removed > 0 && self.store.exists(queue) {
-            self.published.push((wake.clone(), Bytes::from_static(b"0")));
+            self.wake_who_fits([queue, holds, leases, wake], look_after(id));
         }
         Ok(int(removed.min(1) as i64))
     }
@@ -280,4 +296,10 @@ impl RedisModel {
         }
         Ok(Frame::Array(reply))
     }
+}
+
+/// How many waiters a leaving id's units are worth a look at (as the
+/// scripts: its weight and 15 more, at most 64).
+pub(super) fn look_after(id: &[u8]) -> usize {
+    (weight(id).unwrap_or(1) as usize + 15).min(64)
 }

@@ -114,7 +114,7 @@ impl RedisModel {
     pub(super) fn run(&mut self, kind: ScriptKind, keys: &[Bytes], argv: &[Bytes]) -> Frame {
         let arity = match kind {
             ScriptKind::Acquire => (6, 6),
-            ScriptKind::AcquireWaiting => (6, 7),
+            ScriptKind::AcquireWaiting => (7, 7),
             ScriptKind::Release => (6, 2),
             ScriptKind::Compensate => (6, 2),
             ScriptKind::Leave => (5, 1),

@@ -3,8 +3,10 @@
 //! scenario makes (a restore, a flush, a delete).
 
 use bytes::Bytes;
+use inflight_core::key::SubjectKeys;
 use inflight_core::lease_id::is_extra_unit;
 
+use super::scripts::weight;
 use super::RedisModel;
 
 impl RedisModel {
@@ -27,6 +29,31 @@ impl RedisModel {
         all.into_iter()
             .filter(|id| self.store.zscore(&expiries, id).is_some_and(|at| at > self.now_ms))
             .collect()
+    }
+
+    /// Whether a live waiter of `keys`'s subject could be granted now, the
+    /// queue walked as the fairness rule walks it (`lib/queue.lua`'s
+    /// `claim`): each waiter under its own limit (else the last recorded,
+    /// else `limit`), one whose limit is no
+    /// higher than a blocked one's ahead blocked too. The simulator's
+    /// oracle for lost wake-ups: while this holds, a release's hand-over
+    /// or a wake-up should end it within a round trip or two. It changes
+    /// nothing (dead entries are skipped, not pruned).
+    pub fn waiter_could_go(&mut self, keys: &SubjectKeys, limit: u64) -> bool {
+        self.store.now = self.now_ms;
+        let holds = keys.holds();
+        let used = self.live(keys.leases()).len() as u64;
+        let recorded = self.limit_of(&holds, b"limit");
+        let mut blocked = 0;
+        for id in self.waiters(&keys.queue()) {
+            let own = self.limit_of(&holds, &id).or(recorded).unwrap_or(limit);
+            let units = weight(&id).unwrap_or(1);
+            if own > blocked && used + units <= own {
+                return true;
+            }
+            blocked = blocked.max(own);
+        }
+        false
     }
 
     /// Every key alive now, sorted, with its value rendered and its absolute

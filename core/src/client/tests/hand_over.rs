@@ -20,18 +20,32 @@ fn hand_over() -> HandOver {
     }
 }
 
+fn onward(node: usize, cluster: bool, deadline: std::time::Instant) -> hand_over::Onward {
+    hand_over::Onward {
+        node,
+        cluster,
+        deadline,
+    }
+}
+
 /// `hand_over::queues_checked` of `hand_overs` on node 0 (standalone),
 /// with its effects, or its error.
 fn checked(hand_overs: Vec<HandOver>, frame: Frame, deadline: std::time::Instant) -> Result<Vec<Effect>, String> {
     let mut fx = Vec::new();
-    hand_over::queues_checked(hand_overs, frame, false, 0, deadline, &mut fx).map_err(|e| e.to_string())?;
+    hand_over::queues_checked(hand_overs, frame, onward(0, false, deadline), &mut fx).map_err(|e| e.to_string())?;
     Ok(fx)
 }
 
 #[test]
 fn a_queue_found_sends_release_on_the_same_node_and_none_sends_nothing() {
     let (mut fx, deadline) = (Vec::new(), start());
-    hand_over::queues_checked(vec![hand_over()], Frame::Integer(1), false, 3, deadline, &mut fx).unwrap();
+    hand_over::queues_checked(
+        vec![hand_over()],
+        Frame::Integer(1),
+        onward(3, false, deadline),
+        &mut fx,
+    )
+    .unwrap();
     match &fx[..] {
         [Effect::Send(3, Request::HandOver(sent), at)] => {
             assert_eq!(sent.ids, hand_over().ids);
@@ -41,7 +55,7 @@ fn a_queue_found_sends_release_on_the_same_node_and_none_sends_nothing() {
         other => panic!("{other:?}"),
     }
     let mut fx = Vec::new();
-    hand_over::queues_checked(vec![hand_over()], Frame::Integer(0), false, 3, start(), &mut fx).unwrap();
+    hand_over::queues_checked(vec![hand_over()], Frame::Integer(0), onward(3, false, start()), &mut fx).unwrap();
     assert!(fx.is_empty(), "{fx:?}");
 }
 
@@ -87,7 +101,9 @@ fn a_queue_among_several_subjects_is_found_by_checking_each_again() {
 fn a_script_not_cached_is_sent_again_by_text_once() {
     let mut fx = Vec::new();
     let noscript = || Frame::Error("NOSCRIPT No matching script".into());
-    hand_over().handed(noscript(), false, 0, start(), &mut fx).unwrap();
+    hand_over()
+        .handed(noscript(), onward(0, false, start()), &mut fx)
+        .unwrap();
     let again = match fx.as_mut_slice() {
         [Effect::Reload(0, ScriptKind::Release), Effect::Send(0, Request::HandOver(again), _)] => {
             assert_eq!(again.eval, Eval::Text);
@@ -96,7 +112,7 @@ fn a_script_not_cached_is_sent_again_by_text_once() {
         other => panic!("{other:?}"),
     };
     let mut fx = Vec::new();
-    again.handed(noscript(), false, 0, start(), &mut fx).unwrap();
+    again.handed(noscript(), onward(0, false, start()), &mut fx).unwrap();
     assert!(fx.is_empty(), "by text and still refused: given up, {fx:?}");
 }
 
@@ -104,12 +120,12 @@ fn a_script_not_cached_is_sent_again_by_text_once() {
 fn a_moved_slot_asks_for_a_slot_table_and_a_wrong_shape_retires() {
     let mut fx = Vec::new();
     let moved = Frame::Error("MOVED 12 127.0.0.1:7001".into());
-    hand_over::queues_checked(vec![hand_over()], moved, true, 0, start(), &mut fx).unwrap();
+    hand_over::queues_checked(vec![hand_over()], moved, onward(0, true, start()), &mut fx).unwrap();
     assert!(matches!(&fx[..], [Effect::RefreshTopology]), "{fx:?}");
     let mut fx = Vec::new();
     let garbled = Frame::BulkString(Bytes::from_static(b"1"));
-    assert!(hand_over::queues_checked(vec![hand_over()], garbled, false, 0, start(), &mut fx).is_err());
+    assert!(hand_over::queues_checked(vec![hand_over()], garbled, onward(0, false, start()), &mut fx).is_err());
     assert!(hand_over()
-        .handed(Frame::Array(vec![]), false, 0, start(), &mut fx)
+        .handed(Frame::Array(vec![]), onward(0, false, start()), &mut fx)
         .is_err());
 }

@@ -35,3 +35,19 @@ local function serve(queue, holds, leases, used, count)
   end
   return served, named, holding
 end
+
+-- What is free now, told to the waiters that fit in it (and those it cannot
+-- judge) by name on `wake` (`N id...`): their clients send exactly them to
+-- check. After a waiter leaves or a lease no caller got goes back, a bare
+-- wake-up would send one waiter per client, and a second one of the same
+-- client that fits would wait for its own periodic check. Nothing is
+-- published when none fits. `look`: how many waiters are worth a look.
+local function wake_who_fits(queue, holds, leases, wake, look)
+  local served, named = serve(queue, holds, leases, redis.call('ZCARD', leases), look)
+  for _, id in ipairs(named) do
+    served[#served + 1] = id
+  end
+  if #served > 0 then
+    redis.call('SPUBLISH', wake, 'N ' .. table.concat(served, ' '))
+  end
+end
