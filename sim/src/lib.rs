@@ -139,6 +139,17 @@ impl Bug {
         }
     }
 
+    /// The one scenario that can show this bug, when only one can: its
+    /// self-test runs that scenario's seeds rather than the rotation's.
+    /// (A hand-over never sent is S9's, which holds in fault-free runs
+    /// only, a twelfth of the rotation.)
+    pub fn scenario(self) -> Option<&'static str> {
+        match self {
+            Bug::PartialQueueCountAsNone => Some("calm"),
+            _ => None,
+        }
+    }
+
     /// Sets the simulated Redis's toggle for this bug, if it is one of the
     /// scripts' (the others live in the driver or the callers).
     pub fn inject_into(self, model: &mut inflight_testkit::model::RedisModel) {
@@ -329,11 +340,13 @@ pub fn replay_regressions(list: &str) -> usize {
     count
 }
 
+/// The first of seeds `0..limit` whose run with `bug` breaks an invariant:
+/// each seed's scenario of the rotation, or the bug's own scenario.
 pub fn seeds_to_catch(bug: Bug, limit: u64) -> Option<u64> {
+    let home = bug.scenario().map(|name| scenario::find(name).expect("a known scenario"));
     (0..limit).find(|&seed| {
-        !run_seed(scenario::for_seed(seed), seed, Some(bug))
-            .violations
-            .is_empty()
+        let scenario = home.unwrap_or_else(|| scenario::for_seed(seed));
+        !run_seed(scenario, seed, Some(bug)).violations.is_empty()
     })
 }
 

@@ -195,12 +195,8 @@ fn a_partial_queue_count_read_as_none_is_caught_within_20_calm_seeds() {
     // replica's waiters only at their periodic check. S9 sees it at their
     // grant: a waiter in line could have gone for longer than a hand-over
     // takes (first caught on calm seed 2).
-    let calm = SCENARIOS.iter().find(|s| s.name == "calm").expect("a calm scenario");
-    let caught = (0..20).find(|&seed| {
-        !run_seed(calm, seed, Some(Bug::PartialQueueCountAsNone))
-            .violations
-            .is_empty()
-    });
+    assert_eq!(Bug::PartialQueueCountAsNone.scenario(), Some("calm"));
+    let caught = seeds_to_catch(Bug::PartialQueueCountAsNone, 20);
     assert!(
         caught.is_some(),
         "the simulator cannot see a hand-over to other replicas' waiters never sent"
