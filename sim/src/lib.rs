@@ -343,7 +343,9 @@ pub fn replay_regressions(list: &str) -> usize {
 /// The first of seeds `0..limit` whose run with `bug` breaks an invariant:
 /// each seed's scenario of the rotation, or the bug's own scenario.
 pub fn seeds_to_catch(bug: Bug, limit: u64) -> Option<u64> {
-    let home = bug.scenario().map(|name| scenario::find(name).expect("a known scenario"));
+    let home = bug
+        .scenario()
+        .map(|name| scenario::find(name).expect("a known scenario"));
     (0..limit).find(|&seed| {
         let scenario = home.unwrap_or_else(|| scenario::for_seed(seed));
         !run_seed(scenario, seed, Some(bug)).violations.is_empty()

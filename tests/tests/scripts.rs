@@ -247,6 +247,17 @@ impl Leases {
         }
     }
 
+    /// `LEAVE` of waiter `id`: 1 if it was queued or held a slot.
+    fn leave(&mut self, id: u64) -> i64 {
+        let mut out = BytesMut::new();
+        self.scripts
+            .encode_leave(&mut out, &self.keys, lease(id).to_string().as_bytes());
+        match self.client.call_raw(&out).unwrap() {
+            Frame::Integer(n) => n,
+            other => panic!("unexpected LEAVE reply {other:?}"),
+        }
+    }
+
     fn queued(&mut self) -> Vec<Bytes> {
         match self.client.call(&[b"ZRANGE", &self.keys.queue(), b"0", b"-1"]).unwrap() {
             Frame::Array(items) => items
@@ -795,13 +806,12 @@ fn a_waiter_that_leaves_or_is_shed_names_every_waiter_that_fits_now() {
     // `LEAVE` gives them back, and both light waiters fit.
     assert_eq!(leases.release_script(&[1, 2], Some(400)), 2);
     assert!(next_message(&mut subscriber).starts_with(&format!("H {} ", lease(2010))));
-    let mut out = BytesMut::new();
-    leases
-        .scripts
-        .encode_leave(&mut out, &leases.keys, lease(2010).to_string().as_bytes());
-    assert_eq!(leases.client.call_raw(&out).unwrap(), Frame::Integer(1));
+    assert_eq!(leases.leave(2010), 1);
     assert_eq!(next_message(&mut subscriber), named(&[11, 12]));
+    // Granted, 11 leaves room behind it: 12 is named again (its check may
+    // have run first and been refused).
     assert_eq!(leases.wait(11, 2, LONG, LONG).0, 1);
+    assert_eq!(next_message(&mut subscriber), named(&[12]));
     assert_eq!(leases.wait(12, 2, LONG, LONG).0, 1);
     // One unit free again, a heavy waiter first in line blocks a light one
     // behind it; shed on its next call, it names the light one.
@@ -815,6 +825,53 @@ fn a_waiter_that_leaves_or_is_shed_names_every_waiter_that_fits_now() {
     assert_eq!(leases.wait(14, 2, LONG, LONG).0, 2);
     leases.compensate(12, 0);
     assert_eq!(next_message(&mut subscriber), named(&[14]));
+}
+
+#[test]
+fn the_waiters_named_are_counted_without_expired_leases_or_dead_waiters() {
+    // An outside review's findings: counted with an expired lease, no
+    // waiter fit and nothing was published; a dead waiter at the head was
+    // named in place of the live one behind it.
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "pruned");
+    let mut subscriber = server.client();
+    subscriber.call(&[b"SSUBSCRIBE", &leases.keys.wake_channel()]).unwrap();
+    assert!(leases.granted(1, 1, 100));
+    assert_eq!(leases.wait(10, 1, LONG, LONG).0, 2);
+    assert_eq!(leases.wait(11, 1, LONG, LONG).0, 2);
+    std::thread::sleep(Duration::from_millis(150)); // lease 1 expires, unpruned
+    assert_eq!(leases.leave(11), 1);
+    assert_eq!(next_message(&mut subscriber), named(&[10]));
+    assert_eq!(leases.wait(10, 1, LONG, LONG).0, 1);
+    // 20 stops calling and dies at the head; 21 behind it lives.
+    assert_eq!(leases.wait(20, 1, 100, LONG).0, 2);
+    assert_eq!(leases.wait(21, 1, LONG, LONG).0, 2);
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(leases.leave(10), 1, "10 gives its slot back");
+    assert_eq!(next_message(&mut subscriber), named(&[21]));
+}
+
+#[test]
+fn a_waiter_named_with_others_and_refused_is_named_again_when_the_one_ahead_is_granted() {
+    // Named together, a waiter under a higher limit that checks first is
+    // refused the units the one ahead (under a lower limit) is owed; that
+    // one's grant names it again.
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "order");
+    let mut subscriber = server.client();
+    subscriber.call(&[b"SSUBSCRIBE", &leases.keys.wake_channel()]).unwrap();
+    for id in 1..=4 {
+        assert!(leases.granted(id, 10, LONG));
+    }
+    assert_eq!(leases.wait(7010, 10, LONG, LONG).0, 2, "7 units: no room");
+    assert_eq!(leases.wait(20, 5, LONG, LONG).0, 2);
+    assert_eq!(leases.wait(21, 10, LONG, LONG).0, 2);
+    assert_eq!(leases.leave(7010), 1);
+    assert_eq!(next_message(&mut subscriber), named(&[20, 21]));
+    assert_eq!(leases.wait(21, 10, LONG, LONG).0, 2, "20 is owed the fifth unit");
+    assert_eq!(leases.wait(20, 5, LONG, LONG).0, 1);
+    assert_eq!(next_message(&mut subscriber), named(&[21]));
+    assert_eq!(leases.wait(21, 10, LONG, LONG).0, 1);
 }
 
 // ---- weighted leases --------------------------------------------------------

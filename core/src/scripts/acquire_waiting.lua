@@ -23,7 +23,8 @@
 -- wait: it left the queue at once instead of waiting for a certain
 -- failure). Every key it writes expires. A queued waiter that leaves
 -- without a slot (shed, or heavier than its limit) may have blocked those
--- behind it: the ones that fit now are woken by name.
+-- behind it, and one granted may leave room behind it: the ones that fit
+-- now are woken by name.
 local leases, tombstone, fence, queue, waiters, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local wake = KEYS[7]
 local expiry = integer(ARGV[1], 'expiry', 1)
@@ -69,7 +70,8 @@ if w > limit then
   local was_queued = redis.call('ZSCORE', queue, id)
   leave_queue(queue, waiters, holds, id)
   if was_queued then
-    wake_who_fits(queue, holds, leases, wake, math.min(64, w + 15))
+    forget_dead(queue, waiters, holds, now)
+    wake_who_fits(queue, waiters, holds, leases, wake, math.min(64, w + 15))
   end
   return {0, id, 0, w - limit, 0, reclaimed}
 end
@@ -93,6 +95,12 @@ if fits then
   end
   add_units(leases, expiry, id)
   cover(leases, expiry - now)
+  -- Waiters woken together may check in any order, and one under a higher
+  -- limit that checked first was refused for the units this one was owed:
+  -- what is still free goes to those that fit now.
+  if queued and count > 1 then
+    wake_who_fits(queue, waiters, holds, leases, wake, 16)
+  end
   return {1, id, token, 0, 0, reclaimed}
 end
 local ahead = math.max(1, live + owed + w - limit)
@@ -101,7 +109,7 @@ local expected = math.ceil(ahead * average / limit)
 if average > 0 and expected > patience then
   if queued then
     leave_queue(queue, waiters, holds, id)
-    wake_who_fits(queue, holds, leases, wake, math.min(64, w + 15))
+    wake_who_fits(queue, waiters, holds, leases, wake, math.min(64, w + 15))
   end
   return {0, id, 0, ahead, expected, reclaimed}
 end

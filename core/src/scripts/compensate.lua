@@ -13,13 +13,13 @@
 -- a later one of the same id, if another compensation named it): after
 -- that its script refuses it anyway, so no tombstone outlives its use. The
 -- id also leaves the wait queue (a waiter whose caller left may be queued
--- rather than granted), and when the subject has a queue the waiters that
--- fit now are woken by name.
+-- rather than granted), and when that freed anything and the subject has a
+-- queue, the waiters that fit now are woken by name.
 local leases, tombstone, queue, waiters, wake, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local valid_until = integer(ARGV[1], 'valid-until', 0)
 local id = ARGV[2]
 local members = units(id)
-redis.call('ZREM', leases, unpack(members))
+local removed = redis.call('ZREM', leases, unpack(members))
 local now = server_time()
 -- A tombstone is never shortened: the same id may be compensated twice
 -- (its acquire, then a write-back of its lease) with different
@@ -28,7 +28,13 @@ if now <= valid_until and redis.call('PTTL', tombstone) < valid_until - now + 1 
   redis.call('SET', tombstone, '1', 'PX', valid_until - now + 1)
 end
 if redis.call('EXISTS', queue) == 1 then
-  leave_queue(queue, waiters, holds, id)
-  wake_who_fits(queue, holds, leases, wake, math.min(64, #members + 15))
+  if redis.call('ZSCORE', queue, id) then
+    removed = removed + 1
+    leave_queue(queue, waiters, holds, id)
+  end
+  if removed > 0 then
+    forget_expired(queue, waiters, holds, leases, now)
+    wake_who_fits(queue, waiters, holds, leases, wake, math.min(64, #members + 15))
+  end
 end
 return id

@@ -16,6 +16,7 @@ local removed = redis.call('ZREM', queue, id) + redis.call('ZREM', leases, unpac
 redis.call('ZREM', waiters, id)
 redis.call('HDEL', holds, id)
 if removed > 0 and redis.call('EXISTS', queue) == 1 then
-  wake_who_fits(queue, holds, leases, wake, math.min(64, #members + 15))
+  forget_expired(queue, waiters, holds, leases, server_time())
+  wake_who_fits(queue, waiters, holds, leases, wake, math.min(64, #members + 15))
 end
 return math.min(removed, 1)

@@ -108,7 +108,7 @@ pub const RELEASE: &str = lua!(
 pub const COMPENSATE: &str = lua!(["args", "clock", "weight", "units", "queue", "serve"], "compensate");
 
 /// A waiter leaves its queue (`scripts/leave.lua`).
-pub const LEAVE: &str = lua!(["weight", "units", "serve"], "leave");
+pub const LEAVE: &str = lua!(["clock", "weight", "units", "queue", "serve"], "leave");
 
 /// Extend a live lease; never create one (`scripts/renew.lua`).
 pub const RENEW: &str = lua!(["args", "clock", "weight", "add_units", "cover"], "renew");

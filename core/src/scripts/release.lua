@@ -101,30 +101,12 @@ redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 if hold ~= '' and redis.call('EXISTS', hold) == 1 then
   return removed
 end
-local reserved = {}
 local served, named, holding = serve(queue, holds, leases, redis.call('ZCARD', leases), math.min(64, freed + 15))
 if #holding > 0 then
   leave_queue(queue, waiters, holds, unpack(holding))
 end
-if #served > 0 then
-  -- A queue entry with no expiry beside it (only eviction or another
-  -- writer leaves one) has no waiter to confirm a reservation: it leaves
-  -- the queue, served nothing, instead of blocking it.
-  local expiries = redis.call('ZMSCORE', waiters, unpack(served))
-  local alive, orphans = {}, {}
-  for i, id in ipairs(served) do
-    if expiries[i] then
-      alive[#alive + 1] = id
-      reserved[#alive] = tonumber(expiries[i])
-    else
-      orphans[#orphans + 1] = id
-    end
-  end
-  if #orphans > 0 then
-    leave_queue(queue, waiters, holds, unpack(orphans))
-  end
-  served = alive
-end
+local reserved
+served, reserved = with_expiries(queue, waiters, holds, served)
 if #served > 0 then
   local longest = 1
   for i, id in ipairs(served) do

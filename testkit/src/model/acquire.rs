@@ -276,15 +276,16 @@ impl RedisModel {
             let was_queued = self.store.zscore(queue, id).is_some();
             self.leave_queue(queue, waiters, holds, one);
             if was_queued {
-                self.wake_who_fits([queue, holds, leases, wake], look_after(id));
+                self.prune_waiters(queue, waiters, holds);
+                self.wake_who_fits([queue, waiters, holds, leases, wake], look_after(id));
             }
             self.record(leases, id, 0, 0, (0, 0));
             return reply(0, 0, w - limit, 0, reclaimed);
         }
         let live = self.store.zcard(leases) as u64;
-        let mut rank = None;
+        let (mut rank, mut count) = (None, 0);
         if self.store.exists(queue) {
-            self.prune_waiters(queue, waiters, holds);
+            count = self.prune_waiters(queue, waiters, holds);
             rank = self.store.zrank(queue, id);
         }
         let queued = rank.is_some();
@@ -297,6 +298,9 @@ impl RedisModel {
             self.add_units(leases, expiry, id, ZaddFlags::default());
             self.cover(leases, (expiry - now) as i64);
             let token = self.next_tokens(fence, expiry - now, 1);
+            if queued && count > 1 {
+                self.wake_who_fits([queue, waiters, holds, leases, wake], 16);
+            }
             let (ahead, free) = (used - live, limit - live);
             self.record(leases, id, 1, token, (ahead, free.min(ahead.saturating_add(room))));
             return reply(1, token, 0, 0, reclaimed);
@@ -311,7 +315,7 @@ impl RedisModel {
         if average > 0.0 && expected > patience {
             if queued {
                 self.leave_queue(queue, waiters, holds, one);
-                self.wake_who_fits([queue, holds, leases, wake], look_after(id));
+                self.wake_who_fits([queue, waiters, holds, leases, wake], look_after(id));
             }
             self.record(leases, id, 0, 0, (0, 0));
             return reply(0, 0, ahead, expected, reclaimed);

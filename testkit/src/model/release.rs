@@ -147,19 +147,42 @@ impl RedisModel {
     }
 
     /// `lib/serve.lua`'s `wake_who_fits`: the waiters that fit in what is
-    /// free now, and those it cannot judge, named on the wake channel.
-    pub(super) fn wake_who_fits(&mut self, [queue, holds, leases, wake]: [&Bytes; 4], look: usize) {
+    /// free now (those with an expiry beside their entry; orphans leave the
+    /// queue, as entries of ids that hold do), and those it cannot judge,
+    /// named on the wake channel. The state is pruned already.
+    pub(super) fn wake_who_fits(&mut self, [queue, waiters, holds, leases, wake]: [&Bytes; 5], look: usize) {
         let used = self.store.zcard(leases) as u64;
-        let (served, named, _) = self.serve(queue, holds, leases, used, look);
-        let ids: Vec<Bytes> = served.into_iter().map(|(id, _)| id).chain(named).collect();
-        if !ids.is_empty() {
+        let (served, named, holding) = self.serve(queue, holds, leases, used, look);
+        if !holding.is_empty() {
+            self.leave_queue(queue, waiters, holds, &holding);
+        }
+        let (mut woken, mut orphans) = (Vec::new(), Vec::new());
+        for (id, _) in served {
+            match self.store.zscore(waiters, &id) {
+                Some(_) => woken.push(id),
+                None => orphans.push(id),
+            }
+        }
+        if !orphans.is_empty() {
+            self.leave_queue(queue, waiters, holds, &orphans);
+        }
+        woken.extend(named);
+        if !woken.is_empty() {
             let mut message = b"N".to_vec();
-            for id in &ids {
+            for id in &woken {
                 message.push(b' ');
                 message.extend_from_slice(id);
             }
             self.published.push((wake.clone(), Bytes::from(message)));
         }
+    }
+
+    /// `lib/serve.lua`'s `forget_expired`: dead waiters and expired leases
+    /// out, at the server's clock.
+    pub(super) fn forget_expired(&mut self, [queue, waiters, holds, leases]: [&Bytes; 4]) {
+        let now = self.time();
+        self.prune_waiters(queue, waiters, holds);
+        self.store.zremrangebyscore(leases, now);
     }
 
     pub(super) fn compensate(&mut self, keys: &[Bytes], argv: &[Bytes]) -> Result<Frame, Stop> {
@@ -168,15 +191,21 @@ impl RedisModel {
         let valid_until = integer(&argv[0], "valid-until", 0)?;
         let id = &argv[1];
         weight(id)?;
-        self.store.zrem(leases, &units(id));
+        let mut removed = self.store.zrem(leases, &units(id));
         let now = self.time();
         if now <= valid_until && self.store.pttl(tombstone) < (valid_until - now + 1) as i64 {
             self.store
                 .set(tombstone, Bytes::from_static(b"1"), Some(valid_until - now + 1));
         }
         if self.store.exists(queue) {
-            self.leave_queue(queue, waiters, holds, std::slice::from_ref(id));
-            self.wake_who_fits([queue, holds, leases, wake], look_after(id));
+            if self.store.zscore(queue, id).is_some() {
+                removed += 1;
+                self.leave_queue(queue, waiters, holds, std::slice::from_ref(id));
+            }
+            if removed > 0 {
+                self.forget_expired([queue, waiters, holds, leases]);
+                self.wake_who_fits([queue, waiters, holds, leases, wake], look_after(id));
+            }
         }
         Ok(bulk(id))
     }
@@ -191,7 +220,8 @@ impl RedisModel {
         self.store.zrem(waiters, one);
         self.store.hdel(holds, one);
         if removed > 0 && self.store.exists(queue) {
-            self.wake_who_fits([queue, holds, leases, wake], look_after(id));
+            self.forget_expired([queue, waiters, holds, leases]);
+            self.wake_who_fits([queue, waiters, holds, leases, wake], look_after(id));
         }
         Ok(int(removed.min(1) as i64))
     }

@@ -36,18 +36,57 @@ local function serve(queue, holds, leases, used, count)
   return served, named, holding
 end
 
+-- Of the waiters `serve` chose, those with an expiry beside their queue
+-- entry, with it; the others (only eviction or another writer leaves one)
+-- have no waiter behind them: they leave the queue, served nothing,
+-- instead of blocking it.
+local function with_expiries(queue, waiters, holds, served)
+  local alive, expiries = {}, {}
+  if #served == 0 then
+    return alive, expiries
+  end
+  local scores = redis.call('ZMSCORE', waiters, unpack(served))
+  local orphans = {}
+  for i, id in ipairs(served) do
+    if scores[i] then
+      alive[#alive + 1] = id
+      expiries[#alive] = tonumber(scores[i])
+    else
+      orphans[#orphans + 1] = id
+    end
+  end
+  if #orphans > 0 then
+    leave_queue(queue, waiters, holds, unpack(orphans))
+  end
+  return alive, expiries
+end
+
 -- What is free now, told to the waiters that fit in it (and those it cannot
 -- judge) by name on `wake` (`N id...`): their clients send exactly them to
 -- check. After a waiter leaves or a lease no caller got goes back, a bare
 -- wake-up would send one waiter per client, and a second one of the same
 -- client that fits would wait for its own periodic check. Nothing is
--- published when none fits. `look`: how many waiters are worth a look.
-local function wake_who_fits(queue, holds, leases, wake, look)
-  local served, named = serve(queue, holds, leases, redis.call('ZCARD', leases), look)
+-- published when none fits. The lease set and the queue must be pruned at
+-- the server's clock already (`forget_expired`); entries of ids that hold a
+-- lease leave the queue, as in RELEASE. `look`: how many waiters are worth a
+-- look.
+local function wake_who_fits(queue, waiters, holds, leases, wake, look)
+  local served, named, holding = serve(queue, holds, leases, redis.call('ZCARD', leases), look)
+  if #holding > 0 then
+    leave_queue(queue, waiters, holds, unpack(holding))
+  end
+  local woken = with_expiries(queue, waiters, holds, served)
   for _, id in ipairs(named) do
-    served[#served + 1] = id
+    woken[#woken + 1] = id
   end
-  if #served > 0 then
-    redis.call('SPUBLISH', wake, 'N ' .. table.concat(served, ' '))
+  if #woken > 0 then
+    redis.call('SPUBLISH', wake, 'N ' .. table.concat(woken, ' '))
   end
+end
+
+-- Expired leases and dead waiters out, at `now`: what a count of what is
+-- free must not see.
+local function forget_expired(queue, waiters, holds, leases, now)
+  forget_dead(queue, waiters, holds, now)
+  redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 end
