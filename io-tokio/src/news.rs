@@ -116,11 +116,21 @@ impl News {
         watched.get(lease).map(|sender| sender.borrow().expires_at)
     }
 
-    /// A renewal moved a watched lease's expiry.
+    /// A renewal the client made on its own moved a held lease's expiry
+    /// (kept alive, or a slot handed to a waiter confirmed): its permit
+    /// reads the new one here, watched from now on if it was not, until it
+    /// is let go.
     pub(crate) fn extended(&self, lease: &LeaseId, expires_at: Instant) {
-        if let Ok(watched) = self.watched.lock() {
-            if let Some(sender) = watched.get(lease) {
-                sender.send_modify(|status| status.expires_at = expires_at);
+        let mut watched = self.watched.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match watched.get(lease) {
+            Some(sender) => sender.send_modify(|status| status.expires_at = expires_at),
+            None => {
+                let status = Status {
+                    expires_at,
+                    kept_alive: false,
+                    lost: None,
+                };
+                watched.insert(lease.clone(), watch::Sender::new(status));
             }
         }
     }

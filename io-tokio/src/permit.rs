@@ -51,9 +51,14 @@ impl Permit {
     fn loss_of(held: &HeldLease) -> Option<Lost> {
         let lease = held.lease();
         held.news().loss(lease.id()).or_else(|| {
-            // Not renewed by the driver: past its expiry it may be gone,
-            // as `lost()` says at that instant.
-            let expired = !held.news().kept_alive(lease.id()) && std::time::Instant::now() >= lease.expires_at();
+            // Not renewed by the driver: past its expiry (as a renewal the
+            // driver made on its own may have moved it) it may be gone, as
+            // `lost()` says at that instant.
+            let news = held.news();
+            let expires_at = news
+                .expires_at(lease.id())
+                .map_or(lease.expires_at(), |known| known.max(lease.expires_at()));
+            let expired = !news.kept_alive(lease.id()) && std::time::Instant::now() >= expires_at;
             expired.then_some(Lost::Expired)
         })
     }

@@ -64,6 +64,16 @@ pub const RECOVERY_WINDOW: Duration = Duration::from_millis(500);
 /// split, one round trip more, as designed.)
 pub const WAKE_BOUND: Duration = Duration::from_millis(75);
 
+/// S13 in fault-free runs: a slot a release hands to a waiter reaches its
+/// caller, or its client confirms it by a renewal, within this. A caller
+/// of one key holds it within a wake-up ([`WAKE_BOUND`]); a part of a
+/// waiting composite acquire stays in the limiter while the other parts
+/// are waited for, and is confirmed an eighth of the way into its
+/// reservation (at most [`WAITER_LIFETIME`] / 8), with a round trip. Still
+/// well before the waiter's own periodic check (a third of the lifetime),
+/// which is how an unheard hand-over would end.
+pub const HAND_OVER_BOUND: Duration = Duration::from_millis(75 + 1000 / 8);
+
 /// The heaviest permit a caller asks for: one acquire in five takes 2 or 3
 /// units (at most the key's limit).
 pub const MAX_WEIGHT: u32 = 3;

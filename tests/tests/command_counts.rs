@@ -250,6 +250,52 @@ async fn expired_units_are_pruned_only_when_they_leave_no_room() {
     drop((held, again));
 }
 
+/// A slot handed to a waiter and given back before an eighth of its
+/// reservation has passed costs no renewal: the holder's release (a
+/// `RELEASE` script, its queue being there), the waiter's release, and
+/// nothing else (the confirming renewal would be a second `evalsha`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_hold_after_a_hand_over_sends_no_confirming_renewal() {
+    let server = RedisServer::start();
+    let (holder, waiter) = (limiter(&server).await, limiter(&server).await);
+    let key = Key::new("tenant", "handed").unwrap();
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        held.push(holder.acquire(&key).await.unwrap());
+    }
+    let waiting = {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        tokio::spawn(async move { waiter.acquire_wait(&key, Duration::from_secs(10)).await })
+    };
+    // Queued, and subscribed to its wake-ups (whose confirmation sends the
+    // waiter to check once more): then nothing moves until the release.
+    let keys = inflight_core::key::SubjectKeys::new("counts", &key);
+    let (queue, channel) = (keys.queue(), keys.wake_channel());
+    let subscribed = Frame::Array(vec![Frame::BulkString(channel.clone()), Frame::Integer(1)]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while server.client().call(&[b"ZCARD", &queue]).unwrap() != Frame::Integer(1)
+        || server.client().call(&[b"PUBSUB", b"SHARDNUMSUB", &channel]).unwrap() != subscribed
+    {
+        assert!(std::time::Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = calls(&server);
+    held.pop().unwrap().release().await.unwrap();
+    waiting
+        .await
+        .unwrap()
+        .expect("handed the slot")
+        .release()
+        .await
+        .unwrap();
+    // Past when the renewal would have gone (an eighth of a 1 s lifetime).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let counted = delta(&before, &calls(&server));
+    assert_eq!(counted.get("evalsha"), Some(&1), "{counted:?}");
+    drop(held);
+}
+
 /// A waiting grant, script by script, with no client timing in the way:
 /// the call that queues a waiter behind another, the `RELEASE` (as a
 /// limiter with waiters on the subject sends it: alone) that hands it the

@@ -345,3 +345,59 @@ async fn a_wait_that_cannot_be_served_in_time_is_shed_at_once() {
     assert_eq!(limiter.stats().shed, 1);
     assert_eq!(queued(&server, subject), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_handed_to_a_waiter_is_confirmed_to_a_whole_lease_and_its_permit_knows() {
+    // A hand-over writes a reservation until the waiter's queue entry would
+    // expire (its lifetime, 1 s here); the waiter's limiter confirms it an
+    // eighth of the way in. Its permit must neither read as lost once the
+    // reservation's end passes nor hold less than Redis does.
+    let server = RedisServer::start();
+    let subject = "confirmed";
+    let holder = builder(&server).default_limit(1).connect().await.unwrap();
+    let waiter = builder(&server).default_limit(1).connect().await.unwrap();
+    let held = holder.acquire(&key(subject)).await.unwrap();
+    let waiting = tokio::spawn(async move { waiter.acquire_wait(&key(subject), Duration::from_secs(10)).await });
+    // Queued and subscribed (the confirmed subscription sends it to check
+    // once more): the release's hand-over is what serves it.
+    let channel = SubjectKeys::new(PREFIX, &key(subject)).wake_channel();
+    let subscribed = Frame::Array(vec![Frame::BulkString(channel.clone()), Frame::Integer(1)]);
+    eventually("the waiter queues and subscribes", Duration::from_secs(2), || {
+        queued(&server, subject) == 1
+            && server.client().call(&[b"PUBSUB", b"SHARDNUMSUB", &channel]).ok() == Some(subscribed.clone())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held.release().await.unwrap();
+    let permit = waiting.await.unwrap().expect("handed the slot");
+    let reserved = permit.expires_at().expect("a lease");
+    assert!(
+        reserved < Instant::now() + Duration::from_secs(2),
+        "a reservation first"
+    );
+    eventually("the hand-over is confirmed", Duration::from_secs(1), || {
+        permit
+            .expires_at()
+            .is_some_and(|at| at > Instant::now() + Duration::from_secs(30))
+    })
+    .await;
+    let keys = SubjectKeys::new(PREFIX, &key(subject));
+    let id = permit.lease_id().unwrap().to_string();
+    let mut redis = server.client();
+    let now_ms = redis.server_ms();
+    match redis.call(&[b"ZSCORE", keys.leases(), id.as_bytes()]) {
+        Ok(Frame::BulkString(score)) => {
+            let expiry: u64 = std::str::from_utf8(&score).unwrap().parse().unwrap();
+            assert!(expiry > now_ms + 30_000, "a whole lease in Redis: {expiry} at {now_ms}");
+        }
+        other => panic!("ZSCORE: {other:?}"),
+    }
+    tokio::time::sleep_until((reserved + Duration::from_millis(100)).into()).await;
+    assert_eq!(permit.loss(), None, "past the reservation, still held");
+    assert!(permit.fencing_token().is_some() || permit.lease_id().is_some());
+    permit.release().await.unwrap();
+    eventually("the slot is free", Duration::from_secs(2), || {
+        live(&server, subject) == 0
+    })
+    .await;
+}

@@ -176,6 +176,10 @@ impl Delivery<'_> {
                 self.out.stats.kept_alive += 1;
                 self.out.event(Event::KeptAlive { lease, expires_at });
             }
+            // Its holder learns the new expiry as from a keep-alive.
+            keep_alive::Effect::Confirmed { lease, expires_at } => {
+                self.out.event(Event::KeptAlive { lease, expires_at });
+            }
             keep_alive::Effect::Lost { lease, reason } => {
                 self.out.stats.keep_alive_lost += 1;
                 self.held.remove(&lease);
@@ -194,14 +198,13 @@ impl Delivery<'_> {
         };
         let (request, now) = (op.call.request, self.now);
         self.out.stats.handed_over += 1;
-        // The renewal that confirms it runs on this client's connection,
-        // after the release (another client's) in the replication stream:
-        // a `WAIT` after it covers both. Without `replica_acks` it answers
-        // no caller: it extends the slot, already this waiter's in Redis, to
-        // a whole TTL, or finds it given back already.
-        let renewal = self.names.request();
-        let confirm = RenewOp::new(renewal, op.call.lease.clone(), op.call.keys.clone(), token, now);
+        // With `replica_acks` the renewal that confirms it goes at once, on
+        // this client's connection, after the release (another client's) in
+        // the replication stream: a `WAIT` after it covers both, and only
+        // then is the grant delivered.
         if self.config.replica_acks.is_some() {
+            let renewal = self.names.request();
+            let confirm = RenewOp::new(renewal, op.call.lease.clone(), op.call.keys.clone(), token, now);
             let deadline = now + self.config.request_liveness;
             self.callers.insert(renewal, deadline, Awaits::HandOver);
             self.waiters.confirming(renewal, op, token);
@@ -210,13 +213,14 @@ impl Delivery<'_> {
         // The release ran after this waiter's last check (which queued it)
         // was sent: the reservation lives its lifetime from then at least.
         let expires_at = lease_expiry(op.call.sent_at.unwrap_or(now), self.config.waiter_lifetime());
-        // The renewal runs within its liveness and extends the lease a TTL
-        // from then: releases keep trying until that.
-        let release_until = now + self.config.request_liveness + self.config.lease_ttl;
+        // Keep-alive confirms it before that, unless it is given back first
+        // (`KeepAlive::confirm`); the renewal runs within its liveness and
+        // extends the lease a TTL from then: releases keep trying until that.
+        let release_until = expires_at + self.config.request_liveness + self.config.lease_ttl;
         let token = op.kept_token(token);
         let lease = op.call.into_lease(token, now, expires_at, release_until);
+        self.keep_alive.confirm(now, &lease);
         self.granted(request, lease, op.limit);
-        self.fx.push(Effect::Route(Op::Renew(confirm)));
     }
 
     /// The renewal that confirms a hand-over ended. Extended: the grant
@@ -243,6 +247,7 @@ impl Delivery<'_> {
         };
         for lease in leases {
             self.held.remove(&lease.id);
+            self.keep_alive.remove(&lease.id);
             self.out.stats.compensations += 1;
             let compensation = ReleaseKind::Compensation { tombstone_until_ms: 0 };
             self.fx

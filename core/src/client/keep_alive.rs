@@ -9,6 +9,14 @@
 //! A renewal that finds the lease gone, or a lease whose expiry passes with
 //! no renewal confirmed, is reported lost.
 //!
+//! It also confirms the slots releases hand to this client's waiters: a
+//! hand-over writes a reservation that lasts until the waiter's queue entry
+//! would have expired, and one renewal makes it a whole lease. That renewal
+//! is due an eighth of the way into the reservation, not at once, so a
+//! holder that gives the slot back sooner (most, where waits are short)
+//! never sends it; the rest of the reservation is its margin. Once
+//! extended, the lease is kept no longer unless its holder asked.
+//!
 //! A sub-machine: it owns its schedule and its one timer, and answers with
 //! [`Effect`]s that the client applies (send a renewal, report a lease kept
 //! or lost). It knows nothing of the client, its connections or its counts.
@@ -28,6 +36,9 @@ pub(super) enum Effect {
     Renew(Lease),
     /// Redis extended the lease to `expires_at`.
     Kept { lease: LeaseId, expires_at: Instant },
+    /// Redis extended a handed-over slot to a whole lease, until
+    /// `expires_at`: it is not kept any more (unless its holder asks).
+    Confirmed { lease: LeaseId, expires_at: Instant },
     /// The lease is lost: no longer held.
     Lost { lease: LeaseId, reason: LeaseLost },
 }
@@ -59,6 +70,9 @@ struct Kept {
     renewing: Option<RequestId>,
     /// When the last attempt was sent.
     sent_at: Instant,
+    /// A hand-over to confirm, not a lease its holder asked to keep alive:
+    /// renewed once.
+    once: bool,
 }
 
 impl KeepAlive {
@@ -79,8 +93,9 @@ impl KeepAlive {
         self.margin = Duration::ZERO;
     }
 
+    /// The leases kept alive (not counting hand-overs still to confirm).
     pub(super) fn len(&self) -> usize {
-        self.kept.len()
+        self.kept.values().filter(|kept| !kept.once).count()
     }
 
     /// When [`KeepAlive::handle_timeout`] has something to do.
@@ -88,18 +103,37 @@ impl KeepAlive {
         self.due.peek().map(|Reverse((at, _))| *at)
     }
 
-    /// Keeps `lease` alive from `now` on (nothing if it already is).
+    /// Keeps `lease` alive from `now` on (nothing if it already is; a
+    /// hand-over still to confirm is kept on after its confirmation).
     pub(super) fn keep(&mut self, now: Instant, lease: &Lease) {
+        let counter = lease.id.parts().1;
+        if let Some(kept) = self.kept.get_mut(&counter) {
+            kept.once = false;
+            return;
+        }
+        let next = self.renewal_due(lease.expires_at).max(now);
+        self.add(now, lease, next, false);
+    }
+
+    /// Confirms `lease`, a slot handed over until its `expires_at`: one
+    /// renewal, an eighth of the way into what is left of it.
+    pub(super) fn confirm(&mut self, now: Instant, lease: &Lease) {
         let counter = lease.id.parts().1;
         if self.kept.contains_key(&counter) {
             return;
         }
-        let next = self.renewal_due(lease.expires_at).max(now);
+        let due = now + lease.expires_at.saturating_duration_since(now) / 8;
+        self.add(now, lease, due, true);
+    }
+
+    fn add(&mut self, now: Instant, lease: &Lease, next: Instant, once: bool) {
+        let counter = lease.id.parts().1;
         let kept = Kept {
             lease: lease.clone(),
             next,
             renewing: None,
             sent_at: now,
+            once,
         };
         self.kept.insert(counter, kept);
         self.schedule(counter, next);
@@ -163,6 +197,11 @@ impl KeepAlive {
         let kept = self.kept.get_mut(&counter)?;
         kept.renewing = None;
         match renewal {
+            Renewal::Extended(lease) if kept.once => {
+                self.kept.remove(&counter);
+                let (lease, expires_at) = (lease.id, lease.expires_at);
+                Some(Effect::Confirmed { lease, expires_at })
+            }
             Renewal::Extended(lease) => {
                 let (id, expires_at) = (lease.id.clone(), lease.expires_at);
                 kept.lease = lease;
@@ -173,10 +212,15 @@ impl KeepAlive {
             Renewal::Lost => self.lose(counter, LeaseLost::Gone),
             // No trustworthy answer: tried again, until the lease's expiry.
             Renewal::Unavailable(_) => {
-                // Another attempt a sixth of the TTL after this one was sent;
-                // past the expiry, `handle_timeout` reports the lease lost.
-                let retry = (kept.sent_at + self.retry_after).min(kept.lease.expires_at);
-                self.schedule(counter, retry);
+                // Another attempt a sixth of the TTL after this one was sent
+                // (a hand-over's, halfway to the reservation's end); past the
+                // expiry, `handle_timeout` reports the lease lost.
+                let expires_at = kept.lease.expires_at;
+                let retry = match kept.once {
+                    true => kept.sent_at + expires_at.saturating_duration_since(kept.sent_at) / 2,
+                    false => kept.sent_at + self.retry_after,
+                };
+                self.schedule(counter, retry.min(expires_at));
                 None
             }
         }

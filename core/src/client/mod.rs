@@ -13,7 +13,7 @@ use crate::composite::{self, CompositeError};
 use crate::config::{Config, ConfigError, Servers};
 use crate::event::{Action, ConnectionId, Event, Lease, RequestId, Stats, Transmit};
 use crate::key::{Key, SubjectKeys};
-use crate::lease_id::{Claim, ClaimError};
+use crate::lease_id::{Claim, ClaimError, LeaseId};
 use crate::request_ids::{ForeignRequest, FreshRequest, RequestIds};
 use crate::resp::ReplyLimits;
 use crate::scripts::MAX_BATCH;
@@ -312,9 +312,14 @@ impl Client {
     /// and `Event::LeaseLost` if it is lost. Nothing happens for a lease
     /// this client does not hold (released, or lost already).
     pub fn keep_alive(&mut self, now: Instant, lease: &Lease) {
-        if self.recovery.held.contains(&lease.id) {
+        if self.holds(&lease.id) {
             self.keep_alive.keep(now, lease);
         }
+    }
+
+    /// Whether a caller of this client holds `lease` (not released, not lost).
+    pub fn holds(&self, lease: &LeaseId) -> bool {
+        self.recovery.held.contains(lease)
     }
 
     /// Leases kept alive now.
@@ -418,6 +423,7 @@ impl Client {
     /// the idle probes, which come back for as long as leases are held).
     #[doc(hidden)]
     pub fn next_timer(&self, except: Option<Timer>) -> Option<(Instant, Timer)> {
+        let sentinels = self.net.sentinels.as_ref().and_then(sentinel::Sentinels::poll_timeout);
         let parts = [
             (self.callers.next_deadline(), Timer::Caller),
             (self.releases.poll_timeout(|job| self.net.can_send(job)), Timer::Release),
@@ -425,10 +431,7 @@ impl Client {
             (self.net.deferred.next_deadline(), Timer::Deferred),
             (self.waiters.poll_timeout(), Timer::Waiter),
             (self.keep_alive.poll_timeout(), Timer::KeepAlive),
-            (
-                self.net.sentinels.as_ref().and_then(sentinel::Sentinels::poll_timeout),
-                Timer::Sentinel,
-            ),
+            (sentinels, Timer::Sentinel),
         ];
         let nodes = self
             .net
@@ -436,9 +439,8 @@ impl Client {
         timer::soonest(parts.into_iter().chain(nodes), except)
     }
 
-    /// Whether idle connections are probed: only while something is at
-    /// stake on them (a held lease to write back after a failover, a
-    /// waiter); an idle client sends nothing.
+    /// Whether idle connections are probed: only while a held lease (to write
+    /// back after a failover) or a waiter is at stake; idle, it sends nothing.
     fn probing(&self) -> bool {
         self.recovery.held.len() > 0 || self.waiters.len() > 0
     }

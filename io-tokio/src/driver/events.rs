@@ -84,7 +84,11 @@ impl<C: Connector> Driver<C> {
                     tracing::warn!(connection = id.get(), %error, suppressed, "inflight: a sentinel could not be used; asking the next");
                 }
             }
-            Event::KeptAlive { lease, expires_at } => self.news.extended(&lease, expires_at),
+            // A lease given back meanwhile stays let go.
+            Event::KeptAlive { lease, expires_at } if self.client.holds(&lease) => {
+                self.news.extended(&lease, expires_at)
+            }
+            Event::KeptAlive { .. } => {}
             Event::LeaseLost { lease, reason } => {
                 tracing::warn!(%lease, ?reason, "inflight: a kept-alive lease is lost; its holder should stop");
                 self.news.lose(&lease, reason.into());

@@ -68,7 +68,7 @@ fn it_renews_retries_and_loses_on_its_own_schedule() {
             match effect {
                 Effect::Renew(lease) => keep.sent(&lease.id, RequestId(13), at),
                 Effect::Lost { reason, .. } => lost = Some((reason, at)),
-                Effect::Kept { .. } => panic!("nothing was extended"),
+                Effect::Kept { .. } | Effect::Confirmed { .. } => panic!("nothing was extended"),
             }
         }
         if keep.is_renewal(RequestId(13)) {
@@ -98,4 +98,60 @@ fn a_renewal_answered_after_a_release_changes_nothing() {
         keep.handle_timeout(t0 + ttl * 2).is_none(),
         "nothing due for a released lease"
     );
+}
+
+/// A slot handed over until `expires_at` (800 ms here) is confirmed by one
+/// renewal an eighth of the way in, and then kept no longer; one given back
+/// before that costs no renewal; one whose holder asks for keep-alive
+/// meanwhile is kept on after it.
+#[test]
+fn a_hand_over_is_confirmed_once_an_eighth_into_its_reservation() {
+    let (ttl, reserved) = (Duration::from_secs(6), Duration::from_millis(800));
+    let t0 = start();
+    let mut keep = KeepAlive::new(ttl);
+    let handed = lease(1, t0, reserved);
+    keep.confirm(t0, &handed);
+    assert_eq!(keep.len(), 0, "not a lease kept alive");
+    assert_eq!(keep.poll_timeout(), Some(t0 + Duration::from_millis(100)));
+    assert!(keep.handle_timeout(t0 + Duration::from_millis(99)).is_none());
+    let at = t0 + Duration::from_millis(100);
+    let Some(Effect::Renew(renewing)) = keep.handle_timeout(at) else {
+        panic!("due an eighth of the way in");
+    };
+    keep.sent(&renewing.id, RequestId(20), at);
+    // Unanswered: tried again halfway to the reservation's end.
+    assert!(keep
+        .on_renewed(RequestId(20), Renewal::Unavailable(Unavailable::Timeout))
+        .is_none());
+    assert_eq!(keep.poll_timeout(), Some(at + Duration::from_millis(350)));
+    let again = at + Duration::from_millis(350);
+    assert!(matches!(keep.handle_timeout(again), Some(Effect::Renew(_))));
+    keep.sent(&handed.id, RequestId(21), again);
+    let whole = lease(1, again, ttl);
+    match keep.on_renewed(RequestId(21), Renewal::Extended(whole.clone())) {
+        Some(Effect::Confirmed { expires_at, .. }) => assert_eq!(expires_at, whole.expires_at),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(keep.poll_timeout(), None, "confirmed once, kept no longer");
+
+    // Given back before its confirmation: nothing is ever sent.
+    let short = lease(2, t0, reserved);
+    keep.confirm(t0, &short);
+    assert_eq!(keep.remove(&short.id), Some(short.expires_at));
+    assert!(keep.handle_timeout(t0 + reserved).is_none());
+
+    // Its holder asks for keep-alive before the confirmation: kept on.
+    let kept = lease(3, t0, reserved);
+    keep.confirm(t0, &kept);
+    keep.keep(t0, &kept);
+    assert_eq!(keep.len(), 1);
+    let at = keep.poll_timeout().unwrap();
+    assert!(matches!(keep.handle_timeout(at), Some(Effect::Renew(_))));
+    keep.sent(&kept.id, RequestId(22), at);
+    let extended = lease(3, at, ttl);
+    assert!(matches!(
+        keep.on_renewed(RequestId(22), Renewal::Extended(extended)),
+        Some(Effect::Kept { .. })
+    ));
+    assert!(keep.poll_timeout().is_some(), "still kept alive");
 }
