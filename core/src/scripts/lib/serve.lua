@@ -45,12 +45,12 @@ local function with_expiries(queue, waiters, holds, served)
   if #served == 0 then
     return alive, expiries
   end
-  local scores = redis.call('ZMSCORE', waiters, unpack(served))
+  local entries = redis.call('ZMSCORE', waiters, unpack(served))
   local orphans = {}
   for i, id in ipairs(served) do
-    if scores[i] then
+    if entries[i] then
       alive[#alive + 1] = id
-      expiries[#alive] = tonumber(scores[i])
+      expiries[#alive] = tonumber(entries[i])
     else
       orphans[#orphans + 1] = id
     end
