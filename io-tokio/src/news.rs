@@ -135,13 +135,20 @@ impl News {
         }
     }
 
-    /// A watched lease is lost: its watchers are told, once.
+    /// A held lease is lost (its renewal found it gone, or its expiry came
+    /// first): its watchers are told, once; one nobody watched yet is
+    /// watched from now on, lost, until it is let go, so that its permit
+    /// reads the loss.
     pub(crate) fn lose(&self, lease: &LeaseId, reason: Lost) {
-        if let Ok(watched) = self.watched.lock() {
-            if let Some(sender) = watched.get(lease) {
-                tell_lost(sender, reason);
-            }
-        }
+        let mut watched = self.watched.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let sender = watched.entry(lease.clone()).or_insert_with(|| {
+            watch::Sender::new(Status {
+                expires_at: Instant::now(),
+                kept_alive: false,
+                lost: None,
+            })
+        });
+        tell_lost(sender, reason);
     }
 
     /// `lease` is let go (released, or found lost by its own renewal):

@@ -68,7 +68,8 @@ pub mod names {
     pub const RECLAIMED: &str = "inflight_reclaimed_units_total";
     /// Counter: renewals the driver made for kept-alive permits.
     pub const KEPT_ALIVE: &str = "inflight_keep_alive_renewals_total";
-    /// Counter: kept-alive permits whose lease was lost.
+    /// Counter: kept-alive permits whose lease was lost, and slots handed to
+    /// a waiter whose confirmation failed.
     pub const KEEP_ALIVE_LOST: &str = "inflight_keep_alive_lost_total";
     /// Counter: handshakes that found something weakening a guarantee (a
     /// server that may evict keys, `INFO` refused).

@@ -148,15 +148,25 @@ impl Delivery<'_> {
             self.stop_waiting(request);
             return self.handed_confirmed(request, matches!(renewal, Renewal::Extended(_)));
         }
+        let awaits = self.callers.awaits(request);
         if !self.stop_waiting(request) {
             return;
         }
-        if !self.keep_alive.is_renewal(request) {
-            return self.out.event(Event::Renewed(request, renewal));
+        if self.keep_alive.is_renewal(request) {
+            if let Some(effect) = self.keep_alive.on_renewed(request, renewal) {
+                self.keep_alive(effect);
+            }
+            return;
         }
-        if let Some(effect) = self.keep_alive.on_renewed(request, renewal) {
-            self.keep_alive(effect);
+        // Keep-alive's, for a lease given back since: nobody asked.
+        if awaits == Some(Awaits::KeepAlive) {
+            return;
         }
+        // The holder's own renewal did what keep-alive was due to do.
+        if let Renewal::Extended(lease) = &renewal {
+            self.keep_alive.extended(lease);
+        }
+        self.out.event(Event::Renewed(request, renewal));
     }
 
     /// What keep-alive asks for: a renewal sent (as any request, bounded by
@@ -170,7 +180,10 @@ impl Delivery<'_> {
                 self.callers.insert(request, deadline, Awaits::KeepAlive);
                 self.keep_alive.sent(&lease.id, request, self.now);
                 let renewal = RenewOp::new(request, lease.id, lease.keys, lease.fencing_token, lease.granted_at);
-                self.fx.push(Effect::Submit(Op::Renew(renewal)));
+                // Routed past the in-flight cap: it keeps a lease already
+                // granted (a hand-over's reservation lasts about a second),
+                // and there is one at most per held lease.
+                self.fx.push(Effect::Route(Op::Renew(renewal)));
             }
             keep_alive::Effect::Kept { lease, expires_at } => {
                 self.out.stats.kept_alive += 1;

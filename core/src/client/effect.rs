@@ -20,9 +20,6 @@ pub(super) enum Effect {
     /// Send an acquire, renewal or inspection to the node that serves its
     /// slot (or keep it until one is known).
     Route(Op),
-    /// Send an acquire, renewal or inspection unless the in-flight cap is
-    /// reached (then it fails at once).
-    Submit(Op),
     /// Write a call again at once on `node` (by text, after a `NOSCRIPT`).
     Resend(usize, Op),
     /// A call `node` redirected: follow the redirect, hold it back, or fail it.

@@ -74,6 +74,18 @@ impl HeldLeases {
         instance == self.instance && self.leases.contains_key(&counter)
     }
 
+    /// `lease` as last extended (its caller's copy may predate a renewal
+    /// the client made on its own: a hand-over's confirmation), if held.
+    pub(super) fn latest(&self, lease: &Lease) -> Option<Lease> {
+        let (instance, counter) = lease.id.parts();
+        let held = self.leases.get(&counter).filter(|_| instance == self.instance)?;
+        let expires_at = held.expires_at.max(lease.expires_at);
+        Some(Lease {
+            expires_at,
+            ..lease.clone()
+        })
+    }
+
     pub(super) fn remove(&mut self, lease: &LeaseId) {
         let (instance, counter) = lease.parts();
         if instance == self.instance {

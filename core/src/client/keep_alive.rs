@@ -71,7 +71,7 @@ struct Kept {
     /// When the last attempt was sent.
     sent_at: Instant,
     /// A hand-over to confirm, not a lease its holder asked to keep alive:
-    /// renewed once.
+    /// renewed once (or not at all, if its holder renews it first).
     once: bool,
 }
 
@@ -152,6 +152,28 @@ impl KeepAlive {
         Some(kept.lease.expires_at)
     }
 
+    /// Its holder renewed `lease` by itself: a hand-over still to confirm
+    /// needs no confirmation any more; a kept lease is next due from its
+    /// new expiry.
+    pub(super) fn extended(&mut self, lease: &Lease) {
+        let counter = lease.id.parts().1;
+        let Some(kept) = self.kept.get_mut(&counter) else {
+            return;
+        };
+        if kept.once {
+            if let Some(request) = kept.renewing {
+                self.in_flight.remove(&request);
+            }
+            self.kept.remove(&counter);
+            return;
+        }
+        if kept.renewing.is_none() && lease.expires_at > kept.lease.expires_at {
+            kept.lease = lease.clone();
+            let due = self.renewal_due(lease.expires_at);
+            self.schedule(counter, due);
+        }
+    }
+
     /// Whether `request` is a keep-alive renewal.
     pub(super) fn is_renewal(&self, request: RequestId) -> bool {
         self.in_flight.contains_key(&request)
@@ -212,15 +234,14 @@ impl KeepAlive {
             Renewal::Lost => self.lose(counter, LeaseLost::Gone),
             // No trustworthy answer: tried again, until the lease's expiry.
             Renewal::Unavailable(_) => {
-                // Another attempt a sixth of the TTL after this one was sent
-                // (a hand-over's, halfway to the reservation's end); past the
-                // expiry, `handle_timeout` reports the lease lost.
-                let expires_at = kept.lease.expires_at;
-                let retry = match kept.once {
-                    true => kept.sent_at + expires_at.saturating_duration_since(kept.sent_at) / 2,
-                    false => kept.sent_at + self.retry_after,
-                };
-                self.schedule(counter, retry.min(expires_at));
+                // Another attempt a sixth of the TTL after this one was sent,
+                // or halfway to the expiry if that is sooner (a hand-over's
+                // reservation), never at the same instant; past the expiry,
+                // `handle_timeout` reports the lease lost.
+                let (sent_at, expires_at) = (kept.sent_at, kept.lease.expires_at);
+                let halfway = expires_at.saturating_duration_since(sent_at) / 2;
+                let wait = self.retry_after.min(halfway).max(Duration::from_millis(1));
+                self.schedule(counter, (sent_at + wait).min(expires_at));
                 None
             }
         }

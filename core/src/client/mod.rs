@@ -312,8 +312,8 @@ impl Client {
     /// and `Event::LeaseLost` if it is lost. Nothing happens for a lease
     /// this client does not hold (released, or lost already).
     pub fn keep_alive(&mut self, now: Instant, lease: &Lease) {
-        if self.holds(&lease.id) {
-            self.keep_alive.keep(now, lease);
+        if let Some(lease) = self.recovery.held.latest(lease) {
+            self.keep_alive.keep(now, &lease);
         }
     }
 

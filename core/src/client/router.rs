@@ -48,7 +48,6 @@ impl Client {
                 }
                 self.then(now, |c, fx| c.net.redirect_op(now, *redirected, &mut c.out.stats, fx));
             }
-            Effect::Submit(op) => self.submit(now, op),
             Effect::Deliver(request, event) => self.delivering(now, |d| d.deliver(request, event)),
             Effect::Fail(request, reason) => self.delivering(now, |d| d.fail(request, reason)),
             Effect::Renewed(request, renewal) => self.delivering(now, |d| d.renewed(request, renewal)),

@@ -82,15 +82,17 @@ pub enum Event {
         /// What the server said.
         outcome: Reassertion,
     },
-    /// The client renewed a kept-alive lease (see `Client::keep_alive`):
-    /// Redis holds it until about `expires_at`.
+    /// The client renewed a lease on its own: kept alive (see
+    /// `Client::keep_alive`), or a slot handed to a waiter confirmed to a
+    /// whole lease. Redis holds it until about `expires_at`.
     KeptAlive {
         /// The lease.
         lease: LeaseId,
         /// Its new expiry.
         expires_at: Instant,
     },
-    /// A kept-alive lease its holder still has is gone: its holder should
+    /// A lease the client renews on its own (kept alive, or a hand-over to
+    /// confirm) is gone while its holder still has it: its holder should
     /// stop the work it guards (the slot may be someone else's now).
     LeaseLost {
         /// The lease.

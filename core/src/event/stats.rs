@@ -69,7 +69,8 @@ pub struct Stats {
     pub reclaimed: u64,
     /// Renewals the client made on its own for kept-alive leases.
     pub kept_alive: u64,
-    /// Kept-alive leases lost (found gone, or not renewed in time).
+    /// Leases the client renewed on its own (kept alive, or a hand-over
+    /// to confirm) lost: found gone, or not renewed in time.
     pub keep_alive_lost: u64,
     /// Handshakes that found something weakening a guarantee
     /// ([`Event::Warning`](super::Event::Warning)).

@@ -90,7 +90,7 @@ impl<C: Connector> Driver<C> {
             }
             Event::KeptAlive { .. } => {}
             Event::LeaseLost { lease, reason } => {
-                tracing::warn!(%lease, ?reason, "inflight: a kept-alive lease is lost; its holder should stop");
+                tracing::warn!(%lease, ?reason, "inflight: a held lease is lost; its holder should stop");
                 self.news.lose(&lease, reason.into());
             }
         }

@@ -155,3 +155,32 @@ fn a_hand_over_is_confirmed_once_an_eighth_into_its_reservation() {
     ));
     assert!(keep.poll_timeout().is_some(), "still kept alive");
 }
+
+/// Its holder's own renewal does keep-alive's work: a hand-over still to
+/// confirm is dropped (even with its confirmation on the wire, whose answer
+/// then belongs to nobody); a kept lease is next due from the new expiry.
+#[test]
+fn a_renewal_by_its_holder_stands_for_keep_alive_own() {
+    let ttl = Duration::from_secs(6);
+    let t0 = start();
+    let mut keep = KeepAlive::new(ttl);
+    let handed = lease(1, t0, Duration::from_millis(800));
+    keep.confirm(t0, &handed);
+    let at = keep.poll_timeout().unwrap();
+    assert!(matches!(keep.handle_timeout(at), Some(Effect::Renew(_))));
+    keep.sent(&handed.id, RequestId(30), at);
+    keep.extended(&lease(1, at, ttl));
+    assert!(!keep.is_renewal(RequestId(30)), "its answer is nobody's");
+    assert_eq!(keep.poll_timeout(), None);
+
+    let kept = lease(2, t0, ttl);
+    keep.keep(t0, &kept);
+    assert_eq!(keep.poll_timeout(), Some(t0 + Duration::from_secs(2)));
+    let later = t0 + Duration::from_secs(1);
+    keep.extended(&lease(2, later, ttl));
+    assert!(
+        keep.handle_timeout(t0 + Duration::from_secs(2)).is_none(),
+        "not due at the old time"
+    );
+    assert_eq!(keep.poll_timeout(), Some(later + Duration::from_secs(2)));
+}
