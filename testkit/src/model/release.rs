@@ -96,14 +96,7 @@ impl RedisModel {
             self.cover(leases, longest as i64);
             self.published.push((wake.clone(), Bytes::from(message)));
         }
-        if !named.is_empty() {
-            let mut message = b"N".to_vec();
-            for id in &named {
-                message.push(b' ');
-                message.extend_from_slice(id);
-            }
-            self.published.push((wake.clone(), Bytes::from(message)));
-        }
+        self.name_on(wake, &named);
         Ok(int(removed as i64))
     }
 
@@ -167,14 +160,20 @@ impl RedisModel {
             self.leave_queue(queue, waiters, holds, &orphans);
         }
         woken.extend(named);
-        if !woken.is_empty() {
-            let mut message = b"N".to_vec();
-            for id in &woken {
-                message.push(b' ');
-                message.extend_from_slice(id);
-            }
-            self.published.push((wake.clone(), Bytes::from(message)));
+        self.name_on(wake, &woken);
+    }
+
+    /// Publishes `N id…` on `wake`, unless `ids` is empty.
+    fn name_on(&mut self, wake: &Bytes, ids: &[Bytes]) {
+        if ids.is_empty() {
+            return;
         }
+        let mut message = b"N".to_vec();
+        for id in ids {
+            message.push(b' ');
+            message.extend_from_slice(id);
+        }
+        self.published.push((wake.clone(), Bytes::from(message)));
     }
 
     /// `lib/serve.lua`'s `forget_expired`: dead waiters and expired leases
