@@ -64,15 +64,15 @@ pub const RECOVERY_WINDOW: Duration = Duration::from_millis(500);
 /// split, one round trip more, as designed.)
 pub const WAKE_BOUND: Duration = Duration::from_millis(75);
 
-/// S13 in fault-free runs: a slot a release hands to a waiter reaches its
-/// caller, or its client confirms it by a renewal, within this. A caller
-/// of one key holds it within a wake-up ([`WAKE_BOUND`]); a part of a
-/// waiting composite acquire stays in the limiter while the other parts
-/// are waited for, and is confirmed an eighth of the way into its
-/// reservation (at most [`WAITER_LIFETIME`] / 8), with a round trip. Still
-/// well before the waiter's own periodic check (a third of the lifetime),
-/// which is how an unheard hand-over would end.
-pub const HAND_OVER_BOUND: Duration = Duration::from_millis(75 + 1000 / 8);
+/// S13 in fault-free runs, for a limiter with a waiting composite acquire
+/// under way (or never seen holding): a part of that acquire handed over
+/// stays in the limiter while its other parts are waited for, and is
+/// confirmed an eighth of the way into its reservation (at most
+/// [`WAITER_LIFETIME`] / 8), with a round trip. Still well before the
+/// waiter's own periodic check (a third of the lifetime), which is how an
+/// unheard hand-over would end. Other slots handed over reach their caller
+/// within [`WAKE_BOUND`].
+pub const COMPOSITE_HAND_OVER_BOUND: Duration = Duration::from_millis(75 + 1000 / 8);
 
 /// The heaviest permit a caller asks for: one acquire in five takes 2 or 3
 /// units (at most the key's limit).
@@ -555,6 +555,7 @@ impl Caller {
         let mut options = Acquire::default().weight(weight);
         if let Some(wait) = wait {
             options = options.wait(wait);
+            self.ledger.lock().unwrap().composite_waiting(&self.who, true);
         }
         {
             let mut ledger = self.ledger.lock().unwrap();
@@ -576,6 +577,9 @@ impl Caller {
         let outcome = self
             .attempt(acquire, budget, || format!("an acquire of {chosen:?} (wait {wait:?})"))
             .await;
+        if wait.is_some() {
+            self.ledger.lock().unwrap().composite_waiting(&self.who, false);
+        }
         self.settle_all(&chosen, outcome, wait.is_some()).await;
     }
 

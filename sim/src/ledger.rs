@@ -87,10 +87,26 @@ pub struct Ledger {
     /// `INFLIGHT_SIM_TRACE` set: every event is printed as it is noted.
     trace_all: bool,
     /// S13, in calm runs: how soon a slot a release handed to a waiter must
-    /// reach its caller, and the hand-overs not heard yet (by lease id,
-    /// with when Redis made them).
-    hand_over_bound: Option<Duration>,
-    handed: BTreeMap<String, Duration>,
+    /// reach its caller (a wake-up; a limiter with a waiting composite
+    /// acquire under way: its confirmation), and the hand-overs not heard
+    /// yet (by lease id, with when Redis made them and the bound that
+    /// applies to each, decided then).
+    hand_over_bound: Option<(Duration, Duration)>,
+    handed: BTreeMap<String, (Duration, Duration)>,
+    /// Which client each lease-id instance is (learned from its holds),
+    /// and the waiting composite acquires each client has under way.
+    instances: HashMap<String, String>,
+    composite_waits: HashMap<String, u32>,
+}
+
+/// The client part of a caller's name (`client1/c4` → `client1`).
+fn client_of(who: &str) -> &str {
+    who.split('/').next().unwrap_or(who)
+}
+
+/// The instance part of a lease id (`<instance>-<counter>`).
+fn instance_of(lease: &str) -> &str {
+    lease.rsplit_once('-').map_or(lease, |(instance, _)| instance)
 }
 
 impl Ledger {
@@ -119,20 +135,41 @@ impl Ledger {
             tokens: HashMap::new(),
             hand_over_bound: None,
             handed: BTreeMap::new(),
+            instances: HashMap::new(),
+            composite_waits: HashMap::new(),
         }
     }
 
     /// S13 applies (a run with no faults): a slot a release hands to a
-    /// waiter reaches the waiter's caller within `bound`.
-    pub fn expect_hand_overs_heard(&mut self, bound: Duration) {
-        self.hand_over_bound = Some(bound);
+    /// waiter reaches the waiter's caller within `bound`, or (its limiter
+    /// waiting for a composite acquire's other parts) is confirmed within
+    /// `composite`.
+    pub fn expect_hand_overs_heard(&mut self, bound: Duration, composite: Duration) {
+        self.hand_over_bound = Some((bound, composite));
     }
 
-    /// Redis handed a freed slot to waiter `lease` (S13).
+    /// `who` starts (`true`) or ends a waiting composite acquire: a part
+    /// handed to its limiter meanwhile stays there until the others come.
+    pub fn composite_waiting(&mut self, who: &str, starts: bool) {
+        let waits = self.composite_waits.entry(client_of(who).to_owned()).or_default();
+        *waits = if starts { *waits + 1 } else { waits.saturating_sub(1) };
+    }
+
+    /// Redis handed a freed slot to waiter `lease` (S13). A client never
+    /// seen holding, or one waiting for a composite acquire's other parts,
+    /// may keep it in its limiter until its confirmation.
     pub fn server_handed(&mut self, at: Duration, lease: String) {
-        if self.hand_over_bound.is_some() && !self.holding.contains(&lease) {
-            self.handed.insert(lease, at);
+        let Some((bound, composite)) = self.hand_over_bound else {
+            return;
+        };
+        if self.holding.contains(&lease) {
+            return;
         }
+        let bound = match self.instances.get(instance_of(&lease)) {
+            Some(client) if self.composite_waits.get(client).copied().unwrap_or(0) == 0 => bound,
+            _ => composite,
+        };
+        self.handed.insert(lease, (at, bound));
     }
 
     /// The client of waiter `lease` named it in a call (a renewal that
@@ -145,13 +182,10 @@ impl Ledger {
     /// each is checked once, against what Redis holds then
     /// ([`Ledger::unheard_hand_overs`]).
     pub fn overdue_hand_overs(&mut self, at: Duration) -> Vec<String> {
-        let Some(bound) = self.hand_over_bound else {
-            return Vec::new();
-        };
         let overdue: Vec<String> = self
             .handed
             .iter()
-            .filter(|(_, made)| at.saturating_sub(**made) > bound)
+            .filter(|(_, (made, bound))| at.saturating_sub(*made) > *bound)
             .map(|(lease, _)| lease.clone())
             .collect();
         for lease in &overdue {
@@ -164,12 +198,14 @@ impl Ledger {
     /// its client has answered), those Redis still holds (`live`) and no
     /// caller does went unheard.
     pub fn unheard_hand_overs(&mut self, at: Duration, live: Vec<String>) {
-        let Some(bound) = self.hand_over_bound else {
+        let Some((bound, composite)) = self.hand_over_bound else {
             return;
         };
         let unheard: Vec<String> = live.into_iter().filter(|lease| !self.holding.contains(lease)).collect();
         for lease in unheard {
-            let detail = format!("a slot handed to {lease} reached no caller within {bound:?}");
+            let detail = format!(
+                "a slot handed to {lease} reached no caller within {bound:?} ({composite:?} for a limiter with a composite acquire waiting)"
+            );
             self.violate(at, "S13 hand-overs heard", detail);
         }
     }
@@ -204,6 +240,10 @@ impl Ledger {
         if let Some(lease) = lease {
             self.let_go.remove(&lease);
             self.handed.remove(&lease);
+            let instance = instance_of(&lease).to_owned();
+            self.instances
+                .entry(instance)
+                .or_insert_with(|| client_of(who).to_owned());
             self.holding.insert(lease);
         }
         let state = self.keys.get_mut(key).expect("known key");

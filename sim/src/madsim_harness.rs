@@ -78,7 +78,7 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
         ledger
             .lock()
             .unwrap()
-            .expect_hand_overs_heard(crate::callers::HAND_OVER_BOUND);
+            .expect_hand_overs_heard(crate::callers::WAKE_BOUND, crate::callers::COMPOSITE_HAND_OVER_BOUND);
     }
     let mut server = ServerState::new(ledger.clone(), scenario.keys, elapsed_ms);
     server.bug = bug;
