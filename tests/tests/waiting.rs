@@ -358,7 +358,7 @@ async fn a_wait_that_cannot_be_served_in_time_is_shed_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_handed_to_a_waiter_is_confirmed_to_a_whole_lease_and_its_permit_knows() {
     let server = RedisServer::start();
-    let (_holder, _waiter, permit, _at) = handed(&server, "confirmed").await;
+    let (_holder, _waiter, permit) = handed(&server, "confirmed").await;
     let reserved = permit.expires_at().expect("a lease");
     eventually("the hand-over is confirmed", Duration::from_secs(1), || {
         permit
@@ -380,7 +380,7 @@ async fn a_slot_handed_to_a_waiter_is_confirmed_to_a_whole_lease_and_its_permit_
 
 /// A permit handed over by a release (a reservation until about 1 s from
 /// the waiter's last check): the holder's limiter, the waiter's, the permit.
-async fn handed(server: &RedisServer, subject: &'static str) -> (Limiter, Limiter, Permit, Instant) {
+async fn handed(server: &RedisServer, subject: &'static str) -> (Limiter, Limiter, Permit) {
     let holder = builder(server).default_limit(1).connect().await.unwrap();
     let waiter = builder(server).default_limit(1).connect().await.unwrap();
     let held = holder.acquire(&key(subject)).await.unwrap();
@@ -396,12 +396,11 @@ async fn handed(server: &RedisServer, subject: &'static str) -> (Limiter, Limite
     tokio::time::sleep(Duration::from_millis(100)).await;
     held.release().await.unwrap();
     let permit = waiting.await.unwrap().expect("handed the slot");
-    let at = Instant::now();
     assert!(
         permit.expires_at().unwrap() < Instant::now() + Duration::from_secs(2),
         "a reservation"
     );
-    (holder, waiter, permit, at)
+    (holder, waiter, permit)
 }
 
 fn redis_ttl_ms(server: &RedisServer, subject: &str, id: &str) -> Option<i64> {
@@ -422,7 +421,7 @@ fn redis_ttl_ms(server: &RedisServer, subject: &str, id: &str) -> Option<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_while_the_confirmation_is_on_the_wire_counts_no_renewal() {
     let server = RedisServer::start();
-    let (_holder, waiter, permit, _at) = handed(&server, "stray").await;
+    let (_holder, waiter, permit) = handed(&server, "stray").await;
     let before = waiter.stats();
     tokio::time::sleep(Duration::from_millis(40)).await;
     server.pause();
@@ -445,7 +444,7 @@ async fn a_release_while_the_confirmation_is_on_the_wire_counts_no_renewal() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_asked_after_the_confirmation_keeps_the_whole_lease() {
     let server = RedisServer::start();
-    let (_holder, _waiter, permit, _at) = handed(&server, "late-keep").await;
+    let (_holder, _waiter, permit) = handed(&server, "late-keep").await;
     eventually("confirmed", Duration::from_secs(1), || {
         permit
             .expires_at()
@@ -467,7 +466,7 @@ async fn keep_alive_asked_after_the_confirmation_keeps_the_whole_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_its_holder_renews_needs_no_confirmation() {
     let server = RedisServer::start();
-    let (_holder, _waiter, mut permit, _at) = handed(&server, "renewed").await;
+    let (_holder, _waiter, mut permit) = handed(&server, "renewed").await;
     permit.renew().await.unwrap();
     let renewed_until = permit.expires_at().unwrap();
     assert!(renewed_until > Instant::now() + Duration::from_secs(50));
@@ -487,7 +486,7 @@ async fn a_hand_over_its_holder_renews_needs_no_confirmation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confirmation_that_finds_the_slot_gone_is_seen_by_the_permit() {
     let server = RedisServer::start();
-    let (_holder, waiter, permit, _at) = handed(&server, "gone").await;
+    let (_holder, waiter, permit) = handed(&server, "gone").await;
     let id = permit.lease_id().unwrap().to_string();
     let keys = SubjectKeys::new(PREFIX, &key("gone"));
     server.client().call(&[b"ZREM", keys.leases(), id.as_bytes()]).unwrap();
