@@ -337,6 +337,20 @@ impl Pair {
         self.abandon(request);
     }
 
+    /// Delivers up to `max` bytes to the client and gives back the
+    /// `index`-th held lease before taking any of the client's outputs:
+    /// a reply and a permit's release in the same driver wake-up.
+    pub fn to_client_then_release(&mut self, max: usize, index: usize) {
+        if let Some(link) = self.link.as_mut() {
+            let n = max.min(link.to_client.len());
+            if n > 0 {
+                let chunk = link.to_client.split_to(n);
+                self.client.handle_input(self.now, link.id, &chunk);
+            }
+        }
+        self.release(index);
+    }
+
     /// Injects raw bytes as if the server had sent them.
     pub fn inject(&mut self, bytes: &[u8]) {
         let id = self.link.as_ref().expect("a link").id;

@@ -76,8 +76,7 @@ pub struct Client {
     net: Network,
     /// Callers still waiting for an outcome, with their deadline.
     callers: Callers,
-    /// Releases staged for the next write, or waiting for a connection or
-    /// their retry time.
+    /// Releases staged for the next write, or waiting for a connection or their retry time.
     releases: ReleaseQueue,
     /// Actions and events for the driver, and the running totals.
     out: Outbox,
@@ -341,6 +340,7 @@ impl Client {
 
     /// Gives a lease back. `Event::Released` or `Event::ReleaseAbandoned` follows.
     pub fn release(&mut self, now: Instant, lease: Lease) {
+        self.out.forget_lease(&lease.id);
         let plain = self.waiters.release_kind(&lease.keys);
         let job = ReleaseJob::given_back(now, lease, plain, &mut self.recovery.held, &mut self.keep_alive);
         self.submit_release(now, job);

@@ -4,11 +4,15 @@
 use std::collections::VecDeque;
 
 use crate::event::{Action, Event, Outcome, Renewal, RequestId, Stats};
+use crate::lease_id::LeaseId;
 
 /// The client's outputs, in the order they were decided.
 #[derive(Debug, Default)]
 pub(super) struct Outbox {
     events: VecDeque<Event>,
+    /// How many of `events` are news of a held lease (kept alive, lost):
+    /// almost always none, so a release need not look for its own.
+    lease_news: usize,
     actions: VecDeque<Action>,
     /// Totals of what happened inside the client (redirects, retries,
     /// recoveries...), counted where it happens; outcomes and renewals are
@@ -19,6 +23,7 @@ pub(super) struct Outbox {
 
 impl Outbox {
     pub(super) fn event(&mut self, event: Event) {
+        self.lease_news += usize::from(is_lease_news(&event, None));
         self.events.push_back(event);
     }
 
@@ -37,6 +42,7 @@ impl Outbox {
     /// The next event, counted now that it is delivered.
     pub(super) fn next_event(&mut self) -> Option<Event> {
         let event = self.events.pop_front()?;
+        self.lease_news -= usize::from(is_lease_news(&event, None));
         let stats = &mut self.stats;
         match &event {
             Event::Acquired(_, outcome) => match outcome {
@@ -60,6 +66,18 @@ impl Outbox {
         Some(event)
     }
 
+    /// Drops the news of `lease` not taken yet: its holder gave it back
+    /// before the driver read them, and the driver has let it go already
+    /// (news read now would be kept for a permit that is gone).
+    pub(super) fn forget_lease(&mut self, lease: &LeaseId) {
+        if self.lease_news == 0 {
+            return;
+        }
+        let before = self.events.len();
+        self.events.retain(|event| !is_lease_news(event, Some(lease)));
+        self.lease_news -= before - self.events.len();
+    }
+
     /// Takes back the answer to `request` that its caller has not taken yet
     /// (a driver feeds a reply and the caller's departure in one wake-up,
     /// before it takes any event).
@@ -68,5 +86,15 @@ impl Outbox {
             matches!(event, Event::Acquired(r, _) | Event::Renewed(r, _) | Event::Inspected(r, _) | Event::Scanned(r, _) if *r == request)
         })?;
         self.events.remove(at)
+    }
+}
+
+/// Whether `event` is news of a held lease (of `lease`, if given).
+fn is_lease_news(event: &Event, lease: Option<&LeaseId>) -> bool {
+    match event {
+        Event::KeptAlive { lease: of, .. } | Event::LeaseLost { lease: of, .. } => {
+            lease.is_none_or(|lease| lease == of)
+        }
+        _ => false,
     }
 }

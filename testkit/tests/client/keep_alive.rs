@@ -82,6 +82,28 @@ fn a_lease_found_gone_is_reported_lost_and_dropped() {
 }
 
 #[test]
+fn news_of_a_lease_given_back_before_the_driver_read_it_is_dropped() {
+    // The renewal's answer (gone) and the holder's release reach the client
+    // in one driver wake-up: the driver has let the lease go, so a loss it
+    // read afterwards would be kept for a permit that no longer exists.
+    let mut pair = Pair::connected(kept_config(), start());
+    pair.acquire("t", "s", 1);
+    pair.exchange();
+    let lease = pair.held[0].clone();
+    pair.client.keep_alive(pair.now, &lease);
+    let mut conn = inflight_testkit::model::ModelConnection::new();
+    let mut command = bytes::BytesMut::new();
+    inflight_core::resp::encode_command(&mut command, &[b"ZREM", lease.redis_key(), &lease.id().to_bytes()]);
+    pair.server.handle(&mut conn, &command).unwrap();
+    pair.advance(ms(1000));
+    pair.to_server(usize::MAX);
+    pair.to_client_then_release(usize::MAX, 0);
+    pair.exchange();
+    assert_eq!(pair.client.stats().keep_alive_lost, 1, "the renewal found it gone");
+    assert_eq!(kept_events(&pair).1, vec![], "and nobody is told");
+}
+
+#[test]
 fn with_redis_unreachable_the_loss_is_reported_at_the_expiry_after_retries() {
     let mut pair = Pair::connected(kept_config(), start());
     pair.acquire("t", "s", 1);
