@@ -327,13 +327,7 @@ impl Pair {
     /// and a cancellation reach it in the same wake-up. The reply may already
     /// have produced the request's outcome; it must not be delivered.
     pub fn to_client_then_abandon(&mut self, max: usize, request: RequestId) {
-        if let Some(link) = self.link.as_mut() {
-            let n = max.min(link.to_client.len());
-            if n > 0 {
-                let chunk = link.to_client.split_to(n);
-                self.client.handle_input(self.now, link.id, &chunk);
-            }
-        }
+        self.feed_client(max);
         self.abandon(request);
     }
 
@@ -341,6 +335,13 @@ impl Pair {
     /// `index`-th held lease before taking any of the client's outputs:
     /// a reply and a permit's release in the same driver wake-up.
     pub fn to_client_then_release(&mut self, max: usize, index: usize) {
+        self.feed_client(max);
+        self.release(index);
+    }
+
+    /// Up to `max` bytes from the server into the client, its outputs left
+    /// where they are.
+    fn feed_client(&mut self, max: usize) {
         if let Some(link) = self.link.as_mut() {
             let n = max.min(link.to_client.len());
             if n > 0 {
@@ -348,7 +349,6 @@ impl Pair {
                 self.client.handle_input(self.now, link.id, &chunk);
             }
         }
-        self.release(index);
     }
 
     /// Injects raw bytes as if the server had sent them.

@@ -144,11 +144,11 @@ impl Delivery<'_> {
     /// A renewal's outcome: for its caller if it still waits, for
     /// keep-alive if it was its own, or for the hand-over it confirms.
     pub(super) fn renewed(&mut self, request: RequestId, renewal: Renewal) {
-        if self.callers.awaits(request) == Some(Awaits::HandOver) {
+        let awaits = self.callers.awaits(request);
+        if awaits == Some(Awaits::HandOver) {
             self.stop_waiting(request);
             return self.handed_confirmed(request, matches!(renewal, Renewal::Extended(_)));
         }
-        let awaits = self.callers.awaits(request);
         if !self.stop_waiting(request) {
             return;
         }

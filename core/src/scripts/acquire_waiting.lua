@@ -71,7 +71,7 @@ if w > limit then
   leave_queue(queue, waiters, holds, id)
   if was_queued then
     forget_dead(queue, waiters, holds, now)
-    wake_who_fits(queue, waiters, holds, leases, wake, math.min(64, w + 15))
+    wake_who_fits(queue, waiters, holds, leases, wake, w)
   end
   return {0, id, 0, w - limit, 0, reclaimed}
 end
@@ -97,9 +97,10 @@ if fits then
   cover(leases, expiry - now)
   -- Waiters woken together may check in any order, and one under a higher
   -- limit that checked first was refused for the units this one was owed:
-  -- what is still free goes to those that fit now.
+  -- what is still free goes to those that fit now (nothing came free
+  -- here: the window of one unit).
   if queued and count > 1 then
-    wake_who_fits(queue, waiters, holds, leases, wake, 16)
+    wake_who_fits(queue, waiters, holds, leases, wake, 1)
   end
   return {1, id, token, 0, 0, reclaimed}
 end
@@ -109,7 +110,7 @@ local expected = math.ceil(ahead * average / limit)
 if average > 0 and expected > patience then
   if queued then
     leave_queue(queue, waiters, holds, id)
-    wake_who_fits(queue, waiters, holds, leases, wake, math.min(64, w + 15))
+    wake_who_fits(queue, waiters, holds, leases, wake, w)
   end
   return {0, id, 0, ahead, expected, reclaimed}
 end

@@ -34,7 +34,7 @@ if redis.call('EXISTS', queue) == 1 then
   end
   if removed > 0 then
     forget_expired(queue, waiters, holds, leases, now)
-    wake_who_fits(queue, waiters, holds, leases, wake, math.min(64, #members + 15))
+    wake_who_fits(queue, waiters, holds, leases, wake, #members)
   end
 end
 return id

@@ -17,6 +17,6 @@ redis.call('ZREM', waiters, id)
 redis.call('HDEL', holds, id)
 if removed > 0 and redis.call('EXISTS', queue) == 1 then
   forget_expired(queue, waiters, holds, leases, server_time())
-  wake_who_fits(queue, waiters, holds, leases, wake, math.min(64, #members + 15))
+  wake_who_fits(queue, waiters, holds, leases, wake, #members)
 end
 return math.min(removed, 1)

@@ -101,7 +101,7 @@ redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
 if hold ~= '' and redis.call('EXISTS', hold) == 1 then
   return removed
 end
-local served, named, holding = serve(queue, holds, leases, redis.call('ZCARD', leases), math.min(64, freed + 15))
+local served, named, holding = serve(queue, holds, leases, redis.call('ZCARD', leases), freed)
 if #holding > 0 then
   leave_queue(queue, waiters, holds, unpack(holding))
 end

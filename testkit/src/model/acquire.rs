@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::release::look_after;
+use super::release::freed_by;
 use super::scripts::{bulk, flag, int, integer, lua_number, text, weight, Stop};
 use super::store::ZaddFlags;
 use super::RedisModel;
@@ -277,7 +277,7 @@ impl RedisModel {
             self.leave_queue(queue, waiters, holds, one);
             if was_queued {
                 self.prune_waiters(queue, waiters, holds);
-                self.wake_who_fits([queue, waiters, holds, leases, wake], look_after(id));
+                self.wake_who_fits([queue, waiters, holds, leases, wake], freed_by(id));
             }
             self.record(leases, id, 0, 0, (0, 0));
             return reply(0, 0, w - limit, 0, reclaimed);
@@ -299,7 +299,7 @@ impl RedisModel {
             self.cover(leases, (expiry - now) as i64);
             let token = self.next_tokens(fence, expiry - now, 1);
             if queued && count > 1 {
-                self.wake_who_fits([queue, waiters, holds, leases, wake], 16);
+                self.wake_who_fits([queue, waiters, holds, leases, wake], 1);
             }
             let (ahead, free) = (used - live, limit - live);
             self.record(leases, id, 1, token, (ahead, free.min(ahead.saturating_add(room))));
@@ -315,7 +315,7 @@ impl RedisModel {
         if average > 0.0 && expected > patience {
             if queued {
                 self.leave_queue(queue, waiters, holds, one);
-                self.wake_who_fits([queue, waiters, holds, leases, wake], look_after(id));
+                self.wake_who_fits([queue, waiters, holds, leases, wake], freed_by(id));
             }
             self.record(leases, id, 0, 0, (0, 0));
             return reply(0, 0, ahead, expected, reclaimed);

@@ -62,26 +62,12 @@ impl RedisModel {
             return Ok(int(removed as i64));
         }
         let used = self.store.zcard(leases) as u64;
-        let (served, named, holding) = self.serve(queue, holds, leases, used, 64.min(freed + 15));
+        let (served, named, holding) = self.serve(queue, holds, leases, used, freed);
         if !holding.is_empty() {
             self.leave_queue(queue, waiters, holds, &holding);
         }
-        // A queue entry with no expiry beside it leaves the queue, served
-        // nothing.
-        let (mut alive, mut reserved, mut orphans) = (Vec::new(), Vec::new(), Vec::new());
-        for (id, fair) in served {
-            match self.store.zscore(waiters, &id) {
-                Some(until) => {
-                    alive.push((id, fair));
-                    reserved.push(until);
-                }
-                None => orphans.push(id),
-            }
-        }
-        if !orphans.is_empty() {
-            self.leave_queue(queue, waiters, holds, &orphans);
-        }
-        let served = alive;
+        let (served, reserved): (Vec<_>, Vec<_>) =
+            self.with_expiries([queue, waiters, holds], served).into_iter().unzip();
         if !served.is_empty() {
             let longest = reserved.iter().map(|r| r.saturating_sub(now)).max().unwrap_or(0).max(1);
             let token = self.next_tokens(fence, longest, served.len() as u64);
@@ -109,10 +95,10 @@ impl RedisModel {
         holds: &Bytes,
         leases: &Bytes,
         mut used: u64,
-        count: usize,
+        freed: usize,
     ) -> (Vec<(Bytes, (u64, u64))>, Vec<Bytes>, Vec<Bytes>) {
         let (mut served, mut named, mut holding) = (Vec::new(), Vec::new(), Vec::new());
-        let ids = self.store.zrange(queue, 0, count.max(1) - 1);
+        let ids = self.store.zrange(queue, 0, (freed + 15).min(64) - 1);
         let start = used;
         let mut blocked = 0u64;
         let recorded = self.limit_of(holds, b"limit");
@@ -143,24 +129,35 @@ impl RedisModel {
     /// free now (those with an expiry beside their entry; orphans leave the
     /// queue, as entries of ids that hold do), and those it cannot judge,
     /// named on the wake channel. The state is pruned already.
-    pub(super) fn wake_who_fits(&mut self, [queue, waiters, holds, leases, wake]: [&Bytes; 5], look: usize) {
+    pub(super) fn wake_who_fits(&mut self, [queue, waiters, holds, leases, wake]: [&Bytes; 5], freed: usize) {
         let used = self.store.zcard(leases) as u64;
-        let (served, named, holding) = self.serve(queue, holds, leases, used, look);
+        let (served, named, holding) = self.serve(queue, holds, leases, used, freed);
         if !holding.is_empty() {
             self.leave_queue(queue, waiters, holds, &holding);
         }
-        let (mut woken, mut orphans) = (Vec::new(), Vec::new());
-        for (id, _) in served {
+        let served = self.with_expiries([queue, waiters, holds], served);
+        let woken: Vec<Bytes> = served.into_iter().map(|((id, _), _)| id).chain(named).collect();
+        self.name_on(wake, &woken);
+    }
+
+    /// `lib/serve.lua`'s `with_expiries`: of `served`, those with an expiry
+    /// beside their queue entry, with it; the others leave the queue.
+    fn with_expiries<T>(
+        &mut self,
+        [queue, waiters, holds]: [&Bytes; 3],
+        served: Vec<(Bytes, T)>,
+    ) -> Vec<((Bytes, T), u64)> {
+        let (mut alive, mut orphans) = (Vec::new(), Vec::new());
+        for (id, with) in served {
             match self.store.zscore(waiters, &id) {
-                Some(_) => woken.push(id),
+                Some(until) => alive.push(((id, with), until)),
                 None => orphans.push(id),
             }
         }
         if !orphans.is_empty() {
             self.leave_queue(queue, waiters, holds, &orphans);
         }
-        woken.extend(named);
-        self.name_on(wake, &woken);
+        alive
     }
 
     /// Publishes `N id…` on `wake`, unless `ids` is empty.
@@ -203,7 +200,7 @@ impl RedisModel {
             }
             if removed > 0 {
                 self.forget_expired([queue, waiters, holds, leases]);
-                self.wake_who_fits([queue, waiters, holds, leases, wake], look_after(id));
+                self.wake_who_fits([queue, waiters, holds, leases, wake], freed_by(id));
             }
         }
         Ok(bulk(id))
@@ -220,7 +217,7 @@ impl RedisModel {
         self.store.hdel(holds, one);
         if removed > 0 && self.store.exists(queue) {
             self.forget_expired([queue, waiters, holds, leases]);
-            self.wake_who_fits([queue, waiters, holds, leases, wake], look_after(id));
+            self.wake_who_fits([queue, waiters, holds, leases, wake], freed_by(id));
         }
         Ok(int(removed.min(1) as i64))
     }
@@ -327,8 +324,7 @@ impl RedisModel {
     }
 }
 
-/// How many waiters a leaving id's units are worth a look at (as the
-/// scripts: its weight and 15 more, at most 64).
-pub(super) fn look_after(id: &[u8]) -> usize {
-    (weight(id).unwrap_or(1) as usize + 15).min(64)
+/// The units a leaving id gives back: its weight.
+pub(super) fn freed_by(id: &[u8]) -> usize {
+    weight(id).unwrap_or(1) as usize
 }

@@ -12,6 +12,14 @@ fn kept_config() -> Config {
     }
 }
 
+/// Someone else's release (or a flush) takes `lease` behind its holder's back.
+fn taken_behind_its_back(pair: &mut Pair, lease: &inflight_core::Lease) {
+    let mut conn = inflight_testkit::model::ModelConnection::new();
+    let mut command = bytes::BytesMut::new();
+    inflight_core::resp::encode_command(&mut command, &[b"ZREM", lease.redis_key(), &lease.id().to_bytes()]);
+    pair.server.handle(&mut conn, &command).unwrap();
+}
+
 fn kept_events(pair: &Pair) -> (usize, Vec<LeaseLost>) {
     let renewed = pair
         .events
@@ -68,11 +76,7 @@ fn a_lease_found_gone_is_reported_lost_and_dropped() {
     pair.exchange();
     let lease = pair.held[0].clone();
     pair.client.keep_alive(pair.now, &lease);
-    // Someone else's release (or a flush) takes it behind the holder's back.
-    let mut conn = inflight_testkit::model::ModelConnection::new();
-    let mut command = bytes::BytesMut::new();
-    inflight_core::resp::encode_command(&mut command, &[b"ZREM", lease.redis_key(), &lease.id().to_bytes()]);
-    pair.server.handle(&mut conn, &command).unwrap();
+    taken_behind_its_back(&mut pair, &lease);
     pair.advance(ms(1000));
     pair.exchange();
     assert_eq!(kept_events(&pair).1, vec![LeaseLost::Gone]);
@@ -91,10 +95,7 @@ fn news_of_a_lease_given_back_before_the_driver_read_it_is_dropped() {
     pair.exchange();
     let lease = pair.held[0].clone();
     pair.client.keep_alive(pair.now, &lease);
-    let mut conn = inflight_testkit::model::ModelConnection::new();
-    let mut command = bytes::BytesMut::new();
-    inflight_core::resp::encode_command(&mut command, &[b"ZREM", lease.redis_key(), &lease.id().to_bytes()]);
-    pair.server.handle(&mut conn, &command).unwrap();
+    taken_behind_its_back(&mut pair, &lease);
     pair.advance(ms(1000));
     pair.to_server(usize::MAX);
     pair.to_client_then_release(usize::MAX, 0);

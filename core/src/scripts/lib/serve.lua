@@ -1,4 +1,5 @@
--- Who a release hands freed units to: of the first `count` waiters, those
+-- Who a release hands freed units to: of the first waiters (as many as
+-- the `freed` units and 15 more, at most 64: what is worth a look), those
 -- the rule lets through, each within its own limit (`used` units being
 -- held). A waiter that holds
 -- a lease already (a failover can restore the queue entry of a waiter served
@@ -7,9 +8,9 @@
 -- recorded one) is named, not served (it checks on its own), and blocks
 -- those behind it. Returns the ids served,
 -- named and found holding.
-local function serve(queue, holds, leases, used, count)
+local function serve(queue, holds, leases, used, freed)
   local served, named, holding = {}, {}, {}
-  local ids = redis.call('ZRANGE', queue, 0, count - 1)
+  local ids = redis.call('ZRANGE', queue, 0, math.min(64, freed + 15) - 1)
   if #ids == 0 then
     return served, named, holding
   end
@@ -68,10 +69,9 @@ end
 -- client that fits would wait for its own periodic check. Nothing is
 -- published when none fits. The lease set and the queue must be pruned at
 -- the server's clock already (`forget_expired`); entries of ids that hold a
--- lease leave the queue, as in RELEASE. `look`: how many waiters are worth a
--- look.
-local function wake_who_fits(queue, waiters, holds, leases, wake, look)
-  local served, named, holding = serve(queue, holds, leases, redis.call('ZCARD', leases), look)
+-- lease leave the queue, as in RELEASE. `freed`: the units that came free.
+local function wake_who_fits(queue, waiters, holds, leases, wake, freed)
+  local served, named, holding = serve(queue, holds, leases, redis.call('ZCARD', leases), freed)
   if #holding > 0 then
     leave_queue(queue, waiters, holds, unpack(holding))
   end
