@@ -122,8 +122,8 @@ impl Scripts {
                 let (lifetime, patience) = (wait.lifetime_ms.to_string(), wait.patience_ms.to_string());
                 args.extend([lifetime.as_bytes(), patience.as_bytes()]);
                 let wake = call.keys.wake_channel();
-                let mut keys = parts.keys(&call).to_vec();
-                keys.push(&wake);
+                let [leases, tombstone, fence, queue, waiters, holds] = parts.keys(&call);
+                let keys = [leases, tombstone, fence, queue, waiters, holds, &wake];
                 self.encode_call(out, ScriptKind::AcquireWaiting, eval, &keys, &args)
             }
         }
