@@ -494,3 +494,86 @@ async fn a_confirmation_that_finds_the_slot_gone_is_seen_by_the_permit() {
     assert_eq!(waiter.stats().keep_alive_lost, 1, "the confirmation found it gone");
     assert_eq!(permit.loss(), Some(Lost::Gone), "told");
 }
+
+/// The waiter's runtime blocked (a caller blocking its thread) while a
+/// release handed it the slot, until the reservation ran out: the
+/// hand-over read afterwards must not reach the caller as a permit already
+/// spent. Its check again gets the slot (free again) with a whole lease.
+#[tokio::test(flavor = "current_thread")]
+async fn a_hand_over_heard_after_its_reservation_ran_out_is_not_delivered_spent() {
+    let server = RedisServer::start();
+    let subject = "blocked";
+    // The holder lives on a runtime of its own, to release while the
+    // waiter's is blocked.
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let url = server.url();
+    let holder = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let holder = Limiter::builder(url)
+                .key_prefix(PREFIX)
+                .default_limit(1)
+                .connect()
+                .await
+                .unwrap();
+            let held = holder.acquire(&key(subject)).await.unwrap();
+            held_tx.send(()).unwrap();
+            tokio::task::spawn_blocking(move || release_rx.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            held.release().await.unwrap();
+        });
+    });
+    held_rx.recv().unwrap();
+    let waiter = builder(&server)
+        .default_limit(1)
+        .waiter_lifetime(Duration::from_millis(600))
+        .connect()
+        .await
+        .unwrap();
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move { w.acquire_wait(&key(subject), Duration::from_secs(10)).await });
+    let channel = SubjectKeys::new(PREFIX, &key(subject)).wake_channel();
+    let subscribed = Frame::Array(vec![Frame::BulkString(channel.clone()), Frame::Integer(1)]);
+    eventually("queued and subscribed", Duration::from_secs(2), || {
+        queued(&server, subject) == 1
+            && server.client().call(&[b"PUBSUB", b"SHARDNUMSUB", &channel]).ok() == Some(subscribed.clone())
+    })
+    .await;
+    // From here the runtime is blocked: the release hands the slot over
+    // (the queue empties, the reservation is the one lease), and the
+    // reservation runs out, before the waiter's driver reads a byte.
+    release_tx.send(()).unwrap();
+    let blocked = Instant::now();
+    while !(queued(&server, subject) == 0 && live(&server, subject) == 1) {
+        assert!(
+            blocked.elapsed() < Duration::from_secs(2),
+            "the release did not hand over"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    while live(&server, subject) != 0 {
+        assert!(
+            blocked.elapsed() < Duration::from_secs(3),
+            "the reservation did not run out"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    holder.join().unwrap();
+    let permit = waiting.await.unwrap().expect("the slot, free again");
+    let expires_at = permit.expires_at().expect("a lease");
+    assert!(
+        expires_at > Instant::now() + Duration::from_secs(30),
+        "a whole lease, not the spent reservation: {:?} left",
+        expires_at.saturating_duration_since(Instant::now())
+    );
+    let id = permit.lease_id().unwrap().to_string();
+    assert!(redis_ttl_ms(&server, subject, &id).unwrap() > 30_000, "held in Redis");
+    assert_eq!(waiter.stats().handed_over, 0, "not served from the message");
+    permit.release().await.unwrap();
+}

@@ -36,8 +36,9 @@ pub(super) enum AcquireAnswer {
     Stale,
     /// The server holds new grants while leases are written back.
     Recovering,
-    /// A waiting acquire took its place in the subject's queue.
-    Queued,
+    /// A waiting acquire took its place in the subject's queue; a
+    /// hand-over to it with a token up to this one is stale (0: none).
+    Queued(u64),
     /// A waiting acquire whose expected wait is longer than its deadline.
     Shed(Duration),
 }
@@ -76,7 +77,7 @@ pub(super) fn acquire(op: &AcquireOp, frame: Frame, check_echo: bool) -> Result<
         return Err(Misread::Garbled(ConnectionError::EchoMismatch));
     }
     let answer = match (status, op.wait.is_some()) {
-        (2, true) => AcquireAnswer::Queued,
+        (2, true) if token >= 0 => AcquireAnswer::Queued(token as u64),
         (0, true) => AcquireAnswer::Shed(Duration::from_millis(expected_ms)),
         (status, _) => acquire_status(op, status, token).map_err(Misread::Garbled)?,
     };

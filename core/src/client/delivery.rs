@@ -210,12 +210,12 @@ impl Delivery<'_> {
             waiters::Effect::Handed { op, token } => (op, token),
         };
         let (request, now) = (op.call.request, self.now);
-        self.out.stats.handed_over += 1;
         // With `replica_acks` the renewal that confirms it goes at once, on
         // this client's connection, after the release (another client's) in
         // the replication stream: a `WAIT` after it covers both, and only
         // then is the grant delivered.
         if self.config.replica_acks.is_some() {
+            self.out.stats.handed_over += 1;
             let renewal = self.names.request();
             let confirm = RenewOp::new(renewal, op.call.lease.clone(), op.call.keys.clone(), token, now);
             let deadline = now + self.config.request_liveness;
@@ -226,6 +226,16 @@ impl Delivery<'_> {
         // The release ran after this waiter's last check (which queued it)
         // was sent: the reservation lives its lifetime from then at least.
         let expires_at = lease_expiry(op.call.sent_at.unwrap_or(now), self.config.waiter_lifetime());
+        // Heard of late (a stalled driver, a slow wake-up connection), with
+        // less than half its reservation left: the renewal that confirms it
+        // would have little time to get through, and a permit must never
+        // reach its caller already spent. A check again gets the slot with a
+        // whole TTL while it is still reserved (or queues the waiter again
+        // if it is gone), answered within the acquire timeout as any grant.
+        if expires_at.saturating_duration_since(now) < self.config.waiter_lifetime() / 2 {
+            return self.fx.push(Effect::Route(Op::Acquire(op.resend())));
+        }
+        self.out.stats.handed_over += 1;
         // Keep-alive confirms it before that, unless it is given back first
         // (`KeepAlive::confirm`); the renewal runs within its liveness and
         // extends the lease a TTL from then: releases keep trying until that.

@@ -44,7 +44,8 @@ pub(super) enum Effect {
     /// once a `WAIT` says enough replicas have it.
     AwaitReplicas(AcquireOp, u64),
     /// A waiting acquire Redis queued: it waits for a wake-up or its check.
-    Queued(AcquireOp),
+    /// Hand-overs to it with tokens up to the one given are stale.
+    Queued(AcquireOp, u64),
     /// A waiter that needs no queue entry any more: `LEAVE` it.
     Leave(SubjectKeys, Bytes),
     /// A `LEAVE` not done: owed until `Instant`, when it stops mattering.

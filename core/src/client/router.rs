@@ -64,8 +64,8 @@ impl Client {
             }
             Effect::GrantAll(bundle, tokens) => self.delivering(now, |d| d.grant_all(bundle, tokens)),
             Effect::AwaitReplicas(op, token) => self.await_replicas(now, op, token),
-            Effect::Queued(op) => {
-                if let Some(effect) = self.waiters.queued(now, op) {
+            Effect::Queued(op, handed_before) => {
+                if let Some(effect) = self.waiters.queued(now, op, handed_before) {
                     self.delivering(now, |d| d.waiter(effect));
                 }
             }

@@ -66,6 +66,10 @@ struct Entry {
     rewake: bool,
     /// The server may hold a queue entry for it (it was answered "queued").
     queued: bool,
+    /// A hand-over to it with a token up to this one was made before a
+    /// check that found no slot and queued it again: its reservation ran
+    /// out, and its message, read late, grants nothing.
+    stale_up_to: u64,
 }
 
 /// A `LEAVE` owed for a queue entry whose waiter is done with it.
@@ -149,6 +153,7 @@ impl Waiters {
                 parked: None,
                 rewake: false,
                 queued: false,
+                stale_up_to: 0,
             },
         );
     }
@@ -185,7 +190,7 @@ impl Waiters {
     /// check; or checks again at once if a wake-up came while it was in
     /// flight. If its caller left meanwhile, its queue entry is taken back
     /// instead.
-    pub(super) fn queued(&mut self, now: Instant, op: AcquireOp) -> Option<Effect> {
+    pub(super) fn queued(&mut self, now: Instant, op: AcquireOp, handed_before: u64) -> Option<Effect> {
         let request = op.call.request;
         let Some(entry) = self.entries.get_mut(&request) else {
             self.leave(op.call.keys, op.call.lease_bytes, now);
@@ -193,6 +198,7 @@ impl Waiters {
         };
         let next_check = now + self.recheck;
         entry.queued = true;
+        entry.stale_up_to = entry.stale_up_to.max(handed_before);
         entry.parked = Some((op, next_check));
         self.checks.insert((next_check, request));
         if std::mem::take(&mut entry.rewake) {
@@ -289,6 +295,14 @@ impl Waiters {
                 }
                 continue;
             };
+            // Read after a check that ran later and queued it again.
+            if self
+                .entries
+                .get(&request)
+                .is_some_and(|entry| token <= entry.stale_up_to)
+            {
+                continue;
+            }
             match self.unpark(request) {
                 Some(op) => effects.push(Effect::Handed { op, token }),
                 // Its check is in flight: it checks again once answered (its

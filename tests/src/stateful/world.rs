@@ -41,6 +41,10 @@ pub struct Summary {
     pub script_calls: usize,
     pub grants: usize,
     pub hand_overs: usize,
+    /// Hand-overs heard of too late to take from the message: checked again.
+    pub late_hand_overs: usize,
+    /// Hand-overs read after a check that queued the waiter again: ignored.
+    pub stale_hand_overs: usize,
     /// Releases whose `EXISTS` found a queue (their `RELEASE` followed).
     pub queue_found: usize,
     pub failovers: usize,
@@ -58,6 +62,8 @@ impl std::ops::AddAssign for Summary {
         self.script_calls += other.script_calls;
         self.grants += other.grants;
         self.hand_overs += other.hand_overs;
+        self.late_hand_overs += other.late_hand_overs;
+        self.stale_hand_overs += other.stale_hand_overs;
         self.queue_found += other.queue_found;
         self.failovers += other.failovers;
         self.flushes += other.flushes;
@@ -89,6 +95,9 @@ struct Waiter {
     limit: u32,
     /// When its last check was written (server ms).
     last_sent: u64,
+    /// Hand-overs with tokens up to this one were made before a check that
+    /// queued it again: stale, as the client reads them.
+    stale_up_to: i64,
 }
 
 #[derive(Debug)]
@@ -225,17 +234,33 @@ pub fn run(
     }
     let channel = world.subject.keys.wake_channel();
     command(&mut world.subscriber, &[b"SSUBSCRIBE", &channel]);
+    let mut trace = std::env::var("ST_TRACE").is_ok().then(String::new);
+    let with_trace = |error: String, trace: &Option<String>| match trace {
+        Some(trace) => format!("{error}\n{trace}"),
+        None => error,
+    };
     for (at, step) in program.steps.iter().enumerate() {
-        if std::env::var("ST_TRACE").is_ok() {
+        if let Some(trace) = trace.as_mut() {
             let data = dump(&mut world.redis, &world.subject);
-            eprintln!("BEFORE {at} {step:?}\n{data:?}");
+            let now = world.now();
+            trace.push_str(&format!("BEFORE {at} at {now} {step:?}\n{data:?}\n"));
         }
-        world.step(step).map_err(|e| format!("step {at} ({step:?}): {e}"))?;
-        if std::env::var("ST_TRACE").is_ok() {
+        let stepped = world.step(step);
+        if let Some(trace) = trace.as_mut() {
             let data = dump(&mut world.redis, &world.subject);
-            eprintln!("AFTER {at} {step:?}\n{data:?}\n{:?}", world.published);
+            let now = world.now();
+            trace.push_str(&format!(
+                "AFTER {at} at {now} {step:?}\n{data:?}\n{:?}\n",
+                world.published
+            ));
+            for client in &world.clients {
+                trace.push_str(&format!("  c{} holds {:?}\n", client.index, client.held));
+            }
         }
-        world.check().map_err(|e| format!("after step {at} ({step:?}): {e}"))?;
+        stepped.map_err(|e| with_trace(format!("step {at} ({step:?}): {e}"), &trace))?;
+        world
+            .check()
+            .map_err(|e| with_trace(format!("after step {at} ({step:?}): {e}"), &trace))?;
         world.summary.steps += 1;
     }
     Ok(world.summary)
@@ -730,12 +755,14 @@ impl World {
                 self.granted(c, &id, units, limit, sent + setup.ttl - 1, reply.token)?;
             }
             2 => {
+                let stale_up_to = self.clients[c].waiters.get(&id).map_or(0, |w| w.stale_up_to);
                 self.clients[c].waiters.insert(
                     id,
                     Waiter {
                         units,
                         limit,
                         last_sent: sent,
+                        stale_up_to: stale_up_to.max(reply.token),
                     },
                 );
             }
@@ -935,7 +962,8 @@ impl World {
             match words[0].as_str() {
                 "H" => {
                     for pair in words[1..].chunks(2) {
-                        self.handed(c, &pair[0])?;
+                        let token: i64 = pair[1].parse().map_err(|_| format!("bad message {payload}"))?;
+                        self.handed(c, &pair[0], token)?;
                     }
                 }
                 "N" => {
@@ -956,9 +984,20 @@ impl World {
     /// waiters, its caller holds it now (until its entry would have
     /// expired), and a renewal confirms it; if it is one of its ids that no
     /// waiter and no holder has, it is given back.
-    fn handed(&mut self, c: usize, id: &str) -> Result<(), String> {
+    fn handed(&mut self, c: usize, id: &str, token: i64) -> Result<(), String> {
+        if self.clients[c].waiters.get(id).is_some_and(|w| token <= w.stale_up_to) {
+            self.summary.stale_hand_overs += 1;
+            return Ok(());
+        }
         if let Some(waiter) = self.clients[c].waiters.remove(id) {
             let setup = self.clients[c].setup.clone();
+            // Heard of with less than half the reservation left: the
+            // client checks again instead (and gets the slot with a whole
+            // TTL if it is still reserved).
+            if waiter.last_sent + setup.lifetime < self.now() + setup.lifetime / 2 {
+                self.summary.late_hand_overs += 1;
+                return self.check_waiter(c, id.to_string(), waiter.units, waiter.limit);
+            }
             let believed = waiter.last_sent + setup.lifetime - 1;
             self.granted(c, id, waiter.units, waiter.limit, believed, 0)?;
             let sent = self.now();
@@ -1155,7 +1194,11 @@ impl World {
             self.token(token)?;
         }
         self.summary.grants += 1;
-        if self.handed.remove(id).is_none() {
+        // A reservation counted since its hand-over is not counted twice
+        // (one that ran out before the call that took it is a grant of its
+        // own; the call ran at some instant after `time.0`).
+        let sent = self.time.0;
+        if self.handed.remove(id).is_none_or(|(_, until)| until <= sent) {
             self.over_admission(id, units, limit)?;
         }
         self.clients[c].held.insert(
@@ -1219,6 +1262,10 @@ impl World {
             &mut self.redis,
             &[b"ZRANGE", self.subject.keys.leases(), b"0", b"-1", b"WITHSCORES"],
         ));
+        // On a loaded machine the reads above take a while, and keys expire
+        // meanwhile: what the holders count on is judged at the time after
+        // the leases were read (a lease gone by then was due by then).
+        let read = self.now();
         let live: Vec<(String, u64)> = members.into_iter().filter(|(_, score)| *score > now).collect();
         for (member, score) in &live {
             let id = member.split('#').next().unwrap_or(member);
@@ -1248,7 +1295,7 @@ impl World {
                 let writing_back = self.held_back.iter().any(|h| {
                     h.client == client.index && &h.id == id && matches!(h.kind, Kind::Reassert) && !h.delivered
                 });
-                if held.told_lost || held.believed <= now + 1 || writing_back {
+                if held.told_lost || held.believed <= read + 1 || writing_back {
                     continue;
                 }
                 match live.iter().find(|(member, _)| member == id) {

@@ -50,15 +50,15 @@ fn wake_ups_checks_and_hand_overs_come_back_as_effects() {
     }
     assert_eq!(waiters.take_changed().len(), 1, "the channel gained its first waiter");
     // 1 and 2 are queued (parked); 3 is still in flight.
-    assert!(waiters.queued(t0, waiting(1, until)).is_none());
-    assert!(waiters.queued(t0, waiting(2, until)).is_none());
+    assert!(waiters.queued(t0, waiting(1, until), 0).is_none());
+    assert!(waiters.queued(t0, waiting(2, until), 0).is_none());
     assert_eq!(waiters.poll_timeout(), Some(t0 + recheck));
 
     assert_eq!(checked(waiters.woken(&channel, 1)), [1], "the first parked");
     // Two slots: 2 is parked and checks; 3 in flight checks once answered.
     assert_eq!(checked(waiters.woken(&channel, 2)), [2]);
     assert_eq!(
-        checked(waiters.queued(t0, waiting(3, until)).into_iter().collect()),
+        checked(waiters.queued(t0, waiting(3, until), 0).into_iter().collect()),
         [3]
     );
 
@@ -67,10 +67,10 @@ fn wake_ups_checks_and_hand_overs_come_back_as_effects() {
     // after its check ran). Parked then, it checks on its own timer.
     let later = t0 + Duration::from_millis(10);
     assert_eq!(
-        checked(waiters.queued(later, waiting(1, until)).into_iter().collect()),
+        checked(waiters.queued(later, waiting(1, until), 0).into_iter().collect()),
         [1]
     );
-    assert!(waiters.queued(later, waiting(1, until)).is_none());
+    assert!(waiters.queued(later, waiting(1, until), 0).is_none());
     assert!(waiters.handle_timeout(later).is_none());
     let due = waiters.poll_timeout().unwrap();
     assert_eq!(due, later + recheck);
@@ -78,7 +78,7 @@ fn wake_ups_checks_and_hand_overs_come_back_as_effects() {
 
     // A slot handed to 2 (parked) is delivered; one handed to an id no
     // waiter here has, but that we issued and do not hold, is left.
-    assert!(waiters.queued(due, waiting(2, until)).is_none());
+    assert!(waiters.queued(due, waiting(2, until), 0).is_none());
     let ours = LeaseId::from_parts(9, 77);
     let handed = vec![
         (Bytes::from(LeaseId::from_parts(9, 2).to_bytes()), 41),
@@ -108,6 +108,26 @@ fn wake_ups_checks_and_hand_overs_come_back_as_effects() {
     );
 }
 
+/// A hand-over read only after a later check found no slot and queued the
+/// waiter again (its reservation ran out in between) is stale: the check's
+/// answer named the last token before it, and the message is ignored. A
+/// later hand-over (a higher token) is delivered.
+#[test]
+fn a_hand_over_older_than_the_check_that_queued_it_again_is_ignored() {
+    let t0 = start();
+    let mut waiters = Waiters::new(Duration::from_secs(1), Duration::from_secs(5));
+    let until = t0 + Duration::from_secs(30);
+    let channel = keys().wake_channel();
+    waiters.start(&waiting(1, until));
+    assert!(waiters.queued(t0, waiting(1, until), 500).is_none());
+    let lease = Bytes::from(LeaseId::from_parts(9, 1).to_bytes());
+    let stale = waiters.handed(t0, &channel, vec![(lease.clone(), 500)], |_| false);
+    assert!(stale.is_empty(), "made before the check that queued it: {stale:?}");
+    assert!(waiters.take_leaves(t0, |_| Some(0)).is_empty(), "its entry stays");
+    let fresh = waiters.handed(t0, &channel, vec![(lease, 501)], |_| false);
+    assert!(matches!(&fresh[..], [Effect::Handed { op, token: 501 }] if op.call.request == RequestId(1)));
+}
+
 #[test]
 fn an_injected_deafness_ignores_wake_ups_but_not_own_checks() {
     let t0 = start();
@@ -115,7 +135,7 @@ fn an_injected_deafness_ignores_wake_ups_but_not_own_checks() {
     waiters.ignore_wake_ups_for_test();
     let until = t0 + Duration::from_secs(30);
     waiters.start(&waiting(1, until));
-    assert!(waiters.queued(t0, waiting(1, until)).is_none());
+    assert!(waiters.queued(t0, waiting(1, until), 0).is_none());
     assert!(waiters.woken(&keys().wake_channel(), 1).is_empty());
     assert_eq!(
         checked(
@@ -140,7 +160,7 @@ fn a_confirmed_subscription_sends_every_parked_waiter_of_its_channel_to_check() 
     let channel = keys().wake_channel();
     for n in 1..=3 {
         waiters.start(&waiting(n, until));
-        assert!(waiters.queued(t0, waiting(n, until)).is_none());
+        assert!(waiters.queued(t0, waiting(n, until), 0).is_none());
     }
     let woken = waiters.hear(t0, Heard::Wake(channel.clone()), |_| false);
     assert_eq!(checked(woken), [1], "a wake-up: the first parked");
