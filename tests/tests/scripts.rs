@@ -795,7 +795,11 @@ fn a_waiter_queued_again_learns_which_hand_overs_to_it_are_stale() {
     std::thread::sleep(Duration::from_millis(60));
     assert!(leases.granted(2, 1, LONG));
     assert_eq!(leases.wait(10, 1, LONG, LONG).0, 2, "queued again");
-    assert!(leases.token >= handed, "the hand-over is stale: {} < {handed}", leases.token);
+    assert!(
+        leases.token >= handed,
+        "the hand-over is stale: {} < {handed}",
+        leases.token
+    );
     assert_eq!(leases.wait(10, 1, LONG, LONG).0, 2);
     assert_eq!(leases.token, 0, "kept its place: nothing new is stale");
 }

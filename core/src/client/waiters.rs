@@ -32,6 +32,11 @@ use crate::event::RequestId;
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
 
+mod leaves;
+
+pub(super) use leaves::Leave;
+use leaves::OwedLeaves;
+
 /// What the client is to do for a waiter.
 #[derive(Debug)]
 pub(super) enum Effect {
@@ -42,16 +47,6 @@ pub(super) enum Effect {
     /// deliver it (and then remove the waiter), or confirm it first. It is
     /// no longer parked.
     Handed { op: AcquireOp, token: u64 },
-}
-
-/// A `LEAVE` to write now, on `node`.
-#[derive(Debug)]
-pub(super) struct Leave {
-    pub(super) node: usize,
-    pub(super) keys: SubjectKeys,
-    pub(super) lease: Bytes,
-    /// When it stops mattering.
-    pub(super) until: Instant,
 }
 
 #[derive(Debug)]
@@ -72,19 +67,6 @@ struct Entry {
     stale_up_to: u64,
 }
 
-/// A `LEAVE` owed for a queue entry whose waiter is done with it.
-#[derive(Debug)]
-struct OwedLeave {
-    keys: SubjectKeys,
-    lease: Bytes,
-    /// When it was owed, until a first attempt: `poll_timeout` names it, so
-    /// a driver sends it at once whatever call made it owed.
-    due: Option<Instant>,
-    /// When it stops mattering: the entry, or a slot a release handed it,
-    /// has expired on its own by then.
-    until: Instant,
-}
-
 /// Every waiting acquire (parked or in flight), by request and by channel,
 /// and the queue entries to take back.
 #[derive(Debug)]
@@ -92,7 +74,6 @@ pub(super) struct Waiters {
     /// How often a parked waiter checks on its own, and how long a queue
     /// entry lives without one.
     recheck: Duration,
-    lifetime: Duration,
     /// An injected bug for the simulator: wake-ups are ignored.
     deaf: bool,
     entries: HashMap<RequestId, Entry>,
@@ -100,7 +81,7 @@ pub(super) struct Waiters {
     checks: BTreeSet<(Instant, RequestId)>,
     /// Queue entries whose callers left: `LEAVE`s to send, kept while
     /// their node is not ready, until they are moot.
-    leaving: Vec<OwedLeave>,
+    leaving: OwedLeaves,
     /// Channels that gained their first waiter or lost their last one.
     changed: HashSet<Bytes>,
     /// Hand-overs waiting for their confirmation (with `replica_acks`): by
@@ -112,12 +93,11 @@ impl Waiters {
     pub(super) fn new(recheck: Duration, lifetime: Duration) -> Self {
         Self {
             recheck,
-            lifetime,
             deaf: false,
             entries: HashMap::new(),
             by_channel: HashMap::new(),
             checks: BTreeSet::new(),
-            leaving: Vec::new(),
+            leaving: OwedLeaves::new(lifetime),
             changed: HashSet::new(),
             confirming: HashMap::new(),
         }
@@ -331,7 +311,7 @@ impl Waiters {
     /// yet (due at once), or the next one that stops mattering (so that a
     /// limiter waiting to drain is woken to drop it).
     pub(super) fn poll_timeout(&self) -> Option<Instant> {
-        let leave = self.leaving.iter().map(|owed| owed.due.unwrap_or(owed.until)).min();
+        let leave = self.leaving.poll_timeout();
         self.checks.first().map(|(at, _)| *at).into_iter().chain(leave).min()
     }
 
@@ -388,57 +368,23 @@ impl Waiters {
     }
 
     /// A queue entry to take back (its waiter is done with it), owed from
-    /// `now`; it stops mattering a waiter's lifetime later.
+    /// `now`.
     pub(super) fn leave(&mut self, keys: SubjectKeys, lease: Bytes, now: Instant) {
-        self.leaving.push(OwedLeave {
-            keys,
-            lease,
-            due: Some(now),
-            until: now + self.lifetime,
-        });
+        self.leaving.owe(keys, lease, now);
     }
 
     /// A `LEAVE` that did not get through, to try again until `until`.
     pub(super) fn leave_again(&mut self, keys: SubjectKeys, lease: Bytes, until: Instant) {
-        self.leaving.push(OwedLeave {
-            keys,
-            lease,
-            due: None,
-            until,
-        });
+        self.leaving.again(keys, lease, until);
     }
 
-    /// The `LEAVE`s to write now: those whose node `ready_node` names. One
-    /// whose node is not ready waits for it; one past its `until` is
-    /// dropped (the entry, or a slot a release handed it, expired on its
-    /// own by then). A lost `LEAVE` costs little, but it would block the
-    /// queue that long, and a limiter that drains owes them like releases.
+    /// The `LEAVE`s to write now (see [`OwedLeaves::take`]).
     pub(super) fn take_leaves(
         &mut self,
         now: Instant,
         ready_node: impl Fn(&SubjectKeys) -> Option<usize>,
     ) -> Vec<Leave> {
-        let mut sendable = Vec::new();
-        let mut waiting = Vec::new();
-        for mut owed in std::mem::take(&mut self.leaving) {
-            if owed.until <= now {
-                continue;
-            }
-            match ready_node(&owed.keys) {
-                Some(node) => sendable.push(Leave {
-                    node,
-                    keys: owed.keys,
-                    lease: owed.lease,
-                    until: owed.until,
-                }),
-                None => {
-                    owed.due = None; // until the node is ready, or the entry gone
-                    waiting.push(owed);
-                }
-            }
-        }
-        self.leaving = waiting;
-        sendable
+        self.leaving.take(now, ready_node)
     }
 
     /// `LEAVE`s not written yet.
