@@ -18,7 +18,7 @@ struct Leases {
     /// The recovery hold key acquires check (empty: none).
     hold: Vec<u8>,
     /// The fencing token of the last grant (or, for a waiter the last
-    /// call queued, the token up to which hand-overs to it are stale).
+    /// call queued, 1 if it entered the queue with it).
     token: i64,
     /// The units the last acquire or renewal said its prune reclaimed.
     reclaimed: i64,
@@ -227,7 +227,7 @@ impl Leases {
                     self.reclaimed = *reclaimed;
                     match *status {
                         1 => assert!(*token > 0, "a grant's token"),
-                        2 => assert!(*token >= 0),
+                        2 => assert!(*token == 0 || *token == 1, "entered or kept its place"),
                         _ => assert_eq!(*token, 0, "no token without a grant"),
                     }
                     self.token = *token;
@@ -768,40 +768,27 @@ fn a_release_on_a_subject_with_waiters_wakes_them_on_its_shard_channel() {
     }
 }
 
-/// A waiter handed a slot reads of it only after its reservation ran out
-/// and another caller took the slot: its next check queues it again, and
-/// the answer names a token no lower than the hand-over's, so the message,
-/// read after that answer, is known stale. A check that keeps its place
-/// names none.
+/// A waiter handed a slot whose reservation runs out before it checks again
+/// (another caller takes the slot) is queued again as a new entry, and says
+/// so: it lost its place and the slot, and the client goes on under a new
+/// id. A check that keeps its place says it kept it.
 #[test]
-fn a_waiter_queued_again_learns_which_hand_overs_to_it_are_stale() {
+fn a_waiter_that_lost_its_place_is_told_it_entered_the_queue_again() {
     let server = RedisServer::start();
-    let mut leases = Leases::new(&server, "stale");
-    let mut subscriber = server.client();
-    let channel = leases.keys.wake_channel();
-    subscriber.call(&[b"SSUBSCRIBE", &channel]).unwrap();
+    let mut leases = Leases::new(&server, "entered");
     assert!(leases.granted(1, 1, LONG));
     // Waiter 10 lives 50 ms without calling again.
     assert_eq!(leases.wait(10, 1, 50, LONG).0, 2);
-    let entered = leases.token;
-    assert!(entered > 0, "entering the queue names a token");
+    assert_eq!(leases.token, 1, "entered");
+    assert_eq!(leases.wait(10, 1, 50, LONG).0, 2);
+    assert_eq!(leases.token, 0, "kept its place");
     assert_eq!(leases.release_script(&[1], Some(5)), 1);
-    let text = next_message(&mut subscriber);
-    let words: Vec<&str> = text.split(' ').collect();
-    assert_eq!(words[..2], ["H", lease(10).to_string().as_str()], "{text}");
-    let handed: i64 = words[2].parse().unwrap();
-    assert!(handed > entered, "drawn after it entered");
+    assert_eq!(leases.queued(), Vec::<Bytes>::new(), "handed the slot");
     // The reservation runs out with the entry's lifetime; 2 takes the slot.
     std::thread::sleep(Duration::from_millis(60));
     assert!(leases.granted(2, 1, LONG));
-    assert_eq!(leases.wait(10, 1, LONG, LONG).0, 2, "queued again");
-    assert!(
-        leases.token >= handed,
-        "the hand-over is stale: {} < {handed}",
-        leases.token
-    );
     assert_eq!(leases.wait(10, 1, LONG, LONG).0, 2);
-    assert_eq!(leases.token, 0, "kept its place: nothing new is stale");
+    assert_eq!(leases.token, 1, "entered again: its place and its slot are gone");
 }
 
 /// The next message on `subscriber`'s channel, as text.

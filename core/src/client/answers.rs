@@ -36,9 +36,9 @@ pub(super) enum AcquireAnswer {
     Stale,
     /// The server holds new grants while leases are written back.
     Recovering,
-    /// A waiting acquire took its place in the subject's queue; a
-    /// hand-over to it with a token up to this one is stale (0: none).
-    Queued(u64),
+    /// A waiting acquire took its place in the subject's queue: `entered`
+    /// with this call, or kept the place it had.
+    Queued { entered: bool },
     /// A waiting acquire whose expected wait is longer than its deadline.
     Shed(Duration),
 }
@@ -77,7 +77,7 @@ pub(super) fn acquire(op: &AcquireOp, frame: Frame, check_echo: bool) -> Result<
         return Err(Misread::Garbled(ConnectionError::EchoMismatch));
     }
     let answer = match (status, op.wait.is_some()) {
-        (2, true) if token >= 0 => AcquireAnswer::Queued(token as u64),
+        (2, true) if token == 0 || token == 1 => AcquireAnswer::Queued { entered: token == 1 },
         (0, true) => AcquireAnswer::Shed(Duration::from_millis(expected_ms)),
         (status, _) => acquire_status(op, status, token).map_err(Misread::Garbled)?,
     };

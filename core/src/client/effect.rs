@@ -43,9 +43,9 @@ pub(super) enum Effect {
     /// A hand-over whose confirming renewal extended the slot: delivered
     /// once a `WAIT` says enough replicas have it.
     AwaitReplicas(AcquireOp, u64),
-    /// A waiting acquire Redis queued: it waits for a wake-up or its check.
-    /// Hand-overs to it with tokens up to the one given are stale.
-    Queued(AcquireOp, u64),
+    /// A waiting acquire Redis queued (`entered`: as a new entry): it waits
+    /// for a wake-up or its check.
+    Queued { op: AcquireOp, entered: bool },
     /// A waiter that needs no queue entry any more: `LEAVE` it.
     Leave(SubjectKeys, Bytes),
     /// A `LEAVE` not done: owed until `Instant`, when it stops mattering.

@@ -55,6 +55,12 @@ impl Names {
         self.lease_ids.id(request.0)
     }
 
+    /// A lease id never used before, with `old`'s weight and label.
+    pub(super) fn fresh_like(&self, old: &LeaseId) -> LeaseId {
+        self.lease_id(self.request())
+            .with_claim(old.weight(), old.label().cloned())
+    }
+
     /// Whether `id` is one this client issued.
     pub(super) fn issued(&self, id: &LeaseId) -> bool {
         self.lease_ids.issued(id)

@@ -216,7 +216,7 @@ impl Reader<'_> {
         let request = op.call.request;
         let waiting = self.callers.contains(request);
         let effect = match answer {
-            AcquireAnswer::Queued(handed_before) => Effect::Queued(op, handed_before),
+            AcquireAnswer::Queued { entered } => Effect::Queued { op, entered },
             AcquireAnswer::Shed(expected) => {
                 Effect::Deliver(request, Event::Acquired(request, Outcome::Shed(expected)))
             }

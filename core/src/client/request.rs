@@ -143,6 +143,14 @@ pub(super) struct Call {
 }
 
 impl Call {
+    /// Goes on under `lease` instead (a waiter that lost its place); the old
+    /// id as written.
+    pub(super) fn renamed(&mut self, lease: LeaseId) -> Bytes {
+        let old = std::mem::replace(&mut self.lease_bytes, Bytes::from(lease.to_bytes()));
+        self.lease = lease;
+        old
+    }
+
     pub(super) fn new(request: RequestId, lease: LeaseId, keys: SubjectKeys) -> Self {
         Self {
             request,

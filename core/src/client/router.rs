@@ -64,8 +64,9 @@ impl Client {
             }
             Effect::GrantAll(bundle, tokens) => self.delivering(now, |d| d.grant_all(bundle, tokens)),
             Effect::AwaitReplicas(op, token) => self.await_replicas(now, op, token),
-            Effect::Queued(op, handed_before) => {
-                if let Some(effect) = self.waiters.queued(now, op, handed_before) {
+            Effect::Queued { op, entered } => {
+                let names = &self.names;
+                if let Some(effect) = self.waiters.queued(now, op, entered, |old| names.fresh_like(old)) {
                     self.delivering(now, |d| d.waiter(effect));
                 }
             }

@@ -61,10 +61,8 @@ struct Entry {
     rewake: bool,
     /// The server may hold a queue entry for it (it was answered "queued").
     queued: bool,
-    /// A hand-over to it with a token up to this one was made before a
-    /// check that found no slot and queued it again: its reservation ran
-    /// out, and its message, read late, grants nothing.
-    stale_up_to: u64,
+    /// Its current lease id was answered "queued": it has a place to lose.
+    placed: bool,
 }
 
 /// Every waiting acquire (parked or in flight), by request and by channel,
@@ -133,7 +131,7 @@ impl Waiters {
                 parked: None,
                 rewake: false,
                 queued: false,
-                stale_up_to: 0,
+                placed: false,
             },
         );
     }
@@ -166,19 +164,39 @@ impl Waiters {
         }
     }
 
-    /// The server queued `op`: it is parked until a wake-up or its own
-    /// check; or checks again at once if a wake-up came while it was in
-    /// flight. If its caller left meanwhile, its queue entry is taken back
-    /// instead.
-    pub(super) fn queued(&mut self, now: Instant, op: AcquireOp, handed_before: u64) -> Option<Effect> {
+    /// The server queued `op` (`entered`: as a new entry): it is parked
+    /// until a wake-up or its own check; or checks again at once if a
+    /// wake-up came while it was in flight. If its caller left meanwhile,
+    /// its queue entry is taken back instead.
+    ///
+    /// One queued before that enters again lost its place, and any slot a
+    /// release handed it (its reservation ran out first). That hand-over's
+    /// message may still be on its way, on the other connection, and read
+    /// now it would give the caller a permit with no slot in Redis: so the
+    /// waiter goes on under a `fresh` lease id, checking at once, and its
+    /// old id's new entry is left. A message naming the old id then finds
+    /// no waiter and is answered with a `LEAVE` (`handed`).
+    pub(super) fn queued(
+        &mut self,
+        now: Instant,
+        mut op: AcquireOp,
+        entered: bool,
+        fresh: impl FnOnce(&LeaseId) -> LeaseId,
+    ) -> Option<Effect> {
         let request = op.call.request;
         let Some(entry) = self.entries.get_mut(&request) else {
             self.leave(op.call.keys, op.call.lease_bytes, now);
             return None;
         };
+        if entered && entry.placed {
+            let old = op.call.renamed(fresh(&op.call.lease));
+            entry.lease = op.call.lease_bytes.clone();
+            (entry.placed, entry.rewake) = (false, false);
+            self.leave(op.call.keys.clone(), old, now);
+            return Some(Effect::Check(op.resend()));
+        }
         let next_check = now + self.recheck;
-        entry.queued = true;
-        entry.stale_up_to = entry.stale_up_to.max(handed_before);
+        (entry.queued, entry.placed) = (true, true);
         entry.parked = Some((op, next_check));
         self.checks.insert((next_check, request));
         if std::mem::take(&mut entry.rewake) {
@@ -275,14 +293,6 @@ impl Waiters {
                 }
                 continue;
             };
-            // Read after a check that ran later and queued it again.
-            if self
-                .entries
-                .get(&request)
-                .is_some_and(|entry| token <= entry.stale_up_to)
-            {
-                continue;
-            }
             match self.unpark(request) {
                 Some(op) => effects.push(Effect::Handed { op, token }),
                 // Its check is in flight: it checks again once answered (its

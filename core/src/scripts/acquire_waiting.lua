@@ -19,14 +19,14 @@
 -- reclaimed}: statuses as ACQUIRE (1 granted, -1, -2, -3 refused, and the
 -- waiter leaves the queue on -3), 2 queued (`ahead` units must free before
 -- it is served, `expected` ms is the estimate of that, 0 when no hold time
--- is known yet; `token` is 0 for a waiter that kept its place, and for one
--- that entered the queue, no hand-over to it with a token up to that one
--- stands), 0 shed (the estimate is longer than the caller may still
--- wait: it left the queue at once instead of waiting for a certain
--- failure). Every key it writes expires. A queued waiter that leaves
--- without a slot (shed, or heavier than its limit) may have blocked those
--- behind it, and one granted may leave room behind it: the ones that fit
--- now are woken by name.
+-- is known yet; `token` is 1 when it entered the queue with this call, 0
+-- when it kept its place: one that enters again has lost its place and
+-- any slot a release handed it), 0 shed (the estimate is longer than the
+-- caller may still wait: it left the queue at once instead of waiting for
+-- a certain failure). Every key it writes expires. A queued waiter that
+-- leaves without a slot (shed, or heavier than its limit) may have blocked
+-- those behind it, and one granted may leave room behind it: the ones that
+-- fit now are woken by name.
 local leases, tombstone, fence, queue, waiters, holds = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local wake = KEYS[7]
 local expiry = integer(ARGV[1], 'expiry', 1)
@@ -116,17 +116,7 @@ if average > 0 and expected > patience then
   end
   return {0, id, 0, ahead, expected, reclaimed}
 end
--- A waiter that enters the queue (again) learns the subject's last token:
--- a hand-over to it with a token up to that one happened before this call,
--- and its reservation is gone (this call would have been granted it), so
--- its message, if the waiter reads it only now, is stale. Without a counter
--- the clock stands for it: tokens never fall below the clock.
-local handed_before = 0
 if not queued then
-  handed_before = tonumber(redis.call('GET', fence) or '0') or 0
-  if handed_before == 0 then
-    handed_before = tonumber(time[1]) * 1000000 + tonumber(time[2])
-  end
   local ticket = now
   local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
   if last[2] and tonumber(last[2]) >= ticket then
@@ -139,4 +129,4 @@ redis.call('HSET', holds, 'limit', limit, id, limit)
 cover(queue, 2 * lifetime)
 cover(waiters, 2 * lifetime)
 cover(holds, 2 * lifetime)
-return {2, id, handed_before, ahead, expected, reclaimed}
+return {2, id, queued and 0 or 1, ahead, expected, reclaimed}

@@ -320,18 +320,10 @@ impl RedisModel {
             self.record(leases, id, 0, 0, (0, 0));
             return reply(0, 0, ahead, expected, reclaimed);
         }
-        // One entering the queue learns the last token: hand-overs to it
-        // up to that one are stale (the clock stands in for a lost counter).
-        let handed_before = match queued {
-            true => 0,
-            false => match self.store.get(fence).and_then(|v| lua_number(&v)) {
-                Some(last) if last > 0.0 => last as u64,
-                _ => self.now() * 1000,
-            },
-        };
         self.enqueue([queue, waiters, holds], id, limit, lifetime, !queued);
         self.record(leases, id, 2, 0, (0, 0));
-        reply(2, handed_before, ahead, expected, reclaimed)
+        // The token's place says whether it entered the queue now.
+        reply(2, u64::from(!queued), ahead, expected, reclaimed)
     }
 
     /// A waiter keeps (or, `arriving`, takes) its place at the end of the

@@ -144,14 +144,14 @@ fn main() -> ExitCode {
                 }
             );
             println!(
-                "{} steps, {} script calls, {} grants, {} hand-overs ({} releases found a queue; {} heard late and checked again, {} stale), {} failovers, {} flushes, {} requests held back ({} delivered late), {} all-or-nothing calls, {:.0} s of sleeps",
+                "{} steps, {} script calls, {} grants, {} hand-overs ({} releases found a queue; {} heard late and checked again; {} waiters queued again under a new id), {} failovers, {} flushes, {} requests held back ({} delivered late), {} all-or-nothing calls, {:.0} s of sleeps",
                 summary.steps,
                 summary.script_calls,
                 summary.grants,
                 summary.hand_overs,
                 summary.queue_found,
                 summary.late_hand_overs,
-                summary.stale_hand_overs,
+                summary.renamed_waiters,
                 summary.failovers,
                 summary.flushes,
                 summary.held_back,

@@ -43,8 +43,8 @@ pub struct Summary {
     pub hand_overs: usize,
     /// Hand-overs heard of too late to take from the message: checked again.
     pub late_hand_overs: usize,
-    /// Hand-overs read after a check that queued the waiter again: ignored.
-    pub stale_hand_overs: usize,
+    /// Waiters queued again after they had a place: they go on under a new id.
+    pub renamed_waiters: usize,
     /// Releases whose `EXISTS` found a queue (their `RELEASE` followed).
     pub queue_found: usize,
     pub failovers: usize,
@@ -63,7 +63,7 @@ impl std::ops::AddAssign for Summary {
         self.grants += other.grants;
         self.hand_overs += other.hand_overs;
         self.late_hand_overs += other.late_hand_overs;
-        self.stale_hand_overs += other.stale_hand_overs;
+        self.renamed_waiters += other.renamed_waiters;
         self.queue_found += other.queue_found;
         self.failovers += other.failovers;
         self.flushes += other.flushes;
@@ -95,9 +95,6 @@ struct Waiter {
     limit: u32,
     /// When its last check was written (server ms).
     last_sent: u64,
-    /// Hand-overs with tokens up to this one were made before a check that
-    /// queued it again: stale, as the client reads them.
-    stale_up_to: i64,
 }
 
 #[derive(Debug)]
@@ -754,15 +751,24 @@ impl World {
                 self.clients[c].waiters.remove(&id);
                 self.granted(c, &id, units, limit, sent + setup.ttl - 1, reply.token)?;
             }
+            // Queued again after it had a place: it lost that place and any
+            // slot handed to it, whose message may still come. As the
+            // client does, it goes on under a new id, and the old one's
+            // entry is left.
+            2 if reply.token == 1 && self.clients[c].waiters.contains_key(&id) => {
+                self.clients[c].waiters.remove(&id);
+                self.summary.renamed_waiters += 1;
+                self.leave(&id)?;
+                let renamed = self.clients[c].new_id(units as u32);
+                return self.check_waiter(c, renamed, units, limit);
+            }
             2 => {
-                let stale_up_to = self.clients[c].waiters.get(&id).map_or(0, |w| w.stale_up_to);
                 self.clients[c].waiters.insert(
                     id,
                     Waiter {
                         units,
                         limit,
                         last_sent: sent,
-                        stale_up_to: stale_up_to.max(reply.token),
                     },
                 );
             }
@@ -962,8 +968,7 @@ impl World {
             match words[0].as_str() {
                 "H" => {
                     for pair in words[1..].chunks(2) {
-                        let token: i64 = pair[1].parse().map_err(|_| format!("bad message {payload}"))?;
-                        self.handed(c, &pair[0], token)?;
+                        self.handed(c, &pair[0])?;
                     }
                 }
                 "N" => {
@@ -984,11 +989,7 @@ impl World {
     /// waiters, its caller holds it now (until its entry would have
     /// expired), and a renewal confirms it; if it is one of its ids that no
     /// waiter and no holder has, it is given back.
-    fn handed(&mut self, c: usize, id: &str, token: i64) -> Result<(), String> {
-        if self.clients[c].waiters.get(id).is_some_and(|w| token <= w.stale_up_to) {
-            self.summary.stale_hand_overs += 1;
-            return Ok(());
-        }
+    fn handed(&mut self, c: usize, id: &str) -> Result<(), String> {
         if let Some(waiter) = self.clients[c].waiters.remove(id) {
             let setup = self.clients[c].setup.clone();
             // Heard of with less than half the reservation left: the

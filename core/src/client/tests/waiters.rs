@@ -25,6 +25,11 @@ fn waiting(n: u64, until: Instant) -> AcquireOp {
     }
 }
 
+/// The id a waiter that lost its place goes on under.
+fn fresh(old: &LeaseId) -> LeaseId {
+    LeaseId::from_parts(9, 1_000).with_claim(old.weight(), None)
+}
+
 fn checked(effects: Vec<Effect>) -> Vec<u64> {
     effects
         .into_iter()
@@ -50,15 +55,20 @@ fn wake_ups_checks_and_hand_overs_come_back_as_effects() {
     }
     assert_eq!(waiters.take_changed().len(), 1, "the channel gained its first waiter");
     // 1 and 2 are queued (parked); 3 is still in flight.
-    assert!(waiters.queued(t0, waiting(1, until), 0).is_none());
-    assert!(waiters.queued(t0, waiting(2, until), 0).is_none());
+    assert!(waiters.queued(t0, waiting(1, until), false, fresh).is_none());
+    assert!(waiters.queued(t0, waiting(2, until), false, fresh).is_none());
     assert_eq!(waiters.poll_timeout(), Some(t0 + recheck));
 
     assert_eq!(checked(waiters.woken(&channel, 1)), [1], "the first parked");
     // Two slots: 2 is parked and checks; 3 in flight checks once answered.
     assert_eq!(checked(waiters.woken(&channel, 2)), [2]);
     assert_eq!(
-        checked(waiters.queued(t0, waiting(3, until), 0).into_iter().collect()),
+        checked(
+            waiters
+                .queued(t0, waiting(3, until), false, fresh)
+                .into_iter()
+                .collect()
+        ),
         [3]
     );
 
@@ -67,10 +77,15 @@ fn wake_ups_checks_and_hand_overs_come_back_as_effects() {
     // after its check ran). Parked then, it checks on its own timer.
     let later = t0 + Duration::from_millis(10);
     assert_eq!(
-        checked(waiters.queued(later, waiting(1, until), 0).into_iter().collect()),
+        checked(
+            waiters
+                .queued(later, waiting(1, until), false, fresh)
+                .into_iter()
+                .collect()
+        ),
         [1]
     );
-    assert!(waiters.queued(later, waiting(1, until), 0).is_none());
+    assert!(waiters.queued(later, waiting(1, until), false, fresh).is_none());
     assert!(waiters.handle_timeout(later).is_none());
     let due = waiters.poll_timeout().unwrap();
     assert_eq!(due, later + recheck);
@@ -78,7 +93,7 @@ fn wake_ups_checks_and_hand_overs_come_back_as_effects() {
 
     // A slot handed to 2 (parked) is delivered; one handed to an id no
     // waiter here has, but that we issued and do not hold, is left.
-    assert!(waiters.queued(due, waiting(2, until), 0).is_none());
+    assert!(waiters.queued(due, waiting(2, until), false, fresh).is_none());
     let ours = LeaseId::from_parts(9, 77);
     let handed = vec![
         (Bytes::from(LeaseId::from_parts(9, 2).to_bytes()), 41),
@@ -108,24 +123,47 @@ fn wake_ups_checks_and_hand_overs_come_back_as_effects() {
     );
 }
 
-/// A hand-over read only after a later check found no slot and queued the
-/// waiter again (its reservation ran out in between) is stale: the check's
-/// answer named the last token before it, and the message is ignored. A
-/// later hand-over (a higher token) is delivered.
+/// A waiter queued before that enters the queue again lost its place and
+/// any slot a release handed it, and that hand-over's message may still
+/// come: it goes on at once under a new lease id, its old id's entry owed a
+/// `LEAVE`. The late message names the old id, which nobody waits with any
+/// more: it is left too, never delivered.
 #[test]
-fn a_hand_over_older_than_the_check_that_queued_it_again_is_ignored() {
+fn a_waiter_queued_again_goes_on_under_a_new_id_and_old_hand_overs_are_left() {
     let t0 = start();
     let mut waiters = Waiters::new(Duration::from_secs(1), Duration::from_secs(5));
     let until = t0 + Duration::from_secs(30);
     let channel = keys().wake_channel();
     waiters.start(&waiting(1, until));
-    assert!(waiters.queued(t0, waiting(1, until), 500).is_none());
-    let lease = Bytes::from(LeaseId::from_parts(9, 1).to_bytes());
-    let stale = waiters.handed(t0, &channel, vec![(lease.clone(), 500)], |_| false);
-    assert!(stale.is_empty(), "made before the check that queued it: {stale:?}");
-    assert!(waiters.take_leaves(t0, |_| Some(0)).is_empty(), "its entry stays");
-    let fresh = waiters.handed(t0, &channel, vec![(lease, 501)], |_| false);
-    assert!(matches!(&fresh[..], [Effect::Handed { op, token: 501 }] if op.call.request == RequestId(1)));
+    assert!(
+        waiters.queued(t0, waiting(1, until), true, fresh).is_none(),
+        "first entry: parked"
+    );
+    assert!(
+        waiters.queued(t0, waiting(1, until), false, fresh).is_none(),
+        "kept its place"
+    );
+    let effect = waiters.queued(t0, waiting(1, until), true, fresh);
+    let Some(Effect::Check(op)) = effect else {
+        panic!("{effect:?}")
+    };
+    assert_eq!(op.call.request, RequestId(1), "the same caller");
+    assert_eq!(op.call.lease, fresh(&LeaseId::from_parts(9, 1)), "under a new id");
+    let old = Bytes::from(LeaseId::from_parts(9, 1).to_bytes());
+    let leaves = waiters.take_leaves(t0, |_| Some(0));
+    assert_eq!(leaves.len(), 1);
+    assert_eq!(leaves[0].lease, old, "the old id's entry is left");
+    let issued = |id: &LeaseId| id.parts().0 == 9;
+    let late = waiters.handed(t0, &channel, vec![(old.clone(), 41)], issued);
+    assert!(late.is_empty(), "not delivered: {late:?}");
+    let leaves = waiters.take_leaves(t0, |_| Some(0));
+    assert_eq!(leaves.len(), 1, "the slot handed to the old id is given back");
+    assert_eq!(leaves[0].lease, old);
+    // A hand-over to the new id, once it is parked again, is delivered.
+    assert!(waiters.queued(t0, op, true, fresh).is_none(), "its first entry");
+    let new = Bytes::from(fresh(&LeaseId::from_parts(9, 1)).to_bytes());
+    let handed = waiters.handed(t0, &channel, vec![(new, 42)], issued);
+    assert!(matches!(&handed[..], [Effect::Handed { op, token: 42 }] if op.call.request == RequestId(1)));
 }
 
 #[test]
@@ -135,7 +173,7 @@ fn an_injected_deafness_ignores_wake_ups_but_not_own_checks() {
     waiters.ignore_wake_ups_for_test();
     let until = t0 + Duration::from_secs(30);
     waiters.start(&waiting(1, until));
-    assert!(waiters.queued(t0, waiting(1, until), 0).is_none());
+    assert!(waiters.queued(t0, waiting(1, until), false, fresh).is_none());
     assert!(waiters.woken(&keys().wake_channel(), 1).is_empty());
     assert_eq!(
         checked(
@@ -160,7 +198,7 @@ fn a_confirmed_subscription_sends_every_parked_waiter_of_its_channel_to_check() 
     let channel = keys().wake_channel();
     for n in 1..=3 {
         waiters.start(&waiting(n, until));
-        assert!(waiters.queued(t0, waiting(n, until), 0).is_none());
+        assert!(waiters.queued(t0, waiting(n, until), false, fresh).is_none());
     }
     let woken = waiters.hear(t0, Heard::Wake(channel.clone()), |_| false);
     assert_eq!(checked(woken), [1], "a wake-up: the first parked");
