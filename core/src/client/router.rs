@@ -71,7 +71,7 @@ impl Client {
                 }
             }
             Effect::Leave(keys, lease) => self.waiters.leave(keys, lease, now),
-            Effect::LeaveAgain(keys, lease, until) => self.waiters.leave_again(keys, lease, until),
+            Effect::LeaveAgain(keys, lease, until) => self.waiters.leave_again(keys, lease, until, now),
             Effect::Compensate(op, ran) => {
                 self.out.stats.compensations += 1;
                 let job = ReleaseJob::compensation(op, ran, now, self.config.lease_ttl);

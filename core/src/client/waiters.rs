@@ -383,9 +383,10 @@ impl Waiters {
         self.leaving.owe(keys, lease, now);
     }
 
-    /// A `LEAVE` that did not get through, to try again until `until`.
-    pub(super) fn leave_again(&mut self, keys: SubjectKeys, lease: Bytes, until: Instant) {
-        self.leaving.again(keys, lease, until);
+    /// A `LEAVE` that did not get through (at `now`), to try again until
+    /// `until`.
+    pub(super) fn leave_again(&mut self, keys: SubjectKeys, lease: Bytes, until: Instant, now: Instant) {
+        self.leaving.again(keys, lease, until, now);
     }
 
     /// The `LEAVE`s to write now (see [`OwedLeaves::take`]).

@@ -205,3 +205,25 @@ fn a_confirmed_subscription_sends_every_parked_waiter_of_its_channel_to_check() 
     let woken = waiters.hear(t0, Heard::Subscribed(channel.clone()), |_| false);
     assert_eq!(checked(woken), [2, 3], "subscribed: every one parked");
 }
+
+/// A `LEAVE` refused (a busy server, a slot migrating) is tried again a
+/// sixteenth of a lifetime later, not at every turn of the driver, and
+/// dropped once it stops mattering.
+#[test]
+fn a_refused_leave_is_tried_again_later_not_at_once() {
+    let t0 = start();
+    let lifetime = Duration::from_millis(1600);
+    let mut waiters = Waiters::new(Duration::from_millis(500), lifetime);
+    let lease = Bytes::from(LeaseId::from_parts(9, 1).to_bytes());
+    let until = t0 + lifetime;
+    waiters.leave_again(keys(), lease.clone(), until, t0);
+    assert!(waiters.take_leaves(t0, |_| Some(0)).is_empty(), "not at once");
+    let retry = t0 + Duration::from_millis(100);
+    assert_eq!(waiters.poll_timeout(), Some(retry));
+    let leaves = waiters.take_leaves(retry, |_| Some(0));
+    assert_eq!(leaves.len(), 1);
+    assert_eq!(leaves[0].lease, lease);
+    waiters.leave_again(keys(), lease, until, until - Duration::from_millis(50));
+    assert!(waiters.take_leaves(until, |_| Some(0)).is_empty(), "moot by then");
+    assert_eq!(waiters.leaves_owed(), 0);
+}

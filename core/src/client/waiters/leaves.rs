@@ -23,8 +23,9 @@ pub(in crate::client) struct Leave {
 struct Owed {
     keys: SubjectKeys,
     lease: Bytes,
-    /// When it was owed, until a first attempt: `poll_timeout` names it, so
-    /// a driver sends it at once whatever call made it owed.
+    /// When it is to be sent (owed, or tried again after a refusal):
+    /// `poll_timeout` names it, so a driver sends it then whatever call
+    /// made it owed. `None`: when its node is ready.
     due: Option<Instant>,
     /// When it stops mattering: the entry, or a slot a release handed it,
     /// has expired on its own by then.
@@ -56,12 +57,15 @@ impl OwedLeaves {
         });
     }
 
-    /// One that did not get through, to try again until `until`.
-    pub(super) fn again(&mut self, keys: SubjectKeys, lease: Bytes, until: Instant) {
+    /// One that did not get through at `now` (refused, or its connection
+    /// lost), to try again until `until`: after a sixteenth of a lifetime,
+    /// so that a refusal that lasts (a busy server, a slot migrating) is
+    /// not asked again at every turn of the driver.
+    pub(super) fn again(&mut self, keys: SubjectKeys, lease: Bytes, until: Instant, now: Instant) {
         self.owed.push(Owed {
             keys,
             lease,
-            due: None,
+            due: Some(now + (self.lifetime / 16).max(Duration::from_millis(1))),
             until,
         });
     }
@@ -73,8 +77,9 @@ impl OwedLeaves {
         self.owed.iter().map(|owed| owed.due.unwrap_or(owed.until)).min()
     }
 
-    /// Those to write now: those whose node `ready_node` names. One whose
-    /// node is not ready waits for it; one past its `until` is dropped (the
+    /// Those to write now: those due whose node `ready_node` names. One
+    /// not due yet waits for its time; one whose node is not ready waits
+    /// for it; one past its `until` is dropped (the
     /// entry, or a slot a release handed it, expired on its own by then). A
     /// lost `LEAVE` costs little, but it would block the queue that long,
     /// and a limiter that drains owes them like releases.
@@ -83,6 +88,10 @@ impl OwedLeaves {
         let mut waiting = Vec::new();
         for mut owed in std::mem::take(&mut self.owed) {
             if owed.until <= now {
+                continue;
+            }
+            if owed.due.is_some_and(|due| due > now) {
+                waiting.push(owed);
                 continue;
             }
             match ready_node(&owed.keys) {
