@@ -990,15 +990,19 @@ impl World {
     /// expired), and a renewal confirms it; if it is one of its ids that no
     /// waiter and no holder has, it is given back.
     fn handed(&mut self, c: usize, id: &str) -> Result<(), String> {
-        if let Some(waiter) = self.clients[c].waiters.remove(id) {
-            let setup = self.clients[c].setup.clone();
-            // Heard of with less than half the reservation left: the
-            // client checks again instead (and gets the slot with a whole
-            // TTL if it is still reserved).
-            if waiter.last_sent + setup.lifetime < self.now() + setup.lifetime / 2 {
+        let setup = self.clients[c].setup.clone();
+        let now = self.now();
+        // Heard of with less than half the reservation left: the client
+        // checks again instead (and gets the slot with a whole TTL if it is
+        // still reserved, or is queued again, under a new id).
+        if let Some(w) = self.clients[c].waiters.get(id) {
+            if w.last_sent + setup.lifetime < now + setup.lifetime / 2 {
+                let (units, limit) = (w.units, w.limit);
                 self.summary.late_hand_overs += 1;
-                return self.check_waiter(c, id.to_string(), waiter.units, waiter.limit);
+                return self.check_waiter(c, id.to_string(), units, limit);
             }
+        }
+        if let Some(waiter) = self.clients[c].waiters.remove(id) {
             let believed = waiter.last_sent + setup.lifetime - 1;
             self.granted(c, id, waiter.units, waiter.limit, believed, 0)?;
             let sent = self.now();
