@@ -133,6 +133,14 @@ pub const MUTATIONS: &[Mutation] = &[
             "  if status ~= 1 then\n  else",
         )],
     },
+    Mutation {
+        name: "never-entered-again",
+        undoes: "a queued waiter is told whether it entered the queue, so one that lost its place goes on under a new id",
+        edits: &[(
+            "return {2, id, queued and 0 or 1, ahead, expected, reclaimed}",
+            "return {2, id, 0, ahead, expected, reclaimed}",
+        )],
+    },
 ];
 
 /// The mutation called `name`.

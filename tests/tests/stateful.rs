@@ -161,6 +161,32 @@ fn regressions() -> Vec<(&'static str, Program)> {
                 ],
             },
         ),
+        (
+            // A hand-over whose reservation ran out (another caller took
+            // the slot) read only after the waiter's next check queued it
+            // again: told it entered the queue again, the waiter goes on
+            // under a new id and the message finds nobody.
+            "never-entered-again",
+            Program {
+                clients: vec![
+                    ClientSetup {
+                        ttl: 800,
+                        lifetime: 60,
+                        liveness: 400,
+                    };
+                    3
+                ],
+                steps: vec![
+                    acquire(0, 1),
+                    wait(0, 1),
+                    release(0),
+                    Step::Sleep { ms: 100 },
+                    acquire(1, 1),
+                    Step::Check { client: 0, pick: 0 },
+                    Step::Messages { client: 0 },
+                ],
+            },
+        ),
     ]
 }
 
