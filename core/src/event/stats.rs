@@ -58,8 +58,9 @@ pub struct Stats {
     pub wake_ups: u64,
     /// Waiters taken out of their queue (`LEAVE`) after their callers left.
     pub waiters_left: u64,
-    /// Waiters served by a release handing its slot over (their permit came
-    /// with the wake-up message).
+    /// Waiters served by a release handing its slot over, taken from the
+    /// wake-up message (one heard with less than half its reservation left
+    /// checks again instead, and is not counted here).
     pub handed_over: u64,
     /// Units of expired leases the scripts pruned from lease sets before
     /// counting (a weight-1 lease is one unit): leases whose holders stopped
