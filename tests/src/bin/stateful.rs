@@ -144,7 +144,7 @@ fn main() -> ExitCode {
                 }
             );
             println!(
-                "{} steps, {} script calls, {} grants, {} hand-overs ({} releases found a queue; {} heard late and checked again; {} waiters queued again under a new id), {} failovers, {} flushes, {} requests held back ({} delivered late), {} all-or-nothing calls, {:.0} s of sleeps",
+                "{} steps, {} script calls, {} grants, {} hand-overs ({} releases found a queue; {} heard late and checked again; {} waiters queued again under a new id), {} failovers, {} flushes, {} requests held back ({} delivered late), {} all-or-nothing calls, {:.0} s of sleeps, {} programs cut short as inconclusive (a write-back not landed within the recovery window: the machine too slow)",
                 summary.steps,
                 summary.script_calls,
                 summary.grants,
@@ -157,7 +157,8 @@ fn main() -> ExitCode {
                 summary.held_back,
                 summary.delivered_late,
                 summary.all_or_nothing,
-                summary.slept_ms as f64 / 1000.0
+                summary.slept_ms as f64 / 1000.0,
+                summary.inconclusive
             );
             ExitCode::SUCCESS
         }
