@@ -12,12 +12,20 @@ fn kept_config() -> Config {
     }
 }
 
-/// Someone else's release (or a flush) takes `lease` behind its holder's back.
-fn taken_behind_its_back(pair: &mut Pair, lease: &inflight_core::Lease) {
+/// A lease kept alive, then taken behind its holder's back (someone
+/// else's release, or a flush), and a second later: its renewal is due.
+fn kept_then_taken() -> Pair {
+    let mut pair = Pair::connected(kept_config(), start());
+    pair.acquire("t", "s", 1);
+    pair.exchange();
+    let lease = pair.held[0].clone();
+    pair.client.keep_alive(pair.now, &lease);
     let mut conn = inflight_testkit::model::ModelConnection::new();
     let mut command = bytes::BytesMut::new();
     inflight_core::resp::encode_command(&mut command, &[b"ZREM", lease.redis_key(), &lease.id().to_bytes()]);
     pair.server.handle(&mut conn, &command).unwrap();
+    pair.advance(ms(1000));
+    pair
 }
 
 fn kept_events(pair: &Pair) -> (usize, Vec<LeaseLost>) {
@@ -71,13 +79,7 @@ fn a_kept_alive_lease_is_renewed_every_third_of_its_ttl_and_outlives_it() {
 
 #[test]
 fn a_lease_found_gone_is_reported_lost_and_dropped() {
-    let mut pair = Pair::connected(kept_config(), start());
-    pair.acquire("t", "s", 1);
-    pair.exchange();
-    let lease = pair.held[0].clone();
-    pair.client.keep_alive(pair.now, &lease);
-    taken_behind_its_back(&mut pair, &lease);
-    pair.advance(ms(1000));
+    let mut pair = kept_then_taken();
     pair.exchange();
     assert_eq!(kept_events(&pair).1, vec![LeaseLost::Gone]);
     assert_eq!(pair.client.kept_alive(), 0);
@@ -90,13 +92,7 @@ fn news_of_a_lease_given_back_before_the_driver_read_it_is_dropped() {
     // The renewal's answer (gone) and the holder's release reach the client
     // in one driver wake-up: the driver has let the lease go, so a loss it
     // read afterwards would be kept for a permit that no longer exists.
-    let mut pair = Pair::connected(kept_config(), start());
-    pair.acquire("t", "s", 1);
-    pair.exchange();
-    let lease = pair.held[0].clone();
-    pair.client.keep_alive(pair.now, &lease);
-    taken_behind_its_back(&mut pair, &lease);
-    pair.advance(ms(1000));
+    let mut pair = kept_then_taken();
     pair.to_server(usize::MAX);
     pair.to_client_then_release(usize::MAX, 0);
     pair.exchange();
