@@ -224,17 +224,9 @@ impl Delivery<'_> {
             return self.fx.push(Effect::Route(Op::Renew(confirm)));
         }
         // The release ran after this waiter's last check (which queued it)
-        // was sent: the reservation lives its lifetime from then at least.
+        // was sent: the reservation lives its lifetime from then at least
+        // (`Waiters::handed` checks again instead when little of it is left).
         let expires_at = lease_expiry(op.call.sent_at.unwrap_or(now), self.config.waiter_lifetime());
-        // Heard of late (a stalled driver, a slow wake-up connection), with
-        // less than half its reservation left: the renewal that confirms it
-        // would have little time to get through, and a permit must never
-        // reach its caller already spent. A check again gets the slot with a
-        // whole TTL while it is still reserved (or queues the waiter again
-        // if it is gone), answered within the acquire timeout as any grant.
-        if expires_at.saturating_duration_since(now) < self.config.waiter_lifetime() / 2 {
-            return self.fx.push(Effect::Route(Op::Acquire(op.resend())));
-        }
         self.out.stats.handed_over += 1;
         // Keep-alive confirms it before that, unless it is given back first
         // (`KeepAlive::confirm`); the renewal runs within its liveness and

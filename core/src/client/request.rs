@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+mod bundle;
+
 use super::names::Names;
 pub(super) use super::release_job::{HandOver, Ran, ReleaseJob, ReleaseKind};
 use crate::event::{Lease, RequestId};
@@ -14,6 +16,7 @@ use crate::key::SubjectKeys;
 use crate::lease_id::{Label, LeaseId};
 use crate::resp::ReplyLimits;
 use crate::scripts::{Eval, ScriptKind};
+pub(super) use bundle::Bundle;
 
 /// One request in a connection's FIFO, with what its reply means.
 #[derive(Debug)]
@@ -198,58 +201,6 @@ pub(super) struct AcquireOp {
     pub(super) wait: Option<Wait>,
     /// Its grant carries a fencing token (`Config::fencing_tokens`).
     pub(super) fenced: bool,
-}
-
-/// One caller's fail-fast acquires of several subjects (of one slot, in a
-/// cluster), taken all or nothing in one `ACQUIRE_ALL`. The first part's
-/// call is the caller's request: it carries the bundle's deadline, `ASK`
-/// mark, redirect count and script naming; each part names its own lease.
-#[derive(Debug)]
-pub(super) struct Bundle {
-    /// Never empty.
-    parts: Vec<AcquireOp>,
-}
-
-impl Bundle {
-    /// Fail-fast acquires of `weight` units under `label` on each of
-    /// `parts` (at least one), for the caller of `request`: its id names
-    /// the first lease, fresh ids the others.
-    pub(super) fn of(
-        request: RequestId,
-        names: &mut Names,
-        parts: Vec<(SubjectKeys, NonZeroU32)>,
-        weight: u32,
-        label: Option<Label>,
-        fenced: bool,
-    ) -> Self {
-        assert!(!parts.is_empty(), "a bundle has at least one part");
-        let parts = parts.into_iter().enumerate().map(|(i, (keys, limit))| {
-            let name = if i == 0 { request } else { names.request() };
-            AcquireOp::of(name, names, keys, limit, weight, label.clone(), fenced)
-        });
-        Self { parts: parts.collect() }
-    }
-
-    /// The caller's call (the first part's).
-    pub(super) fn call(&self) -> &Call {
-        &self.parts[0].call
-    }
-
-    pub(super) fn call_mut(&mut self) -> &mut Call {
-        &mut self.parts[0].call
-    }
-
-    pub(super) fn parts(&self) -> &[AcquireOp] {
-        &self.parts
-    }
-
-    pub(super) fn parts_mut(&mut self) -> &mut [AcquireOp] {
-        &mut self.parts
-    }
-
-    pub(super) fn into_parts(self) -> Vec<AcquireOp> {
-        self.parts
-    }
 }
 
 /// What a waiting acquire sends besides an acquire's arguments.

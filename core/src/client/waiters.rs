@@ -31,6 +31,7 @@ use super::subscriber::Heard;
 use crate::event::RequestId;
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
+use crate::server_clock::lease_expiry;
 
 mod leaves;
 
@@ -72,6 +73,9 @@ pub(super) struct Waiters {
     /// How often a parked waiter checks on its own, and how long a queue
     /// entry lives without one.
     recheck: Duration,
+    /// How long a queue entry lives without a check: a hand-over reserves
+    /// the slot until then.
+    lifetime: Duration,
     /// An injected bug for the simulator: wake-ups are ignored.
     deaf: bool,
     entries: HashMap<RequestId, Entry>,
@@ -91,6 +95,7 @@ impl Waiters {
     pub(super) fn new(recheck: Duration, lifetime: Duration) -> Self {
         Self {
             recheck,
+            lifetime,
             deaf: false,
             entries: HashMap::new(),
             by_channel: HashMap::new(),
@@ -294,6 +299,7 @@ impl Waiters {
                 continue;
             };
             match self.unpark(request) {
+                Some(op) if self.heard_late(&op, now) => effects.push(Effect::Check(op.resend())),
                 Some(op) => effects.push(Effect::Handed { op, token }),
                 // Its check is in flight: it checks again once answered (its
                 // slot is reserved, and the check that runs after the
@@ -306,6 +312,20 @@ impl Waiters {
             }
         }
         effects
+    }
+
+    /// Whether a hand-over to `op` was heard with less than half its
+    /// reservation left (a stalled driver, a slow wake-up connection). The
+    /// release ran after the waiter's last check (which queued it) was
+    /// sent, so the slot is reserved a lifetime from then at least; with
+    /// under half of that left, the renewal that confirms it would have
+    /// little time to get through, and a permit must never reach its caller
+    /// already spent. A check again gets the slot with a whole TTL while it
+    /// is still reserved (or queues the waiter again if it is gone),
+    /// answered within the acquire timeout as any grant.
+    fn heard_late(&self, op: &AcquireOp, now: Instant) -> bool {
+        let reserved_until = lease_expiry(op.call.sent_at.unwrap_or(now), self.lifetime);
+        reserved_until.saturating_duration_since(now) < self.lifetime / 2
     }
 
     /// The waiter of `channel` holding lease id `lease`, if it waits here.

@@ -227,3 +227,36 @@ fn a_refused_leave_is_tried_again_later_not_at_once() {
     assert!(waiters.take_leaves(until, |_| Some(0)).is_empty(), "moot by then");
     assert_eq!(waiters.leaves_owed(), 0);
 }
+
+/// A hand-over heard with less than half its reservation left (the
+/// reservation runs a lifetime from the check that queued the waiter) is
+/// not delivered: the waiter checks again, as a fresh write, and gets the
+/// slot with a whole TTL if it is still reserved. One heard in time is
+/// delivered.
+#[test]
+fn a_hand_over_heard_with_under_half_its_reservation_left_is_checked_again() {
+    let t0 = start();
+    let lifetime = Duration::from_secs(1);
+    let until = t0 + Duration::from_secs(30);
+    let channel = keys().wake_channel();
+    let handed = |n| vec![(Bytes::from(LeaseId::from_parts(9, n).to_bytes()), 7)];
+    let mut waiters = Waiters::new(lifetime / 3, lifetime);
+    for n in 1..=2 {
+        let mut op = waiting(n, until);
+        op.call.sent_at = Some(t0);
+        waiters.start(&op);
+        assert!(waiters.queued(t0, op, false, fresh).is_none());
+    }
+    let in_time = t0 + Duration::from_millis(400);
+    let effects = waiters.handed(in_time, &channel, handed(1), |_| false);
+    assert!(matches!(&effects[..], [Effect::Handed { op, token: 7 }] if op.call.request == RequestId(1)));
+    let late = t0 + Duration::from_millis(600);
+    let effects = waiters.handed(late, &channel, handed(2), |_| false);
+    match &effects[..] {
+        [Effect::Check(op)] => {
+            assert_eq!(op.call.request, RequestId(2));
+            assert_eq!(op.call.sent_at, None, "sent again as a fresh write");
+        }
+        other => panic!("{other:?}"),
+    }
+}
