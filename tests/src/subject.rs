@@ -241,10 +241,25 @@ impl Subject {
 
     /// A waiting acquire (first call or a check again) valid for an hour.
     pub fn wait(&self, wire: &mut impl Wire, id: &str, limit: u32, ttl_ms: u64, lifetime_ms: u64) -> Answer {
+        self.wait_going_on_from(wire, id, "", limit, ttl_ms, lifetime_ms)
+    }
+
+    /// [`Subject::wait`] by a waiter that went on under `id` from
+    /// `previous` (empty for none): it takes over what `previous` has.
+    pub fn wait_going_on_from(
+        &self,
+        wire: &mut impl Wire,
+        id: &str,
+        previous: &str,
+        limit: u32,
+        ttl_ms: u64,
+        lifetime_ms: u64,
+    ) -> Answer {
         let now = Self::now(wire);
         let wait = WaitArgs {
             lifetime_ms,
             patience_ms: 3_600_000,
+            previous: previous.as_bytes(),
         };
         answer(wire.send(&self.encode_acquire(id, limit, now + ttl_ms, now + 3_600_000, Some(wait))))
     }

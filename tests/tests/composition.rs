@@ -300,6 +300,7 @@ fn a_foreign_fence_key_fails_the_acquire_before_it_writes(server: &RedisServer, 
     let wait = WaitArgs {
         lifetime_ms: 5_000,
         patience_ms: HOUR,
+        previous: b"",
     };
     let waiting = s.encode_acquire("d", 3, now + LONG, now + HOUR, Some(wait));
     assert!(matches!(redis.call_raw(&waiting).unwrap(), Frame::Error(e) if e.contains("WRONGTYPE")));

@@ -203,7 +203,20 @@ impl Leases {
 impl Leases {
     /// `ACQUIRE_WAITING` for `id`: `(status, ahead, expected)`.
     fn wait(&mut self, id: u64, limit: u32, lifetime_ms: u64, patience_ms: u64) -> (i64, i64, i64) {
+        self.wait_from(id, None, limit, lifetime_ms, patience_ms)
+    }
+
+    /// [`Leases::wait`] by a waiter that went on under `id` from `previous`.
+    fn wait_from(
+        &mut self,
+        id: u64,
+        previous: Option<u64>,
+        limit: u32,
+        lifetime_ms: u64,
+        patience_ms: u64,
+    ) -> (i64, i64, i64) {
         let id_text = lease(id).to_string();
+        let previous = previous.map(|p| lease(p).to_string()).unwrap_or_default();
         let now = self.server_ms();
         let call = LeaseCall {
             keys: &self.keys,
@@ -215,6 +228,7 @@ impl Leases {
         let wait = WaitArgs {
             lifetime_ms,
             patience_ms,
+            previous: previous.as_bytes(),
         };
         let mut out = BytesMut::new();
         self.scripts
@@ -789,6 +803,51 @@ fn a_waiter_that_lost_its_place_is_told_it_entered_the_queue_again() {
     assert!(leases.granted(2, 1, LONG));
     assert_eq!(leases.wait(10, 1, LONG, LONG).0, 2);
     assert_eq!(leases.token, 1, "entered again: its place and its slot are gone");
+}
+
+/// A waiter that went on under a new id names the old one once: whatever
+/// the old id has by then, its place in the queue or a slot a release
+/// handed it, is the new id's, and the old id is gone from everywhere. With
+/// nothing under the old id, the new one queues as any newcomer.
+#[test]
+fn a_waiter_gone_on_under_a_new_id_takes_over_the_old_ids_place_or_slot() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "taken-over");
+    let id = |n: u64| Bytes::from(lease(n).to_string());
+    assert!(leases.granted(1, 1, LONG));
+    assert_eq!(leases.wait(10, 1, LONG, LONG).0, 2);
+    assert_eq!(leases.wait(11, 1, LONG, LONG).0, 2);
+    // 10 goes on as 20: 20 keeps 10's place, ahead of 11.
+    assert_eq!(leases.wait_from(20, Some(10), 1, LONG, LONG).0, 2);
+    assert_eq!(leases.token, 0, "kept the old id's place");
+    assert_eq!(leases.queued(), vec![id(20), id(11)]);
+    let (waiters, holds) = (leases.keys.waiters(), leases.keys.holds());
+    let old = id(10);
+    let entry = leases.client.call(&[b"ZSCORE", &waiters, &old]).unwrap();
+    let limit = leases.client.call(&[b"HGET", &holds, &old]).unwrap();
+    assert_eq!((entry, limit), (Frame::Null, Frame::Null), "10 is gone");
+    let new = id(20);
+    let limit = leases.client.call(&[b"HGET", &holds, &new]).unwrap();
+    assert_eq!(
+        limit,
+        Frame::BulkString(Bytes::from("1")),
+        "20 waits under its own limit"
+    );
+    // A release hands the slot to 20; 20 goes on as 30 before it heard:
+    // 30 holds the slot, with a whole TTL, and 20 holds nothing.
+    assert_eq!(leases.release_script(&[1], Some(5)), 1);
+    assert_eq!(leases.queued(), vec![id(11)], "handed the slot");
+    let before = leases.server_ms();
+    assert_eq!(leases.wait_from(30, Some(20), 1, LONG, LONG).0, 1);
+    assert!(leases.token > 0, "a grant's token");
+    assert!(leases.expiry(30).unwrap() >= before + LONG, "a whole TTL");
+    assert_eq!(leases.expiry(20), None);
+    assert_eq!(leases.live(), 1, "one slot, held by 30");
+    assert_eq!(leases.queued(), vec![id(11)]);
+    // Nothing under the old id (left already): a newcomer's place, behind 11.
+    assert_eq!(leases.wait_from(40, Some(25), 1, LONG, LONG).0, 2);
+    assert_eq!(leases.token, 1, "entered");
+    assert_eq!(leases.queued(), vec![id(11), id(40)]);
 }
 
 /// The next message on `subscriber`'s channel, as text.

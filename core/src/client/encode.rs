@@ -176,12 +176,14 @@ fn encode_step(step: Step, wire: &Wire, connection: ConnectionId, out: &mut Byte
 }
 
 fn encode_acquire(op: &AcquireOp, wire: &Wire, out: &mut BytesMut) {
-    // A waiting acquire adds its lifetime and patience.
-    let wait = op.wait.map(|wait| WaitArgs {
+    // A waiting acquire adds its lifetime and patience (and the id it went
+    // on from, once).
+    let wait = op.wait.as_ref().map(|wait| WaitArgs {
         lifetime_ms: u64::try_from(wire.config.waiter_lifetime().as_millis())
             .unwrap_or(u64::MAX)
             .max(1),
         patience_ms: wait.patience_ms,
+        previous: wait.previous.as_deref().unwrap_or_default(),
     });
     let call = &op.call;
     wire.scripts.encode_acquire(

@@ -208,7 +208,7 @@ impl Client {
         let label = claim.label().or(self.config.holder_label.as_ref()).cloned();
         let (weight, fenced) = (claim.weight(), self.config.fencing_tokens);
         let mut op = AcquireOp::of(request, &self.names, keys, limit, weight, label, fenced);
-        op.wait = until.map(|until| Wait { until, patience_ms: 0 });
+        op.wait = until.map(Wait::until);
         if op.wait.is_some() {
             self.waiters.start(&op);
         }

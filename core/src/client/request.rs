@@ -198,19 +198,33 @@ pub(super) struct AcquireOp {
     pub(super) limit: NonZeroU32,
     /// A waiting acquire: it queues for a slot until then, instead of
     /// being denied at once.
-    pub(super) wait: Option<Wait>,
+    pub(super) wait: Option<Box<Wait>>,
     /// Its grant carries a fencing token (`Config::fencing_tokens`).
     pub(super) fenced: bool,
 }
 
 /// What a waiting acquire sends besides an acquire's arguments.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Wait {
     /// The caller's deadline.
     pub(super) until: Instant,
     /// How long it may still wait when written (ms): the script sheds it
     /// at once if the expected wait is longer.
     pub(super) patience_ms: u64,
+    /// The lease id it went on from (`Waiters::queued`), until a check
+    /// naming it has run: that check takes over what the old id has.
+    pub(super) previous: Option<Bytes>,
+}
+
+impl Wait {
+    /// Waits until `until` (boxed: most acquires fail fast, and carry none).
+    pub(super) fn until(until: Instant) -> Box<Self> {
+        Box::new(Self {
+            until,
+            patience_ms: 0,
+            previous: None,
+        })
+    }
 }
 
 /// Extends a lease its caller holds (`RENEW`). It never creates a lease, so

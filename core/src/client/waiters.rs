@@ -31,8 +31,8 @@ use super::subscriber::Heard;
 use crate::event::RequestId;
 use crate::key::SubjectKeys;
 use crate::lease_id::LeaseId;
-use crate::server_clock::lease_expiry;
 
+mod handed;
 mod leaves;
 
 pub(super) use leaves::Leave;
@@ -64,6 +64,9 @@ struct Entry {
     queued: bool,
     /// Its current lease id was answered "queued": it has a place to lose.
     placed: bool,
+    /// The lease id it went on from, until a check naming it has run (that
+    /// check takes over what the old id has).
+    previous: Option<Bytes>,
 }
 
 /// Every waiting acquire (parked or in flight), by request and by channel,
@@ -137,6 +140,7 @@ impl Waiters {
                 rewake: false,
                 queued: false,
                 placed: false,
+                previous: None,
             },
         );
     }
@@ -157,8 +161,14 @@ impl Waiters {
         if let Some((_, at)) = entry.parked {
             self.checks.remove(&(at, request));
         }
-        if entry.queued && !granted {
-            self.leave(entry.keys, entry.lease, now);
+        if !granted {
+            // Its renamed check may not have run: the old id is taken back.
+            if let Some(previous) = entry.previous {
+                self.leave(entry.keys.clone(), previous, now);
+            }
+            if entry.queued {
+                self.leave(entry.keys, entry.lease, now);
+            }
         }
         if let Some(waiting) = self.by_channel.get_mut(&entry.channel) {
             waiting.retain(|r| *r != request);
@@ -178,9 +188,12 @@ impl Waiters {
     /// release handed it (its reservation ran out first). That hand-over's
     /// message may still be on its way, on the other connection, and read
     /// now it would give the caller a permit with no slot in Redis: so the
-    /// waiter goes on under a `fresh` lease id, checking at once, and its
-    /// old id's new entry is left. A message naming the old id then finds
-    /// no waiter and is answered with a `LEAVE` (`handed`).
+    /// waiter goes on under a `fresh` lease id, checking at once. That
+    /// check names the old id (`Wait::previous`) and takes over what it
+    /// has in Redis by then: its new place, or a slot handed to it since.
+    /// A message naming the old id finds no waiter and is left to that
+    /// check (`handed`); if the waiter ends before the check ran, a
+    /// `LEAVE` takes the old id back.
     pub(super) fn queued(
         &mut self,
         now: Instant,
@@ -193,13 +206,22 @@ impl Waiters {
             self.leave(op.call.keys, op.call.lease_bytes, now);
             return None;
         };
+        let previous = op.wait.as_mut().map(|wait| &mut wait.previous);
         if entered && entry.placed {
             let old = op.call.renamed(fresh(&op.call.lease));
             entry.lease = op.call.lease_bytes.clone();
             (entry.placed, entry.rewake) = (false, false);
-            self.leave(op.call.keys.clone(), old, now);
+            if let Some(previous) = previous {
+                *previous = Some(old.clone());
+            }
+            entry.previous = Some(old);
             return Some(Effect::Check(op.resend()));
         }
+        // A check naming the old id ran: nothing is left under it.
+        if let Some(previous) = previous {
+            *previous = None;
+        }
+        entry.previous = None;
         let next_check = now + self.recheck;
         (entry.queued, entry.placed) = (true, true);
         entry.parked = Some((op, next_check));
@@ -267,74 +289,6 @@ impl Waiters {
             }
         }
         woken
-    }
-
-    /// A release handed slots to these waiters (lease id, fencing token).
-    /// One parked here gets its permit at once, from the message: the slot
-    /// is already its own in Redis, reserved until its queue entry would
-    /// have expired (a renewal then extends it to a whole TTL). One whose
-    /// check is in flight gets it from that check's reply, or from the
-    /// next check. A slot handed to one of ours that is done waiting
-    /// (`done_waiting` says which: issued here, not held) is a queue entry
-    /// a failover brought back and a release has just turned into a
-    /// reservation: nobody will claim it, so it goes now instead of
-    /// blocking the slot for a waiter's lifetime.
-    pub(super) fn handed(
-        &mut self,
-        now: Instant,
-        channel: &[u8],
-        handed: Vec<(Bytes, u64)>,
-        done_waiting: impl Fn(&LeaseId) -> bool,
-    ) -> Vec<Effect> {
-        let mut effects = Vec::new();
-        if self.deaf {
-            return effects;
-        }
-        for (lease, token) in handed {
-            let Some(request) = self.find(channel, &lease) else {
-                let ours = LeaseId::parse(&lease).is_some_and(|id| done_waiting(&id));
-                if let Some(keys) = SubjectKeys::of_wake_channel(channel).filter(|_| ours) {
-                    self.leave(keys, lease, now);
-                }
-                continue;
-            };
-            match self.unpark(request) {
-                Some(op) if self.heard_late(&op, now) => effects.push(Effect::Check(op.resend())),
-                Some(op) => effects.push(Effect::Handed { op, token }),
-                // Its check is in flight: it checks again once answered (its
-                // slot is reserved, and the check that runs after the
-                // hand-over gets it).
-                None => {
-                    if let Some(entry) = self.entries.get_mut(&request) {
-                        entry.rewake = true;
-                    }
-                }
-            }
-        }
-        effects
-    }
-
-    /// Whether a hand-over to `op` was heard with less than half its
-    /// reservation left (a stalled driver, a slow wake-up connection). The
-    /// release ran after the waiter's last check (which queued it) was
-    /// sent, so the slot is reserved a lifetime from then at least; with
-    /// under half of that left, the renewal that confirms it would have
-    /// little time to get through, and a permit must never reach its caller
-    /// already spent. A check again gets the slot with a whole TTL while it
-    /// is still reserved (or queues the waiter again if it is gone),
-    /// answered within the acquire timeout as any grant.
-    fn heard_late(&self, op: &AcquireOp, now: Instant) -> bool {
-        let reserved_until = lease_expiry(op.call.sent_at.unwrap_or(now), self.lifetime);
-        reserved_until.saturating_duration_since(now) < self.lifetime / 2
-    }
-
-    /// The waiter of `channel` holding lease id `lease`, if it waits here.
-    fn find(&self, channel: &[u8], lease: &[u8]) -> Option<RequestId> {
-        self.by_channel
-            .get(channel)?
-            .iter()
-            .find(|request| self.entries.get(request).is_some_and(|entry| entry.lease == lease))
-            .copied()
     }
 
     /// The next parked waiter's own check, a `LEAVE` owed and not tried
@@ -426,16 +380,5 @@ impl Waiters {
     /// Channels that gained their first waiter or lost their last one.
     pub(super) fn take_changed(&mut self) -> HashSet<Bytes> {
         std::mem::take(&mut self.changed)
-    }
-
-    /// A hand-over waits for its confirming renewal `renewal` (with
-    /// `replica_acks`).
-    pub(super) fn confirming(&mut self, renewal: RequestId, op: AcquireOp, token: u64) {
-        self.confirming.insert(renewal, (op, token));
-    }
-
-    /// The hand-over confirming renewal `renewal` was for, if any.
-    pub(super) fn confirmed(&mut self, renewal: RequestId) -> Option<(AcquireOp, u64)> {
-        self.confirming.remove(&renewal)
     }
 }

@@ -12,6 +12,7 @@
 -- ARGV[2] limit               ARGV[6] how long the waiter lives without
 -- ARGV[3] lease id                    another call (ms)
 -- ARGV[4] valid-until         ARGV[7] how long its caller may still wait (ms)
+-- ARGV[8] (optional) the id this waiter went on from: see below
 --
 -- The queue holds ids scored by arrival (a ticket: the server's clock in
 -- ms, or one past the last ticket); a waiter keeps its place by calling
@@ -23,7 +24,11 @@
 -- when it kept its place: one that enters again has lost its place and
 -- any slot a release handed it), 0 shed (the estimate is longer than the
 -- caller may still wait: it left the queue at once instead of waiting for
--- a certain failure). Every key it writes expires. A queued waiter that
+-- a certain failure). A waiter that entered again goes on under a new id
+-- (a hand-over's message naming the old one may be stale) and names the old
+-- one once, as ARGV[8]: whatever the old id has now, a slot a release
+-- handed it or its new place in the queue, becomes the new id's, so going
+-- on under a new name costs the waiter nothing. Every key it writes expires. A queued waiter that
 -- leaves without a slot (shed, or heavier than its limit) may have blocked
 -- those behind it, and one granted may leave room behind it: the ones that
 -- fit now are woken by name.
@@ -36,7 +41,11 @@ local valid_until = integer(ARGV[4], 'valid-until', 0)
 local hold = ARGV[5]
 local lifetime = integer(ARGV[6], 'lifetime', 1)
 local patience = integer(ARGV[7], 'patience', 0)
+local previous = ARGV[8] or ''
 local w = weight(id)
+if previous ~= '' and (previous == id or weight(previous) ~= w) then
+  error({err = 'ERR inflight: the previous id must differ from ' .. id .. ' and weigh as much'})
+end
 local now, time = server_time()
 if now > valid_until or expiry <= now then
   return {-2, id, 0, 0, 0, 0}
@@ -53,6 +62,25 @@ if marked and redis.call('EXISTS', tombstone) == 1 then
   return {-1, id, 0, 0, 0, 0}
 end
 local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+if previous ~= '' then
+  local reserved = redis.call('ZSCORE', leases, previous)
+  if reserved then
+    -- A slot handed to the old id: held by the new one now, and confirmed
+    -- below as any reservation is.
+    local members = units(previous)
+    redis.call('ZREM', leases, unpack(members))
+    add_units(leases, reserved, id)
+  end
+  local ticket = redis.call('ZSCORE', queue, previous)
+  if ticket then
+    leave_queue(queue, waiters, holds, previous)
+    if not reserved then
+      redis.call('ZADD', queue, ticket, id)
+      redis.call('ZADD', waiters, now + lifetime, id)
+      redis.call('HSET', holds, id, limit)
+    end
+  end
+end
 if redis.call('ZSCORE', leases, id) then
   -- Held already: a slot a release handed over (reserved for the waiter's
   -- lifetime), confirmed here until the expiry; or a repeated call. Its

@@ -91,12 +91,15 @@ impl AcquireParts {
 
 /// What a waiting acquire adds to a fail-fast one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WaitArgs {
+pub struct WaitArgs<'a> {
     /// How long the waiter keeps its place without calling again (ms).
     pub lifetime_ms: u64,
     /// How long its caller may still wait (ms): a longer expected wait is
     /// shed at once.
     pub patience_ms: u64,
+    /// The id this waiter went on from, empty for none: the call takes
+    /// over what that id has (a slot handed to it, its place in the queue).
+    pub previous: &'a [u8],
 }
 
 impl Scripts {
@@ -121,6 +124,9 @@ impl Scripts {
             Some(wait) => {
                 let (lifetime, patience) = (wait.lifetime_ms.to_string(), wait.patience_ms.to_string());
                 args.extend([lifetime.as_bytes(), patience.as_bytes()]);
+                if !wait.previous.is_empty() {
+                    args.push(wait.previous);
+                }
                 let wake = call.keys.wake_channel();
                 let [leases, tombstone, fence, queue, waiters, holds] = parts.keys(&call);
                 let keys = [leases, tombstone, fence, queue, waiters, holds, &wake];

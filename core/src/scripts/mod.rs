@@ -71,6 +71,7 @@ pub const ACQUIRE_WAITING: &str = lua!(
         "args",
         "clock",
         "weight",
+        "units",
         "add_units",
         "cover",
         "queue",

@@ -238,7 +238,15 @@ impl RedisModel {
         let hold = &argv[4];
         let lifetime = integer(&argv[5], "lifetime", 1)?;
         let patience = integer(&argv[6], "patience", 0)?;
+        let previous = argv.get(7).filter(|p| !p.is_empty());
         let w = weight(id)?;
+        if let Some(previous) = previous {
+            if previous == id || weight(previous)? != w {
+                let id = String::from_utf8_lossy(id);
+                let detail = format!("ERR inflight: the previous id must differ from {id} and weigh as much");
+                return Err(Frame::Error(detail.into()));
+            }
+        }
         let now = self.time();
         let reply = |status: i64, token: u64, ahead: u64, expected: u64, reclaimed: usize| {
             Ok(Frame::Array(vec![
@@ -257,6 +265,9 @@ impl RedisModel {
             return reply(-1, 0, 0, 0, 0);
         }
         let reclaimed = self.store.zremrangebyscore(leases, now);
+        if let Some(previous) = previous {
+            self.take_over([leases, queue, waiters, holds], previous, id, limit, lifetime);
+        }
         let one = std::slice::from_ref(id);
         if self.store.zscore(leases, id).is_some() {
             let flags = ZaddFlags { xx: true, gt: true };

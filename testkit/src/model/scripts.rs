@@ -128,7 +128,11 @@ impl RedisModel {
         };
         let at_least = matches!(
             kind,
-            ScriptKind::Release | ScriptKind::AcquireMany | ScriptKind::AcquireAcross | ScriptKind::AcquireAll
+            ScriptKind::Release
+                | ScriptKind::AcquireMany
+                | ScriptKind::AcquireAcross
+                | ScriptKind::AcquireAll
+                | ScriptKind::AcquireWaiting
         );
         if keys.len() < arity.0 || argv.len() < arity.1 || (!at_least && (keys.len(), argv.len()) != arity) {
             // The scripts index past what they were given: nil arguments,
@@ -195,6 +199,33 @@ impl RedisModel {
         self.store.zrem(queue, ids);
         self.store.zrem(waiters, ids);
         self.store.hdel(holds, ids);
+    }
+
+    /// A waiter gone on under `id` from `previous` takes what `previous` has
+    /// now: a slot handed to it, or its place in the queue.
+    pub(super) fn take_over(
+        &mut self,
+        [leases, queue, waiters, holds]: [&Bytes; 4],
+        previous: &Bytes,
+        id: &Bytes,
+        limit: u64,
+        lifetime: u64,
+    ) {
+        let reserved = self.store.zscore(leases, previous);
+        if let Some(until) = reserved {
+            self.store.zrem(leases, &units(previous));
+            self.add_units(leases, until, id, ZaddFlags::default());
+        }
+        if let Some(ticket) = self.store.zscore(queue, previous) {
+            self.leave_queue(queue, waiters, holds, std::slice::from_ref(previous));
+            if reserved.is_none() {
+                let now = self.now();
+                self.store.zadd(queue, ZaddFlags::default(), &[(ticket, id.clone())]);
+                self.store
+                    .zadd(waiters, ZaddFlags::default(), &[(now + lifetime, id.clone())]);
+                self.store.hset(holds, &[(id.clone(), text(limit))]);
+            }
+        }
     }
 
     pub(super) fn prune_waiters(&mut self, queue: &Bytes, waiters: &Bytes, holds: &Bytes) -> usize {

@@ -364,7 +364,7 @@ impl World {
                 let c = client % n;
                 self.recover_if_needed(c)?;
                 let id = self.clients[c].new_id(weight);
-                self.check_waiter(c, id, u64::from(weight), limit)
+                self.check_waiter(c, id, u64::from(weight), limit, None)
             }
             Step::Check { client, pick } => {
                 let c = client % n;
@@ -374,7 +374,7 @@ impl World {
                 else {
                     return Ok(());
                 };
-                self.check_waiter(c, id, units, limit)
+                self.check_waiter(c, id, units, limit, None)
             }
             Step::Release {
                 client,
@@ -747,15 +747,29 @@ impl World {
         Ok(())
     }
 
-    /// A waiting acquire's first call or a check again.
-    fn check_waiter(&mut self, c: usize, id: String, units: u64, limit: u32) -> Result<(), String> {
+    /// A waiting acquire's first call or a check again (`previous`: the id
+    /// it went on from, whose place or slot it takes over).
+    fn check_waiter(
+        &mut self,
+        c: usize,
+        id: String,
+        units: u64,
+        limit: u32,
+        previous: Option<&str>,
+    ) -> Result<(), String> {
         let setup = self.clients[c].setup.clone();
         let sent = self.now();
         let (expiry, valid_until) = (sent + setup.ttl + 1, sent + setup.liveness);
         let wait = WaitArgs {
             lifetime_ms: setup.lifetime,
             patience_ms: PATIENCE_MS,
+            previous: previous.unwrap_or_default().as_bytes(),
         };
+        // A slot handed to the old id, if Redis still reserves it, is the
+        // new id's after this call.
+        if let Some(handed) = previous.and_then(|old| self.handed.remove(old)) {
+            self.handed.insert(id.clone(), handed);
+        }
         self.bound(&id, expiry);
         let bytes = self.subject.encode_acquire(&id, limit, expiry, valid_until, Some(wait));
         let reply = answer(self.call(&bytes)?);
@@ -769,14 +783,13 @@ impl World {
             }
             // Queued again after it had a place: it lost that place and any
             // slot handed to it, whose message may still come. As the
-            // client does, it goes on under a new id, and the old one's
-            // entry is left.
+            // client does, it goes on under a new id, whose check takes over
+            // the old id's new place.
             2 if reply.token == 1 && self.clients[c].waiters.contains_key(&id) => {
                 self.clients[c].waiters.remove(&id);
                 self.summary.renamed_waiters += 1;
-                self.leave(&id)?;
                 let renamed = self.clients[c].new_id(units as u32);
-                return self.check_waiter(c, renamed, units, limit);
+                return self.check_waiter(c, renamed, units, limit, Some(&id));
             }
             2 => {
                 self.clients[c].waiters.insert(
@@ -799,6 +812,12 @@ impl World {
                 self.clients[c].waiters.remove(&id);
                 self.dead.insert(id, self.epoch);
             }
+        }
+        // Not granted: the old id is taken back, as the client does when
+        // its waiter ends (the call may not have reached it).
+        match (reply.status, previous) {
+            (1 | 2, _) | (_, None) => {}
+            (_, Some(old)) => self.leave(old)?,
         }
         Ok(())
     }
@@ -991,7 +1010,7 @@ impl World {
                     for id in &words[1..] {
                         if let Some(w) = self.clients[c].waiters.get(id) {
                             let (units, limit) = (w.units, w.limit);
-                            self.check_waiter(c, id.clone(), units, limit)?;
+                            self.check_waiter(c, id.clone(), units, limit, None)?;
                         }
                     }
                 }
@@ -1015,7 +1034,7 @@ impl World {
             if w.last_sent + setup.lifetime < now + setup.lifetime / 2 {
                 let (units, limit) = (w.units, w.limit);
                 self.summary.late_hand_overs += 1;
-                return self.check_waiter(c, id.to_string(), units, limit);
+                return self.check_waiter(c, id.to_string(), units, limit, None);
             }
         }
         if let Some(waiter) = self.clients[c].waiters.remove(id) {

@@ -28,10 +28,7 @@ const REQUEST: RequestId = RequestId(7);
 fn acquire(waits: bool) -> AcquireOp {
     let keys = SubjectKeys::new("t", &Key::new("ns", "subject").unwrap());
     let call = Call::new(REQUEST, LeaseId::from_parts(0x7a3, REQUEST.0), keys);
-    let wait = waits.then(|| Wait {
-        until: start() + Duration::from_secs(1),
-        patience_ms: 0,
-    });
+    let wait = waits.then(|| Wait::until(start() + Duration::from_secs(1)));
     AcquireOp {
         call,
         limit: NonZeroU32::new(5).unwrap(),

@@ -20,7 +20,7 @@ fn waiting(n: u64, until: Instant) -> AcquireOp {
     AcquireOp {
         call: Call::new(RequestId(n), LeaseId::from_parts(9, n), keys()),
         limit: NonZeroU32::new(1).unwrap(),
-        wait: Some(Wait { until, patience_ms: 0 }),
+        wait: Some(Wait::until(until)),
         fenced: true,
     }
 }
@@ -125,9 +125,10 @@ fn wake_ups_checks_and_hand_overs_come_back_as_effects() {
 
 /// A waiter queued before that enters the queue again lost its place and
 /// any slot a release handed it, and that hand-over's message may still
-/// come: it goes on at once under a new lease id, its old id's entry owed a
-/// `LEAVE`. The late message names the old id, which nobody waits with any
-/// more: it is left too, never delivered.
+/// come: it goes on at once under a new lease id, its check naming the old
+/// one so that Redis moves what the old id has now to the new (no `LEAVE`
+/// while that check may run). The late message names the old id, which
+/// nobody waits with any more: never delivered, and left to that check.
 #[test]
 fn a_waiter_queued_again_goes_on_under_a_new_id_and_old_hand_overs_are_left() {
     let t0 = start();
@@ -144,26 +145,70 @@ fn a_waiter_queued_again_goes_on_under_a_new_id_and_old_hand_overs_are_left() {
         "kept its place"
     );
     let effect = waiters.queued(t0, waiting(1, until), true, fresh);
-    let Some(Effect::Check(op)) = effect else {
+    let Some(Effect::Check(mut op)) = effect else {
         panic!("{effect:?}")
     };
     assert_eq!(op.call.request, RequestId(1), "the same caller");
     assert_eq!(op.call.lease, fresh(&LeaseId::from_parts(9, 1)), "under a new id");
     let old = Bytes::from(LeaseId::from_parts(9, 1).to_bytes());
-    let leaves = waiters.take_leaves(t0, |_| Some(0));
-    assert_eq!(leaves.len(), 1);
-    assert_eq!(leaves[0].lease, old, "the old id's entry is left");
+    assert_eq!(
+        op.wait.as_ref().unwrap().previous,
+        Some(old.clone()),
+        "naming the old id"
+    );
+    assert_eq!(waiters.leaves_owed(), 0, "the check takes the old id over");
     let issued = |id: &LeaseId| id.parts().0 == 9;
     let late = waiters.handed(t0, &channel, vec![(old.clone(), 41)], issued);
     assert!(late.is_empty(), "not delivered: {late:?}");
+    assert_eq!(waiters.leaves_owed(), 0, "the slot handed to the old id is the check's");
+    // Its check ran: it names the old id no more, and a message for the
+    // old id is answered with a `LEAVE` like any to an id nobody waits with.
+    op.call.sent_at = Some(t0);
+    assert!(
+        waiters.queued(t0, op, false, fresh).is_none(),
+        "kept the old id's place"
+    );
+    let late = waiters.handed(t0, &channel, vec![(old.clone(), 41)], issued);
+    assert!(late.is_empty(), "not delivered: {late:?}");
     let leaves = waiters.take_leaves(t0, |_| Some(0));
-    assert_eq!(leaves.len(), 1, "the slot handed to the old id is given back");
+    assert_eq!(leaves.len(), 1);
     assert_eq!(leaves[0].lease, old);
-    // A hand-over to the new id, once it is parked again, is delivered.
-    assert!(waiters.queued(t0, op, true, fresh).is_none(), "its first entry");
+    // A hand-over to the new id is delivered, and its next check names
+    // nothing.
     let new = Bytes::from(fresh(&LeaseId::from_parts(9, 1)).to_bytes());
     let handed = waiters.handed(t0, &channel, vec![(new, 42)], issued);
-    assert!(matches!(&handed[..], [Effect::Handed { op, token: 42 }] if op.call.request == RequestId(1)));
+    match &handed[..] {
+        [Effect::Handed { op, token: 42 }] => {
+            assert_eq!(op.call.request, RequestId(1));
+            assert_eq!(op.wait.as_ref().unwrap().previous, None);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A waiter whose caller leaves before its renamed check ran owes a `LEAVE`
+/// for both ids: the check may never run.
+#[test]
+fn a_waiter_gone_before_its_renamed_check_ran_leaves_under_both_ids() {
+    let t0 = start();
+    let mut waiters = Waiters::new(Duration::from_secs(1), Duration::from_secs(5));
+    let until = t0 + Duration::from_secs(30);
+    waiters.start(&waiting(1, until));
+    assert!(waiters.queued(t0, waiting(1, until), true, fresh).is_none());
+    assert!(waiters.queued(t0, waiting(1, until), true, fresh).is_some(), "renamed");
+    waiters.remove(RequestId(1), false, t0);
+    let mut left: Vec<Bytes> = waiters
+        .take_leaves(t0, |_| Some(0))
+        .into_iter()
+        .map(|leave| leave.lease)
+        .collect();
+    left.sort();
+    let mut both = vec![
+        Bytes::from(LeaseId::from_parts(9, 1).to_bytes()),
+        Bytes::from(fresh(&LeaseId::from_parts(9, 1)).to_bytes()),
+    ];
+    both.sort();
+    assert_eq!(left, both);
 }
 
 #[test]
