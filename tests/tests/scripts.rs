@@ -850,6 +850,29 @@ fn a_waiter_gone_on_under_a_new_id_takes_over_the_old_ids_place_or_slot() {
     assert_eq!(leases.queued(), vec![id(11), id(40)]);
 }
 
+/// Only a reservation moves to a new id (it ends within a lifetime of now;
+/// a lease confirmed under the old id runs a TTL and stays its holder's),
+/// and nothing moves to an id that holds a lease already.
+#[test]
+fn a_take_over_moves_no_lease_and_nothing_to_a_holder() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "not-taken");
+    let id = |n: u64| Bytes::from(lease(n).to_string());
+    assert!(leases.granted(60, 2, LONG));
+    assert!(leases.granted(62, 2, LONG));
+    assert_eq!(leases.wait(64, 2, LONG, LONG).0, 2);
+    // 62 holds: the queued 64 is not merged into it.
+    assert_eq!(leases.wait_from(62, Some(64), 2, LONG, LONG).0, 1);
+    assert_eq!(leases.queued(), vec![id(64)]);
+    assert_eq!(leases.live(), 2);
+    // 60's lease (a TTL past the waiters' 1 s lifetime) is not taken.
+    let held = leases.expiry(60);
+    assert_eq!(leases.wait_from(66, Some(60), 2, 1_000, LONG).0, 2);
+    assert_eq!(leases.expiry(60), held, "still 60's");
+    assert_eq!(leases.expiry(66), None);
+    assert_eq!(leases.queued(), vec![id(64), id(66)]);
+}
+
 /// The next message on `subscriber`'s channel, as text.
 fn next_message(subscriber: &mut RespClient) -> String {
     match subscriber.read_reply().unwrap() {

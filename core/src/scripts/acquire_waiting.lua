@@ -62,8 +62,14 @@ if marked and redis.call('EXISTS', tombstone) == 1 then
   return {-1, id, 0, 0, 0, 0}
 end
 local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-if previous ~= '' then
+if previous ~= '' and not redis.call('ZSCORE', leases, id) then
+  -- Only a reservation moves: one ends when its waiter's entry would
+  -- have, within a lifetime of now, where a lease confirmed under the old
+  -- id would run a TTL (the client never confirms one it went on from).
   local reserved = redis.call('ZSCORE', leases, previous)
+  if reserved and tonumber(reserved) > now + lifetime then
+    reserved = false
+  end
   if reserved then
     -- A slot handed to the old id: held by the new one now, and confirmed
     -- below as any reservation is.
@@ -118,7 +124,9 @@ end
 local fits, _, owed = claim(queue, holds, live, rank, w, limit)
 if fits then
   -- The token first (as every grant draws it): a fence key of a foreign
-  -- type fails the call before anything else is written.
+  -- type fails the call before anything else is written (but a take-over
+  -- of a previous id's place, which the client cleans up as after any
+  -- failed call: its waiter ends, and the old id is left).
   local token = next_tokens(fence, time, expiry - now, 1)
   if queued then
     leave_queue(queue, waiters, holds, id)

@@ -202,7 +202,8 @@ impl RedisModel {
     }
 
     /// A waiter gone on under `id` from `previous` takes what `previous` has
-    /// now: a slot handed to it, or its place in the queue.
+    /// now: a slot handed to it, or its place in the queue (nothing if `id`
+    /// holds a lease already).
     pub(super) fn take_over(
         &mut self,
         [leases, queue, waiters, holds]: [&Bytes; 4],
@@ -211,7 +212,15 @@ impl RedisModel {
         limit: u64,
         lifetime: u64,
     ) {
-        let reserved = self.store.zscore(leases, previous);
+        if self.store.zscore(leases, id).is_some() {
+            return;
+        }
+        // Only a reservation (within a lifetime of now) moves.
+        let now = self.now();
+        let reserved = self
+            .store
+            .zscore(leases, previous)
+            .filter(|until| *until <= now + lifetime);
         if let Some(until) = reserved {
             self.store.zrem(leases, &units(previous));
             self.add_units(leases, until, id, ZaddFlags::default());
@@ -219,7 +228,6 @@ impl RedisModel {
         if let Some(ticket) = self.store.zscore(queue, previous) {
             self.leave_queue(queue, waiters, holds, std::slice::from_ref(previous));
             if reserved.is_none() {
-                let now = self.now();
                 self.store.zadd(queue, ZaddFlags::default(), &[(ticket, id.clone())]);
                 self.store
                     .zadd(waiters, ZaddFlags::default(), &[(now + lifetime, id.clone())]);

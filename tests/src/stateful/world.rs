@@ -301,8 +301,18 @@ impl World {
         // a loaded machine reading them takes more than a few milliseconds.
         let dumped = Subject::now(&mut self.redis);
         let mut last = None;
-        for at in before..=after.min(before + 50) {
+        // Redis judges keys' expiry by the instant a script started, while
+        // its `TIME` may read a later millisecond: a key that expires in
+        // between is alive for the whole script. The model has one clock, so
+        // (only if no single instant matches) it is tried from each start
+        // with the keys that expire before `at` kept alive until then.
+        let end = after.min(before + 50);
+        let runs = (before..=end)
+            .map(|at| (at, at))
+            .chain((before..=end).flat_map(|at| (before..at).map(move |started| (started, at))));
+        for (started, at) in runs {
             let mut candidate = RedisModelWire::new(model.model.clone());
+            keep_alive_from(&mut candidate.model, started, at);
             candidate.model.now_ms = at;
             let modelled = candidate.send(bytes);
             let modelled_data = model_dump(&mut candidate.model);
@@ -1555,4 +1565,20 @@ fn tokens_as_asked(c: usize, token: i64) -> Result<(), String> {
         (false, 0) => Ok(()),
         (asked, t) => Err(format!("client {c} (fencing {asked}) was granted with token {t}")),
     }
+}
+
+/// The model's keys alive at `started` that expire before `at` live until
+/// `at` (a script that started at `started` and read `at` from `TIME`).
+fn keep_alive_from(model: &mut RedisModel, started: u64, at: u64) {
+    if started == at {
+        return;
+    }
+    model.now_ms = started;
+    let dying: Vec<(Bytes, Option<u64>)> = model
+        .dump()
+        .into_iter()
+        .filter(|(_, _, when)| when.is_some_and(|when| when < at))
+        .map(|(key, _, _)| (key, Some(at)))
+        .collect();
+    model.align_expiries(&dying);
 }
