@@ -141,6 +141,11 @@ pub const MUTATIONS: &[Mutation] = &[
             "return {2, id, 0, ahead, expected, reclaimed}",
         )],
     },
+    Mutation {
+        name: "previous-id-ignored",
+        undoes: "a waiter's check naming the id it went on from takes over that id's place or slot",
+        edits: &[("local previous = ARGV[8] or ''", "local previous = ''")],
+    },
 ];
 
 /// The mutation called `name`.

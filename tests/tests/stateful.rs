@@ -236,7 +236,9 @@ fn random_programs_catch_the_regressions_they_reach_quickly() {
 /// compensated id or never prunes expired units (denying for units no one
 /// holds), and a grant under a higher limit that takes a unit a
 /// lower-limit waiter ahead is owed (no holder sees that one: only the
-/// model's fairness does).
+/// model's fairness does), and a renamed waiter's check that ignores the id
+/// it went on from (its old entry left in the queue, where the model moved
+/// it).
 #[test]
 fn random_programs_checked_against_the_model_catch_a_careless_fast_path() {
     let server = RedisServer::start();
@@ -245,6 +247,7 @@ fn random_programs_checked_against_the_model_catch_a_careless_fast_path() {
         "plain-grant-skips-tombstone",
         "newcomer-takes-owed-unit",
         "plain-grant-never-prunes",
+        "previous-id-ignored",
     ] {
         let options = Options {
             scripts: mutations::find(name).expect("a known regression").scripts(),
