@@ -297,6 +297,11 @@ fn lease(n: u64) -> LeaseId {
     LeaseId::from_parts(0xfeed, n).with_claim((n / 1000).max(1) as u32, None)
 }
 
+/// Lease `n`'s id as Redis stores it (a queue's or a lease set's member).
+fn id(n: u64) -> Bytes {
+    Bytes::from(lease(n).to_string())
+}
+
 const LONG: u64 = 60_000;
 
 #[test]
@@ -649,11 +654,7 @@ fn waiters_are_served_in_arrival_order_and_newcomers_wait_behind_them() {
     for (id, ahead) in [(10, 1), (11, 2), (12, 3)] {
         assert_eq!(leases.wait(id, 2, LONG, LONG), (2, ahead, 0));
     }
-    let expected: Vec<Bytes> = [10, 11, 12]
-        .iter()
-        .map(|id| Bytes::from(lease(*id).to_string()))
-        .collect();
-    assert_eq!(leases.queued(), expected);
+    assert_eq!(leases.queued(), vec![id(10), id(11), id(12)]);
     // One slot frees: a fail-fast newcomer is refused (three waiters are
     // owed slots first), the last waiter still waits, the first is served.
     assert_eq!(leases.release_script(&[1], Some(40)), 1);
@@ -813,7 +814,6 @@ fn a_waiter_that_lost_its_place_is_told_it_entered_the_queue_again() {
 fn a_waiter_gone_on_under_a_new_id_takes_over_the_old_ids_place_or_slot() {
     let server = RedisServer::start();
     let mut leases = Leases::new(&server, "taken-over");
-    let id = |n: u64| Bytes::from(lease(n).to_string());
     assert!(leases.granted(1, 1, LONG));
     assert_eq!(leases.wait(10, 1, LONG, LONG).0, 2);
     assert_eq!(leases.wait(11, 1, LONG, LONG).0, 2);
@@ -857,7 +857,6 @@ fn a_waiter_gone_on_under_a_new_id_takes_over_the_old_ids_place_or_slot() {
 fn a_take_over_moves_no_lease_and_nothing_to_a_holder() {
     let server = RedisServer::start();
     let mut leases = Leases::new(&server, "not-taken");
-    let id = |n: u64| Bytes::from(lease(n).to_string());
     assert!(leases.granted(60, 2, LONG));
     assert!(leases.granted(62, 2, LONG));
     assert_eq!(leases.wait(64, 2, LONG, LONG).0, 2);
@@ -1078,7 +1077,7 @@ fn a_heavy_waiter_is_served_in_its_turn_and_not_overtaken_by_lighter_ones() {
     // The next makes three: the head is handed its three units (the light
     // waiter behind it stays queued: nothing is left).
     assert_eq!(leases.release_script(&[2], Some(10)), 1);
-    assert_eq!(leases.queued(), vec![Bytes::from(lease(11).to_string())]);
+    assert_eq!(leases.queued(), vec![id(11)]);
     assert_eq!(leases.live(), 4, "three handed over, plus lease 3");
     assert!(leases.expiry(3010).is_some());
 }
