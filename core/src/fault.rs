@@ -54,4 +54,9 @@ pub struct InjectedBugs {
     /// subject checked has a queue: a freed slot whose waiters are another
     /// replica's reaches them only at their periodic check.
     pub partial_queue_count_as_none: bool,
+    /// A hand-over heard with under half its reservation left is delivered
+    /// from the message as any other, not checked again: a permit may
+    /// reach its caller with its reservation spent, and the slot taken by
+    /// someone else before the confirming renewal finds it gone.
+    pub trust_late_hand_overs: bool,
 }

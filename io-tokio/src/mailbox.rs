@@ -106,6 +106,10 @@ pub(crate) enum Command {
         started: Instant,
         deadline: Instant,
     },
+    /// Stop the driver for this long, as a starved runtime would: nothing
+    /// read, written or timed meanwhile (the simulator's fault).
+    #[cfg(feature = "fault-injection")]
+    Stall(std::time::Duration),
 }
 
 /// Waits for the driver's answer to `request`. Cancel-safe: if this future is

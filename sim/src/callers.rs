@@ -17,6 +17,7 @@ use crate::http_callers::{self, HttpCaller};
 use crate::ledger::Ledger;
 use crate::rng::Rng;
 use crate::scenario::{Scenario, ACQUIRE_TIMEOUT};
+use crate::server::LeaseOracle;
 
 /// The key prefix of every simulated limiter; subjects are `load|<key>`.
 pub const KEY_PREFIX: &str = "sim";
@@ -110,6 +111,9 @@ pub struct ClientPlan {
     pub ledger: Arc<Mutex<Ledger>>,
     /// Virtual time since the run began, for the ledger.
     pub elapsed: fn() -> Duration,
+    /// S14's oracle (scenarios that lose no data): whether a lease is live
+    /// in Redis.
+    pub live_lease: Option<LeaseOracle>,
 }
 
 pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C) {
@@ -154,6 +158,19 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         return;
     };
     plan.ledger.lock().unwrap().note(at(), format!("{name} connected"));
+    let stalls = DriverStalls::default();
+    if plan.scenario.faults.driver_stalls {
+        let stalling = stall_driver(
+            limiter.clone(),
+            stalls.clone(),
+            plan.rng.fork(1_000),
+            plan.ledger.clone(),
+            name.clone(),
+            end,
+            at,
+        );
+        tokio::spawn(stalling);
+    }
 
     let mut callers = Vec::new();
     let served = plan
@@ -178,6 +195,9 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         let task = Caller {
             calm: plan.scenario.faults.is_calm(),
             call_limits: plan.scenario.call_limits,
+            longest_wait: plan.scenario.longest_wait(),
+            stalls: stalls.clone(),
+            live_lease: plan.live_lease.clone(),
             fencing: plan.fencing,
             who: format!("{name}/c{caller}"),
             limiter: limiter.clone(),
@@ -216,6 +236,62 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         counters.release_retries += stats.release_retries;
         counters.releases_abandoned += stats.releases_abandoned;
         counters.connections_replaced += stats.connections_replaced;
+        counters.handed_late += stats.handed_late;
+    }
+}
+
+/// When a replica's main driver stood still (the `driver_stalls` fault).
+/// Its callers run on, as tasks on the runtime's other workers do while
+/// one worker is blocked with the driver in its queue; S3 grants each call
+/// the time its driver stood still while it waited.
+#[derive(Clone, Default)]
+struct DriverStalls(Arc<Mutex<Vec<(Instant, Instant)>>>);
+
+impl DriverStalls {
+    fn record(&self, from: Instant, to: Instant) {
+        self.0.lock().unwrap().push((from, to));
+    }
+
+    /// How long the drivers stood still between `from` and `to`.
+    fn within(&self, from: Instant, to: Instant) -> Duration {
+        let stalls = self.0.lock().unwrap();
+        stalls
+            .iter()
+            .map(|&(start, end)| end.min(to).saturating_duration_since(start.max(from)))
+            .sum()
+    }
+}
+
+/// Stops the main driver of replica `name` now and then until `end`, as a
+/// worker thread blocked by user code stops the tasks queued on it (the
+/// `driver_stalls` fault). Its leases have a TTL far longer than any stall;
+/// the renewing limiter's, which a stall past their TTL would lose (as
+/// any holder stalled past its TTL does: the TTL is what frees its slot),
+/// run on.
+async fn stall_driver(
+    limiter: Limiter,
+    stalls: DriverStalls,
+    mut rng: Rng,
+    ledger: Arc<Mutex<Ledger>>,
+    name: String,
+    end: Instant,
+    at: fn() -> Duration,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(rng.range(500, 3_000))).await;
+        let stall = Duration::from_millis(rng.range(200, 2_000));
+        if Instant::now() + stall >= end {
+            return;
+        }
+        {
+            let mut ledger = ledger.lock().unwrap();
+            ledger.counters.faults += 1;
+            ledger.note(at(), format!("{name}'s driver stalls for {stall:?}"));
+        }
+        stalls.record(Instant::now(), Instant::now() + stall);
+        limiter.stall_driver(stall);
+        // One stall at a time: the next is drawn once this one is over.
+        tokio::time::sleep(stall).await;
     }
 }
 
@@ -259,6 +335,12 @@ struct Caller {
     calm: bool,
     /// Some acquires bring a limit below their key's.
     call_limits: bool,
+    /// The longest a waiting acquire waits, in milliseconds.
+    longest_wait: u64,
+    /// When its replica's main driver stood still.
+    stalls: DriverStalls,
+    /// S14's oracle, where the scenario loses no data.
+    live_lease: Option<LeaseOracle>,
     /// Its limiters give fencing tokens: every permit must carry one.
     fencing: bool,
     who: String,
@@ -289,8 +371,13 @@ impl Caller {
             self.ledger.lock().unwrap().counters.acquires += 1;
             let long = self.rng.chance(1, 25);
             let limiter = if long { &self.renewing } else { &self.limiter };
-            // Three acquires in ten wait for a slot, up to 20-400 ms.
-            let wait = (!long && self.rng.chance(3, 10)).then(|| Duration::from_millis(self.rng.range(20, 400)));
+            // Three acquires in ten wait for a slot, 20-400 ms (longer where
+            // links stall: see `Scenario::longest_wait`), never more than
+            // 400 ms past the active time: S10 then finds every caller done.
+            let wait = (!long && self.rng.chance(3, 10)).then(|| {
+                let wait = Duration::from_millis(self.rng.range(20, self.longest_wait));
+                wait.min((self.end + Duration::from_millis(400)).saturating_duration_since(Instant::now()))
+            });
             let weight = if self.rng.chance(1, 5) {
                 (self.rng.range(2, u64::from(MAX_WEIGHT) + 1) as u32).min(limit)
             } else {
@@ -337,8 +424,13 @@ impl Caller {
             Some(Ok(mut permit)) if permit.is_enforced() => {
                 let lease = permit.lease_id().map(|id| id.to_string());
                 let weight = permit.weight();
+                let lapsed = self.lapsed(key, lease.as_deref());
                 {
                     let mut ledger = self.ledger.lock().unwrap();
+                    if lapsed {
+                        let detail = format!("{who} got a permit for {key} whose lease {lease:?} is not live in Redis");
+                        ledger.violate(at(), "S14 live permits", detail);
+                    }
                     // S7: a limiter that asked for tokens gets one with
                     // every lease it still holds.
                     if self.fencing && lease.is_some() && permit.fencing_token().is_none() {
@@ -375,8 +467,12 @@ impl Caller {
                     drop(permit);
                 }
             }
-            Some(Ok(_unenforced)) => {
+            Some(Ok(unenforced)) => {
                 let mut ledger = self.ledger.lock().unwrap();
+                if let Some(loss) = unenforced.loss().filter(|_| self.live_lease.is_some()) {
+                    let detail = format!("{who} got a permit for {key} whose lease was lost already ({loss:?})");
+                    ledger.violate(at(), "S14 live permits", detail);
+                }
                 ledger.counters.fail_open += 1;
                 ledger.note(at(), format!("{who} fails open on {key}"));
             }
@@ -435,7 +531,8 @@ impl Caller {
             // (madsim's tokio has no `timeout_at`.)
             let renewed = tokio::time::timeout(expires - started, permit.renew()).await;
             let took = started.elapsed();
-            if renewed.is_ok() && took > ACQUIRE_TIMEOUT + self.slack {
+            let stalled = self.stalls.within(started, Instant::now());
+            if renewed.is_ok() && took > ACQUIRE_TIMEOUT + self.slack + stalled {
                 let detail = format!("{who} waited {took:?} for a renewal (timeout {ACQUIRE_TIMEOUT:?})");
                 self.ledger.lock().unwrap().violate(at(), "S3 bounded latency", detail);
             }
@@ -509,7 +606,7 @@ impl Caller {
             _ => {
                 let outcome = acquire.await;
                 let took = started.elapsed();
-                if took > budget + self.slack {
+                if took > budget + self.slack + self.stalls.within(started, Instant::now()) {
                     let detail = format!("{} waited {took:?} for {}", self.who, what());
                     self.ledger
                         .lock()
@@ -518,6 +615,15 @@ impl Caller {
                 }
                 Some(outcome)
             }
+        }
+    }
+
+    /// S14: whether the lease of a permit just granted (`None`: fail open)
+    /// is missing from Redis, or expired there.
+    fn lapsed(&self, key: &'static str, lease: Option<&str>) -> bool {
+        match (&self.live_lease, lease) {
+            (Some(live), Some(lease)) => !live(key, lease),
+            _ => false,
         }
     }
 
@@ -598,8 +704,17 @@ impl Caller {
                     .zip(permits.parts())
                     .map(|(key, permit)| (*key, permit.lease_id().map(|id| id.to_string()), permit.weight()))
                     .collect();
+                let lapsed: Vec<_> = held
+                    .iter()
+                    .filter(|(key, lease, _)| self.lapsed(key, lease.as_deref()))
+                    .map(|(key, lease, _)| (*key, lease.clone()))
+                    .collect();
                 {
                     let mut ledger = self.ledger.lock().unwrap();
+                    for (key, lease) in lapsed {
+                        let detail = format!("{who} got a permit for {key} whose lease {lease:?} is not live in Redis");
+                        ledger.violate(at(), "S14 live permits", detail);
+                    }
                     if self.fencing && permits.fencing_tokens().iter().any(Option::is_none) {
                         let detail = format!("{who} holds leases on {keys:?} without a fencing token each");
                         ledger.violate(at(), "S7 fencing", detail);
@@ -628,8 +743,13 @@ impl Caller {
                     drop(permits);
                 }
             }
-            Some(Ok(_unenforced)) => {
+            Some(Ok(unenforced)) => {
                 let mut ledger = self.ledger.lock().unwrap();
+                let lost = unenforced.parts().iter().filter_map(|part| part.loss()).next();
+                if let Some(loss) = lost.filter(|_| self.live_lease.is_some()) {
+                    let detail = format!("{who} got permits for {keys:?} with a lease lost already ({loss:?})");
+                    ledger.violate(at(), "S14 live permits", detail);
+                }
                 ledger.counters.fail_open += 1;
                 ledger.note(at(), format!("{who} fails open on {keys:?}"));
             }

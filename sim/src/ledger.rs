@@ -46,6 +46,9 @@ pub struct Counters {
     /// Acquires over several keys at once (`acquire_all`), and their grants.
     pub composites: u64,
     pub composites_granted: u64,
+    /// Hand-overs heard with under half their reservation left, checked
+    /// again (the limiters' `handed_late`).
+    pub handed_late: u64,
 }
 
 #[derive(Debug, Default)]

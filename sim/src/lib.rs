@@ -92,10 +92,15 @@ pub enum Bug {
     /// not as many as subjects, and is read as "none": another replica's
     /// waiters get the freed slot only at their periodic check.
     PartialQueueCountAsNone,
+    /// A hand-over heard with under half its reservation left (its
+    /// client's link held while the release ran) is delivered from the
+    /// message, not checked again: the permit may come with its
+    /// reservation spent and the slot already someone else's.
+    TrustsLateHandOver,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 18] = [
+    pub const ALL: [Bug; 19] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
@@ -114,6 +119,7 @@ impl Bug {
         Bug::CompositeGrantsPartly,
         Bug::TryAgainSpendsAttempts,
         Bug::PartialQueueCountAsNone,
+        Bug::TrustsLateHandOver,
     ];
 
     pub fn name(self) -> &'static str {
@@ -136,6 +142,7 @@ impl Bug {
             Bug::CompositeGrantsPartly => "composite-grants-partly",
             Bug::TryAgainSpendsAttempts => "try-again-spends-attempts",
             Bug::PartialQueueCountAsNone => "partial-queue-count-as-none",
+            Bug::TrustsLateHandOver => "trusts-late-hand-over",
         }
     }
 
@@ -146,6 +153,8 @@ impl Bug {
     pub fn scenario(self) -> Option<&'static str> {
         match self {
             Bug::PartialQueueCountAsNone => Some("calm"),
+            // Hand-overs heard late need a stalled driver and long waits.
+            Bug::TrustsLateHandOver => Some("stalls"),
             _ => None,
         }
     }
@@ -183,6 +192,7 @@ impl Bug {
             releases_aged_from_recovery: bug == Some(Bug::ReleasesAgedFromRecovery),
             try_again_spends_attempts: bug == Some(Bug::TryAgainSpendsAttempts),
             partial_queue_count_as_none: bug == Some(Bug::PartialQueueCountAsNone),
+            trust_late_hand_overs: bug == Some(Bug::TrustsLateHandOver),
         }
     }
 }

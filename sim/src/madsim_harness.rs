@@ -141,6 +141,7 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
             slack: Duration::from_millis(5),
             ledger: ledger.clone(),
             elapsed,
+            live_lease: server.lease_oracle(scenario),
         };
         let node = handle
             .create_node()
@@ -167,6 +168,7 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
         (faults.migrations, 3),
         (faults.failovers, 4),
         (faults.lagging_failover, 5),
+        (faults.lagging_wake_ups, 6),
     ]
     .into_iter()
     .filter_map(|(on, choice)| on.then_some(choice))
@@ -238,6 +240,12 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
                 note("the server fails over to its lagging replica".into());
                 server.fail_over(elapsed());
             }
+            6 => {
+                let lag = chaos.range(300, 2000);
+                let until = elapsed() + Duration::from_millis(chaos.range(200, 1500));
+                note(format!("wake-ups lag by {lag} ms until {:.3}s", until.as_secs_f64()));
+                server.lag_wake_ups(lag, until.as_millis() as u64);
+            }
             _ => {
                 note("the server restarts, losing its data".into());
                 server.restart(elapsed());
@@ -246,6 +254,7 @@ pub async fn fleet(scenario: &'static Scenario, seed: u64, bug: Option<Bug>) -> 
     }
     net.update_config(|c| c.packet_loss_rate = 0.0);
     server.drop_replies.store(0, Ordering::SeqCst);
+    server.stop_lagging_wake_ups();
     ledger.lock().unwrap().note(elapsed(), "all faults healed");
     madsim::time::sleep(S10_WINDOW).await;
     check_no_ghosts(&server, elapsed());

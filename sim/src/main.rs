@@ -94,6 +94,7 @@ struct Row {
     composites: u64,
     kept_alive: u64,
     keep_alive_lost: u64,
+    handed_late: u64,
     abandoned: u64,
     replaced: u64,
     faults: u64,
@@ -119,6 +120,7 @@ impl Row {
         self.composites += c.composites_granted;
         self.kept_alive += c.kept_alive;
         self.keep_alive_lost += c.keep_alive_lost;
+        self.handed_late += c.handed_late;
         self.abandoned += c.releases_abandoned;
         self.replaced += c.connections_replaced;
         self.faults += c.faults;
@@ -217,7 +219,7 @@ fn main() -> ExitCode {
 
 fn print_table(rows: &BTreeMap<usize, Row>) {
     println!(
-        "{:<11} {:>5} {:>8} {:>7} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
+        "{:<11} {:>5} {:>8} {:>7} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
         "scenario",
         "seeds",
         "acquires",
@@ -233,6 +235,7 @@ fn print_table(rows: &BTreeMap<usize, Row>) {
         "lost",
         "kept",
         "klost",
+        "late",
         "abandn",
         "replcd",
         "faults",
@@ -242,7 +245,7 @@ fn print_table(rows: &BTreeMap<usize, Row>) {
     for (position, row) in rows {
         let peaks: Vec<String> = row.peaks.iter().map(|(k, (p, l))| format!("{k} {p}/{l}")).collect();
         println!(
-            "{:<11} {:>5} {:>8} {:>7} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
+            "{:<11} {:>5} {:>8} {:>7} {:>6} {:>5} {:>7} {:>7} {:>6} {:>6} {:>7} {:>6} {:>5} {:>5} {:>5} {:>5} {:>6} {:>6} {:>6}  {:<26} {:>5}",
             scenario::all().nth(*position).expect("listed").name,
             row.seeds,
             row.acquires,
@@ -258,6 +261,7 @@ fn print_table(rows: &BTreeMap<usize, Row>) {
             row.lost,
             row.kept_alive,
             row.keep_alive_lost,
+            row.handed_late,
             row.abandoned,
             row.replaced,
             row.faults,

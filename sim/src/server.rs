@@ -44,7 +44,10 @@ pub struct ServerState {
     replica: Option<Arc<Mutex<History>>>,
     /// Messages published (`SPUBLISH`), by host, for every connection to
     /// deliver to its subscriber if it subscribed to the channel.
-    wakes: tokio::sync::broadcast::Sender<(usize, bytes::Bytes, bytes::Bytes)>,
+    wakes: tokio::sync::broadcast::Sender<Wake>,
+    /// While wake-ups lag: until when (virtual ms), and by how much each
+    /// message published until then reaches its subscribers late.
+    wake_lag: Arc<Mutex<Option<(u64, u64)>>>,
     /// The injected bug, when it is one of the scripts' (see
     /// [`Bug::inject_into`]).
     pub bug: Option<Bug>,
@@ -52,6 +55,13 @@ pub struct ServerState {
     /// host is the primary, and the sentinels' view (see `sentinel`).
     pub sentinel: Option<Arc<crate::sentinel::SentinelSim>>,
 }
+
+/// Whether a lease (key, id) is live in the simulated Redis now (S14).
+pub type LeaseOracle = Arc<dyn Fn(&'static str, &str) -> bool + Send + Sync>;
+
+/// A message published (`SPUBLISH`): on which host, the channel, the
+/// payload, and the virtual millisecond it may reach its subscribers.
+type Wake = (usize, bytes::Bytes, bytes::Bytes, u64);
 
 /// The primary's data after each batch of commands, by virtual millisecond.
 type History = VecDeque<(u64, RedisModel)>;
@@ -73,6 +83,7 @@ impl ServerState {
             cluster: None,
             replica: None,
             wakes: tokio::sync::broadcast::Sender::new(4096),
+            wake_lag: Arc::default(),
             bug: None,
             sentinel: None,
         }
@@ -182,6 +193,50 @@ impl ServerState {
     }
 
     /// Asks the server to lose its next reply.
+    /// S14's oracle, where the scenario loses no data (no restart, no
+    /// failover, one server): whether lease `id` of key `key` is live in
+    /// Redis now. A permit must never reach its caller after its lease (a
+    /// hand-over's reservation, say) has lapsed.
+    pub fn lease_oracle(&self, scenario: &crate::scenario::Scenario) -> Option<LeaseOracle> {
+        let faults = scenario.faults;
+        let loses_data =
+            faults.bounce || faults.lagging_failover || faults.failovers || scenario.cluster || scenario.sentinel;
+        if loses_data {
+            return None;
+        }
+        let (model, elapsed_ms) = (self.model.clone(), self.elapsed_ms);
+        Some(Arc::new(move |key: &'static str, id: &str| {
+            let keys = crate::callers::subject_keys(key);
+            let mut model = model.lock().unwrap();
+            model.now_ms = model.now_ms.max(EPOCH_MS + elapsed_ms());
+            model
+                .live_leases(keys.leases())
+                .iter()
+                .any(|live| live == id.as_bytes())
+        }))
+    }
+
+    /// Until `until` (virtual ms), every message published reaches its
+    /// subscribers `lag` ms late: a backlog on the wake-up connections (a
+    /// slow subscriber, a busy server), while commands are answered at once.
+    pub fn lag_wake_ups(&self, lag: u64, until: u64) {
+        *self.wake_lag.lock().unwrap() = Some((until, lag));
+    }
+
+    /// Wake-ups reach their subscribers as soon as they are published.
+    pub fn stop_lagging_wake_ups(&self) {
+        *self.wake_lag.lock().unwrap() = None;
+    }
+
+    /// When a message published now may reach its subscribers.
+    fn wake_due(&self) -> u64 {
+        let now = (self.elapsed_ms)();
+        match *self.wake_lag.lock().unwrap() {
+            Some((until, lag)) if now < until => now + lag,
+            _ => now,
+        }
+    }
+
     pub fn lose_one_reply(&self) {
         self.drop_replies.fetch_add(1, Ordering::SeqCst);
     }
@@ -210,8 +265,14 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
             wake = wakes.recv() => {
                 // A lagging receiver loses messages, as a slow subscriber
                 // may: waiters then rely on their own checks.
-                if let Ok((from, channel, payload)) = wake {
+                if let Ok((from, channel, payload, due)) = wake {
                     if from == host && connection.is_subscribed(&channel) {
+                        // A lagging message holds up the ones behind it, as
+                        // a backlog on one connection does.
+                        let wait = due.saturating_sub((state.elapsed_ms)());
+                        if wait > 0 {
+                            tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                        }
                         let message = ModelConnection::message(&channel, &payload);
                         if stream.write_all(&message).await.is_err() || stream.flush().await.is_err() {
                             return;
@@ -341,8 +402,9 @@ pub async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, 
                 return;
             }
         }
+        let due = state.wake_due();
         for (channel, payload) in published {
-            let _ = state.wakes.send((host, channel, payload));
+            let _ = state.wakes.send((host, channel, payload, due));
         }
     }
 }

@@ -165,6 +165,7 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
             slack: TICK,
             ledger: ledger.clone(),
             elapsed,
+            live_lease: server.lease_oracle(scenario),
         };
         sim.client(name.as_str(), async move {
             run_client(plan, TurmoilConnector).await;
@@ -226,6 +227,7 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
             healed = true;
             sim.set_fail_rate(0.0);
             server.drop_replies.store(0, std::sync::atomic::Ordering::SeqCst);
+            server.stop_lagging_wake_ups();
             ledger.lock().unwrap().note(now, "all faults healed");
         }
         if now < scenario.active && now >= next_fault {
@@ -245,6 +247,7 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
                 (faults.reply_loss, 2),
                 (faults.bounce, 3),
                 (faults.lagging_failover, 4),
+                (faults.lagging_wake_ups, 5),
             ]
             .into_iter()
             .filter_map(|(on, choice)| on.then_some(choice))
@@ -275,6 +278,12 @@ fn simulate(scenario: &'static Scenario, seed: u64, bug: Option<Bug>, server: &S
                         server.forget_everything(now);
                         sim.bounce("redis");
                         Some("the server restarts, losing its data".to_string())
+                    }
+                    5 => {
+                        let lag = chaos.range(300, 2000);
+                        let until = now + Duration::from_millis(chaos.range(200, 1500));
+                        server.lag_wake_ups(lag, until.as_millis() as u64);
+                        Some(format!("wake-ups lag by {lag} ms until {:.3}s", until.as_secs_f64()))
                     }
                     // The last switch is known to every sentinel, and the
                     // old primary demoted, before the callers stop: a

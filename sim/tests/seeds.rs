@@ -202,3 +202,17 @@ fn a_partial_queue_count_read_as_none_is_caught_within_20_calm_seeds() {
         "the simulator cannot see a hand-over to other replicas' waiters never sent"
     );
 }
+
+#[test]
+fn a_late_hand_over_trusted_is_caught_within_20_stall_seeds() {
+    // A waiter parked when its driver stalled hears its hand-over only
+    // afterwards, its reservation spent; delivered from the message, the
+    // permit reaches its caller with its lease gone (S14; first caught on
+    // stalls seed 3).
+    assert_eq!(Bug::TrustsLateHandOver.scenario(), Some("stalls"));
+    let caught = seeds_to_catch(Bug::TrustsLateHandOver, 20);
+    assert!(
+        caught.is_some(),
+        "the simulator cannot see a permit delivered from a spent reservation"
+    );
+}

@@ -207,6 +207,10 @@ impl Delivery<'_> {
     pub(super) fn waiter(&mut self, effect: waiters::Effect) {
         let (op, token) = match effect {
             waiters::Effect::Check(op) => return self.fx.push(Effect::Route(Op::Acquire(op))),
+            waiters::Effect::CheckLate(op) => {
+                self.out.stats.handed_late += 1;
+                return self.fx.push(Effect::Route(Op::Acquire(op)));
+            }
             waiters::Effect::Handed { op, token } => (op, token),
         };
         let (request, now) = (op.call.request, self.now);

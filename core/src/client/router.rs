@@ -205,9 +205,7 @@ impl Client {
         if bugs.keep_alive_without_margin {
             self.keep_alive.without_margin();
         }
-        if bugs.skip_wake_up {
-            self.waiters.ignore_wake_ups();
-        }
+        self.waiters.inject_bugs(&bugs);
         if bugs.releases_aged_from_recovery {
             self.recovery.released.age_from_now();
         }

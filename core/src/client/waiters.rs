@@ -44,6 +44,10 @@ pub(super) enum Effect {
     /// Send this waiting acquire again, as a fresh write: the same lease
     /// id, so the same place in the queue.
     Check(AcquireOp),
+    /// A release handed a slot to this waiter, but the message came with
+    /// under half its reservation left: send it again as a check, which
+    /// takes the slot with a whole TTL while it is still reserved.
+    CheckLate(AcquireOp),
     /// A release handed a slot to this waiter, with its fencing token:
     /// deliver it (and then remove the waiter), or confirm it first. It is
     /// no longer parked.
@@ -81,6 +85,9 @@ pub(super) struct Waiters {
     lifetime: Duration,
     /// An injected bug for the simulator: wake-ups are ignored.
     deaf: bool,
+    /// An injected bug for the simulator: a hand-over heard late is
+    /// delivered from the message all the same.
+    trusts_late: bool,
     entries: HashMap<RequestId, Entry>,
     by_channel: HashMap<Bytes, VecDeque<RequestId>>,
     checks: BTreeSet<(Instant, RequestId)>,
@@ -100,6 +107,7 @@ impl Waiters {
             recheck,
             lifetime,
             deaf: false,
+            trusts_late: false,
             entries: HashMap::new(),
             by_channel: HashMap::new(),
             checks: BTreeSet::new(),
@@ -109,11 +117,14 @@ impl Waiters {
         }
     }
 
-    /// An injected bug for the simulator: wake-ups and hand-overs go
-    /// unheard (only the waiters' own checks serve them).
+    /// Injected bugs for the simulator: wake-ups and hand-overs go unheard
+    /// (only the waiters' own checks serve them), or a hand-over heard
+    /// with under half its reservation left is delivered from the message
+    /// as any other.
     #[cfg(feature = "fault-injection")]
-    pub(super) fn ignore_wake_ups(&mut self) {
-        self.deaf = true;
+    pub(super) fn inject_bugs(&mut self, bugs: &crate::fault::InjectedBugs) {
+        self.deaf = bugs.skip_wake_up;
+        self.trusts_late = bugs.trust_late_hand_overs;
     }
 
     #[cfg(test)]

@@ -62,6 +62,11 @@ pub struct Stats {
     /// wake-up message (one heard with less than half its reservation left
     /// checks again instead, and is not counted here).
     pub handed_over: u64,
+    /// Hand-overs heard with under half their reservation left (a stalled
+    /// driver, a slow or held wake-up connection): checked again rather
+    /// than delivered from the message. Many of them say the wake-up
+    /// connection lags.
+    pub handed_late: u64,
     /// Units of expired leases the scripts pruned from lease sets before
     /// counting (a weight-1 lease is one unit): leases whose holders stopped
     /// renewing and never released them. Crashed replicas, leaked permits,

@@ -85,6 +85,9 @@ pub(crate) struct Driver<C: Connector> {
     /// The core's events of one pass, taken (and so counted) before any is
     /// handled; kept to reuse its room.
     taken: Vec<Event>,
+    /// A stall the simulator asked for, taken at the top of the next pass.
+    #[cfg(feature = "fault-injection")]
+    stall: Option<std::time::Duration>,
 }
 
 impl<C: Connector> Driver<C> {
@@ -124,6 +127,8 @@ impl<C: Connector> Driver<C> {
             metric_labels,
             stats: stats_tx,
             taken: Vec::new(),
+            #[cfg(feature = "fault-injection")]
+            stall: None,
         };
         tokio::spawn(driver.run(command_rx, io_rx));
         Ok(Spawned {
@@ -141,6 +146,10 @@ impl<C: Connector> Driver<C> {
         let mut users_gone = false;
         loop {
             self.flush_outputs();
+            #[cfg(feature = "fault-injection")]
+            if let Some(stall) = self.stall.take() {
+                tokio::time::sleep(stall).await;
+            }
             if self.failed_start {
                 break;
             }
@@ -315,6 +324,8 @@ impl<C: Connector> Driver<C> {
                 started,
                 deadline,
             } => self.drain_waiters.push((started, deadline, done)),
+            #[cfg(feature = "fault-injection")]
+            Command::Stall(stall) => self.stall = Some(stall),
         }
     }
 

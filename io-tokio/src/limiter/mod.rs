@@ -310,6 +310,14 @@ impl Limiter {
         *self.shared.stats.borrow()
     }
 
+    /// Stops the driver for `stall`, as a runtime starved by blocking code
+    /// would: for the simulator's fault schedule only.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn stall_driver(&self, stall: Duration) {
+        let _ = self.shared.commands.send(Command::Stall(stall));
+    }
+
     /// For shutdown: gives up this handle and waits until the driver owes
     /// nothing (every release and compensation done or given up, every
     /// hand-over of a released slot to another replica's waiter written and

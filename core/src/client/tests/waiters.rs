@@ -298,7 +298,7 @@ fn a_hand_over_heard_with_under_half_its_reservation_left_is_checked_again() {
     let late = t0 + Duration::from_millis(600);
     let effects = waiters.handed(late, &channel, handed(2), |_| false);
     match &effects[..] {
-        [Effect::Check(op)] => {
+        [Effect::CheckLate(op)] => {
             assert_eq!(op.call.request, RequestId(2));
             assert_eq!(op.call.sent_at, None, "sent again as a fresh write");
         }

@@ -49,7 +49,7 @@ impl Waiters {
                 continue;
             };
             match self.unpark(request) {
-                Some(op) if self.heard_late(&op, now) => effects.push(Effect::Check(op.resend())),
+                Some(op) if self.heard_late(&op, now) => effects.push(Effect::CheckLate(op.resend())),
                 Some(op) => effects.push(Effect::Handed { op, token }),
                 // Its check is in flight: it checks again once answered (its
                 // slot is reserved, and the check that runs after the
@@ -74,6 +74,9 @@ impl Waiters {
     /// is still reserved (or queues the waiter again if it is gone),
     /// answered within the acquire timeout as any grant.
     fn heard_late(&self, op: &AcquireOp, now: Instant) -> bool {
+        if self.trusts_late {
+            return false;
+        }
         let reserved_until = lease_expiry(op.call.sent_at.unwrap_or(now), self.lifetime);
         reserved_until.saturating_duration_since(now) < self.lifetime / 2
     }
