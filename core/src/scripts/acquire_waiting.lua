@@ -62,7 +62,8 @@ if marked and redis.call('EXISTS', tombstone) == 1 then
   return {-1, id, 0, 0, 0, 0}
 end
 local reclaimed = redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-if previous ~= '' and not redis.call('ZSCORE', leases, id) then
+local held = redis.call('ZSCORE', leases, id)
+if previous ~= '' and not held then
   -- Only a reservation moves: one ends when its waiter's entry would
   -- have, within a lifetime of now, where a lease confirmed under the old
   -- id would run a TTL (the client never confirms one it went on from).
@@ -76,6 +77,7 @@ if previous ~= '' and not redis.call('ZSCORE', leases, id) then
     local members = units(previous)
     redis.call('ZREM', leases, unpack(members))
     add_units(leases, reserved, id)
+    held = reserved
   end
   local ticket = redis.call('ZSCORE', queue, previous)
   if ticket then
@@ -87,7 +89,7 @@ if previous ~= '' and not redis.call('ZSCORE', leases, id) then
     end
   end
 end
-if redis.call('ZSCORE', leases, id) then
+if held then
   -- Held already: a slot a release handed over (reserved for the waiter's
   -- lifetime), confirmed here until the expiry; or a repeated call. Its
   -- queue entry, if a failover brought one back, waits for nothing.
@@ -162,7 +164,7 @@ if not queued then
 end
 redis.call('ZADD', waiters, now + lifetime, id)
 redis.call('HSET', holds, 'limit', limit, id, limit)
-cover(queue, 2 * lifetime)
-cover(waiters, 2 * lifetime)
-cover(holds, 2 * lifetime)
+cover_twice(queue, lifetime)
+cover_twice(waiters, lifetime)
+cover_twice(holds, lifetime)
 return {2, id, queued and 0 or 1, ahead, expected, reclaimed}

@@ -183,6 +183,14 @@ impl RedisModel {
         }
     }
 
+    /// `cover_twice` of `lib/cover.lua`: a queue key that must live `ms`
+    /// more is given twice that once less is left.
+    pub(super) fn cover_twice(&mut self, key: &Bytes, ms: i64) {
+        if self.store.pttl(key) < ms {
+            self.store.pexpire(key, 2 * ms + 1);
+        }
+    }
+
     pub(super) fn next_tokens(&mut self, fence: &Bytes, ttl: u64, n: u64) -> u64 {
         let mut token = self.now() * 1000;
         let last = self.store.set(fence, text(token + n - 1), Some(ttl));

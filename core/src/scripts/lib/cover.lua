@@ -6,3 +6,14 @@ local function cover(key, ms)
     redis.call('PEXPIRE', key, ms + 1)
   end
 end
+
+-- `cover` for the queue's keys, which every waiting call covers for the
+-- waiter's lifetime: once less than that is left, the key's expiry goes to
+-- twice it, so most calls read the expiry and write nothing (each
+-- `PEXPIRE` is a write, sent to replicas and the AOF too). Never shortens
+-- it either.
+local function cover_twice(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, 2 * ms + 1)
+  end
+end
