@@ -575,5 +575,6 @@ async fn a_hand_over_heard_after_its_reservation_ran_out_is_not_delivered_spent(
     let id = permit.lease_id().unwrap().to_string();
     assert!(redis_ttl_ms(&server, subject, &id).unwrap() > 30_000, "held in Redis");
     assert_eq!(waiter.stats().handed_over, 0, "not served from the message");
+    assert_eq!(waiter.stats().handed_late, 1, "heard late, and checked again");
     permit.release().await.unwrap();
 }

@@ -60,7 +60,7 @@ pub struct Stats {
     pub waiters_left: u64,
     /// Waiters served by a release handing its slot over, taken from the
     /// wake-up message (one heard with less than half its reservation left
-    /// checks again instead, and is not counted here).
+    /// checks again instead, and is counted in `handed_late`, not here).
     pub handed_over: u64,
     /// Hand-overs heard with under half their reservation left (a stalled
     /// driver, a slow or held wake-up connection): checked again rather
