@@ -872,6 +872,22 @@ fn a_take_over_moves_no_lease_and_nothing_to_a_holder() {
     assert_eq!(leases.queued(), vec![id(64), id(66)]);
 }
 
+/// Only a live waiter's place moves: an old id whose waiter expired (not
+/// pruned yet) leaves the queue, and the new id enters behind the live
+/// waiters that came after it (an outside review found the place moved).
+#[test]
+fn a_dead_waiters_place_is_not_taken_over() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "dead-place");
+    assert!(leases.granted(70, 1, LONG));
+    assert_eq!(leases.wait(72, 1, 100, LONG).0, 2);
+    assert_eq!(leases.wait(74, 1, LONG, LONG).0, 2);
+    std::thread::sleep(Duration::from_millis(150)); // 72's entry expires
+    assert_eq!(leases.wait_from(76, Some(72), 1, LONG, LONG).0, 2);
+    assert_eq!(leases.token, 1, "entered the queue, with no place kept");
+    assert_eq!(leases.queued(), vec![id(74), id(76)]);
+}
+
 /// The next message on `subscriber`'s channel, as text.
 fn next_message(subscriber: &mut RespClient) -> String {
     match subscriber.read_reply().unwrap() {

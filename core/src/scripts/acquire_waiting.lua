@@ -81,8 +81,11 @@ if previous ~= '' and not held then
   end
   local ticket = redis.call('ZSCORE', queue, previous)
   if ticket then
+    -- Only a live waiter's place moves: one whose entry expired (not
+    -- pruned yet) would put the new id ahead of the live waiters behind it.
+    local alive = tonumber(redis.call('ZSCORE', waiters, previous) or '0') > now
     leave_queue(queue, waiters, holds, previous)
-    if not reserved then
+    if alive and not reserved then
       redis.call('ZADD', queue, ticket, id)
       redis.call('ZADD', waiters, now + lifetime, id)
       redis.call('HSET', holds, id, limit)

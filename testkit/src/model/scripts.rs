@@ -210,8 +210,8 @@ impl RedisModel {
     }
 
     /// A waiter gone on under `id` from `previous` takes what `previous` has
-    /// now: a slot handed to it, or its place in the queue (nothing if `id`
-    /// holds a lease already).
+    /// now: a slot handed to it, or its place in the queue if its waiter is
+    /// still live (nothing if `id` holds a lease already).
     pub(super) fn take_over(
         &mut self,
         [leases, queue, waiters, holds]: [&Bytes; 4],
@@ -234,8 +234,10 @@ impl RedisModel {
             self.add_units(leases, until, id, ZaddFlags::default());
         }
         if let Some(ticket) = self.store.zscore(queue, previous) {
+            // Only a live waiter's place moves.
+            let alive = self.store.zscore(waiters, previous).is_some_and(|until| until > now);
             self.leave_queue(queue, waiters, holds, std::slice::from_ref(previous));
-            if reserved.is_none() {
+            if alive && reserved.is_none() {
                 self.store.zadd(queue, ZaddFlags::default(), &[(ticket, id.clone())]);
                 self.store
                     .zadd(waiters, ZaddFlags::default(), &[(now + lifetime, id.clone())]);
