@@ -156,13 +156,29 @@ impl Limiter {
             (a.slot(), a.leases()).cmp(&(b.slot(), b.leases()))
         });
         let mut held: Vec<Option<Permit>> = parts.iter().map(|_| None).collect();
-        for i in order {
+        let mut next = 0;
+        while let Some(&i) = order.get(next) {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let wait = (!left.is_zero()).then_some(left);
             let (key, limit) = (keys[i].0, parts[i].1);
             match self.ask_one(key, limit, claim.clone(), keep_alive, wait).await {
                 Ok(permit) => held[i] = Some(permit),
                 Err(error) => return Err(within(error, &[i])),
+            }
+            next += 1;
+            // A part lost while the next was waited for (a slot handed over
+            // whose reservation ran out before its confirmation got
+            // through, with the driver stalled) is never handed out spent:
+            // it and every part taken after it are given back, and taken
+            // again in the same order, within what is left of the wait.
+            let lost = order[..next]
+                .iter()
+                .position(|&j| held[j].as_ref().is_some_and(|permit| permit.loss().is_some()));
+            if let Some(first) = lost {
+                for &j in &order[first..next] {
+                    held[j] = None;
+                }
+                next = first;
             }
         }
         Ok(Permits::new(held.into_iter().flatten().collect()))
