@@ -18,6 +18,7 @@ use crate::ledger::Ledger;
 use crate::rng::Rng;
 use crate::scenario::{Scenario, ACQUIRE_TIMEOUT};
 use crate::server::LeaseOracle;
+use crate::stalls::{stall_driver, DriverStalls};
 
 /// The key prefix of every simulated limiter; subjects are `load|<key>`.
 pub const KEY_PREFIX: &str = "sim";
@@ -237,61 +238,6 @@ pub async fn run_client<C: Connector + Clone>(mut plan: ClientPlan, connector: C
         counters.releases_abandoned += stats.releases_abandoned;
         counters.connections_replaced += stats.connections_replaced;
         counters.handed_late += stats.handed_late;
-    }
-}
-
-/// When a replica's main driver stood still (the `driver_stalls` fault).
-/// Its callers run on, as tasks on the runtime's other workers do while
-/// one worker is blocked with the driver in its queue; S3 grants each call
-/// the time its driver stood still while it waited.
-#[derive(Clone, Default)]
-struct DriverStalls(Arc<Mutex<Vec<(Instant, Instant)>>>);
-
-impl DriverStalls {
-    fn record(&self, from: Instant, to: Instant) {
-        self.0.lock().unwrap().push((from, to));
-    }
-
-    /// How long the drivers stood still between `from` and `to`.
-    fn within(&self, from: Instant, to: Instant) -> Duration {
-        let stalls = self.0.lock().unwrap();
-        stalls
-            .iter()
-            .map(|&(start, end)| end.min(to).saturating_duration_since(start.max(from)))
-            .sum()
-    }
-}
-
-/// Stops the main driver of replica `name` now and then until `end`, as a
-/// worker thread blocked by user code stops the tasks queued on it (the
-/// `driver_stalls` fault). Its leases have a TTL far longer than any stall;
-/// the renewing limiter's, which a stall past their TTL would lose (as
-/// any holder stalled past its TTL does: the TTL is what frees its slot),
-/// run on.
-async fn stall_driver(
-    limiter: Limiter,
-    stalls: DriverStalls,
-    mut rng: Rng,
-    ledger: Arc<Mutex<Ledger>>,
-    name: String,
-    end: Instant,
-    at: fn() -> Duration,
-) {
-    loop {
-        tokio::time::sleep(Duration::from_millis(rng.range(500, 3_000))).await;
-        let stall = Duration::from_millis(rng.range(200, 2_000));
-        if Instant::now() + stall >= end {
-            return;
-        }
-        {
-            let mut ledger = ledger.lock().unwrap();
-            ledger.counters.faults += 1;
-            ledger.note(at(), format!("{name}'s driver stalls for {stall:?}"));
-        }
-        stalls.record(Instant::now(), Instant::now() + stall);
-        limiter.stall_driver(stall);
-        // One stall at a time: the next is drawn once this one is over.
-        tokio::time::sleep(stall).await;
     }
 }
 

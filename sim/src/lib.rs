@@ -17,6 +17,7 @@ pub mod rng;
 pub mod scenario;
 pub mod sentinel;
 pub mod server;
+pub mod stalls;
 
 #[cfg(madsim)]
 pub mod madsim_harness;
