@@ -192,7 +192,6 @@ impl ServerState {
         model.replid = format!("{:032x}{:08x}", model.now_ms.wrapping_mul(31), incarnation << 20);
     }
 
-    /// Asks the server to lose its next reply.
     /// S14's oracle, where the scenario loses no data (no restart, no
     /// failover, one server): whether lease `id` of key `key` is live in
     /// Redis now. A permit must never reach its caller after its lease (a
@@ -237,6 +236,7 @@ impl ServerState {
         }
     }
 
+    /// Asks the server to lose its next reply.
     pub fn lose_one_reply(&self) {
         self.drop_replies.fetch_add(1, Ordering::SeqCst);
     }
