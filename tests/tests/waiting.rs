@@ -495,19 +495,17 @@ async fn a_confirmation_that_finds_the_slot_gone_is_seen_by_the_permit() {
     assert_eq!(permit.loss(), Some(Lost::Gone), "told");
 }
 
-/// The waiter's runtime blocked (a caller blocking its thread) while a
-/// release handed it the slot, until the reservation ran out: the
-/// hand-over read afterwards must not reach the caller as a permit already
-/// spent. Its check again gets the slot (free again) with a whole lease.
-#[tokio::test(flavor = "current_thread")]
-async fn a_hand_over_heard_after_its_reservation_ran_out_is_not_delivered_spent() {
-    let server = RedisServer::start();
-    let subject = "blocked";
-    // The holder lives on a runtime of its own, to release while the
-    // waiter's is blocked.
+/// A holder of one slot of each of `subjects` (limit 1) on a runtime of its
+/// own, so it can release while the test's runtime is blocked: each send
+/// on the returned channel releases the next, in order. Returns once all
+/// are held.
+fn hold_elsewhere(
+    server: &RedisServer,
+    subjects: &[&'static str],
+) -> (std::thread::JoinHandle<()>, std::sync::mpsc::Sender<()>) {
     let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let url = server.url();
+    let (url, subjects) = (server.url(), subjects.to_vec());
     let holder = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -520,16 +518,36 @@ async fn a_hand_over_heard_after_its_reservation_ran_out_is_not_delivered_spent(
                 .connect()
                 .await
                 .unwrap();
-            let held = holder.acquire(&key(subject)).await.unwrap();
+            let mut held = Vec::new();
+            for subject in subjects {
+                held.push(holder.acquire(&key(subject)).await.unwrap());
+            }
             held_tx.send(()).unwrap();
-            tokio::task::spawn_blocking(move || release_rx.recv())
-                .await
-                .unwrap()
-                .unwrap();
-            held.release().await.unwrap();
+            // Waited for off the runtime, so its driver runs on meanwhile.
+            let release_rx = std::sync::Arc::new(std::sync::Mutex::new(release_rx));
+            for permit in held {
+                let release_rx = release_rx.clone();
+                tokio::task::spawn_blocking(move || release_rx.lock().unwrap().recv())
+                    .await
+                    .unwrap()
+                    .unwrap();
+                permit.release().await.unwrap();
+            }
         });
     });
     held_rx.recv().unwrap();
+    (holder, release_tx)
+}
+
+/// The waiter's runtime blocked (a caller blocking its thread) while a
+/// release handed it the slot, until the reservation ran out: the
+/// hand-over read afterwards must not reach the caller as a permit already
+/// spent. Its check again gets the slot (free again) with a whole lease.
+#[tokio::test(flavor = "current_thread")]
+async fn a_hand_over_heard_after_its_reservation_ran_out_is_not_delivered_spent() {
+    let server = RedisServer::start();
+    let subject = "blocked";
+    let (holder, release_tx) = hold_elsewhere(&server, &[subject]);
     let waiter = builder(&server)
         .default_limit(1)
         .waiter_lifetime(Duration::from_millis(600))
@@ -597,38 +615,7 @@ async fn a_composite_part_spent_while_the_next_is_waited_for_is_taken_again() {
         (keys.slot(), keys.leases().clone())
     });
     let [first, second] = subjects;
-    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let release_rx = std::sync::Arc::new(std::sync::Mutex::new(release_rx));
-    let url = server.url();
-    let holder = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let holder = Limiter::builder(url)
-                .key_prefix(PREFIX)
-                .default_limit(1)
-                .connect()
-                .await
-                .unwrap();
-            let mut held = Vec::new();
-            for subject in [first, second] {
-                held.push(holder.acquire(&key(subject)).await.unwrap());
-            }
-            held_tx.send(()).unwrap();
-            for permit in held {
-                let release_rx = release_rx.clone();
-                tokio::task::spawn_blocking(move || release_rx.lock().unwrap().recv())
-                    .await
-                    .unwrap()
-                    .unwrap();
-                permit.release().await.unwrap();
-            }
-        });
-    });
-    held_rx.recv().unwrap();
+    let (holder, release_tx) = hold_elsewhere(&server, &[first, second]);
     let waiter = builder(&server)
         .default_limit(1)
         .waiter_lifetime(Duration::from_millis(1600))
