@@ -40,7 +40,7 @@ pub const MUTATIONS: &[Mutation] = &[
     Mutation {
         name: "held-hash-no-expiry",
         undoes: "the held hash expires with the queue (finding 5)",
-        edits: &[("cover_twice(holds, lifetime)\n", "")],
+        edits: &[("cover(holds, lifetime, 2 * lifetime)\n", "")],
     },
     Mutation {
         name: "last-limit-for-all",

@@ -167,7 +167,7 @@ if not queued then
 end
 redis.call('ZADD', waiters, now + lifetime, id)
 redis.call('HSET', holds, 'limit', limit, id, limit)
-cover_twice(queue, lifetime)
-cover_twice(waiters, lifetime)
-cover_twice(holds, lifetime)
+cover(queue, lifetime, 2 * lifetime)
+cover(waiters, lifetime, 2 * lifetime)
+cover(holds, lifetime, 2 * lifetime)
 return {2, id, queued and 0 or 1, ahead, expected, reclaimed}

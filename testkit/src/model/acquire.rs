@@ -362,7 +362,7 @@ impl RedisModel {
             &[(Bytes::from_static(b"limit"), text(limit)), (id.clone(), text(limit))],
         );
         for key in [queue, waiters, holds] {
-            self.cover_twice(key, lifetime as i64);
+            self.cover_to(key, lifetime as i64, 2 * lifetime as i64);
         }
     }
 

@@ -178,16 +178,14 @@ impl RedisModel {
     }
 
     pub(super) fn cover(&mut self, key: &Bytes, ms: i64) {
-        if self.store.pttl(key) < ms {
-            self.store.pexpire(key, ms + 1);
-        }
+        self.cover_to(key, ms, ms);
     }
 
-    /// `cover_twice` of `lib/cover.lua`: a queue key that must live `ms`
-    /// more is given twice that once less is left.
-    pub(super) fn cover_twice(&mut self, key: &Bytes, ms: i64) {
+    /// `cover(key, ms, to)` of `lib/cover.lua`: a key with less than `ms`
+    /// left is given `to` (the queue's keys: twice a waiter's lifetime).
+    pub(super) fn cover_to(&mut self, key: &Bytes, ms: i64, to: i64) {
         if self.store.pttl(key) < ms {
-            self.store.pexpire(key, 2 * ms + 1);
+            self.store.pexpire(key, to + 1);
         }
     }
 
