@@ -340,6 +340,21 @@ fn bad_arguments_write_nothing(server: &RedisServer, scripts: Scripts) {
     // errors, and nothing written.
     let zero_weight = s.encode_acquire("c*0", 5, now + LONG, now + HOUR, None);
     assert!(matches!(redis.call_raw(&zero_weight).unwrap(), Frame::Error(e) if e.contains("weight")));
+    // Ids no client makes: white space would split a wake-up message, and
+    // `avg` and `limit` are the held hash's own fields.
+    for odd in ["c d", "c\td", "avg", "limit"] {
+        let call = s.encode_acquire(odd, 5, now + LONG, now + HOUR, None);
+        assert!(
+            matches!(redis.call_raw(&call).unwrap(), Frame::Error(e) if e.contains("not one a client makes")),
+            "id {odd:?} was taken"
+        );
+    }
+    // A batch past what Lua unpacks in one `ZADD` would fail after its
+    // first writes: refused whole.
+    let many: Vec<String> = (0..1001).map(|i| format!("m{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let batch = s.encode_acquire_many(&many, 5000, now + LONG, now + HOUR);
+    assert!(matches!(redis.call_raw(&batch).unwrap(), Frame::Error(e) if e.contains("at most 1000")));
     for expiry in [
         "1.5", "012345", "1.2345e4", "+12345", " 12345", "0x3039", "12345 ", "-0", "",
     ] {

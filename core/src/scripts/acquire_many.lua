@@ -21,6 +21,12 @@ local hold = ARGV[4]
 if #KEYS ~= #ARGV + 1 then
   error({err = 'ERR inflight: ACQUIRE_MANY takes one tombstone per id'})
 end
+-- The grants go out in one `ZADD`, whose arguments Lua unpacks: a batch
+-- past what `unpack` takes would fail after the first writes. The client
+-- sends at most 16.
+if #ARGV - 4 > 1000 then
+  error({err = 'ERR inflight: ACQUIRE_MANY takes at most 1000 ids'})
+end
 for i = 5, #ARGV do
   weight(ARGV[i])
 end

@@ -416,6 +416,9 @@ impl RedisModel {
                 "ERR inflight: ACQUIRE_MANY takes one tombstone per id".into(),
             ));
         }
+        if argv.len() - 4 > 1000 {
+            return Err(Frame::Error("ERR inflight: ACQUIRE_MANY takes at most 1000 ids".into()));
+        }
         let ids = &argv[4..];
         for id in ids {
             weight(id)?;
