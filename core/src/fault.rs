@@ -59,4 +59,9 @@ pub struct InjectedBugs {
     /// reach its caller with its reservation spent, and the slot taken by
     /// someone else before the confirming renewal finds it gone.
     pub trust_late_hand_overs: bool,
+    /// Read by `inflight-tokio`'s waiting composite acquire, not by the
+    /// core: a part lost while the next key is waited for (its reservation
+    /// spent with the driver stalled) is handed out with the others, not
+    /// given back and taken again.
+    pub keep_lost_composite_parts: bool,
 }

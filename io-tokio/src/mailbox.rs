@@ -56,8 +56,10 @@ pub(crate) enum Command {
         claim: Claim,
         /// Keep the lease alive from its grant on.
         keep_alive: bool,
-        /// Wait up to this long for a slot (`None`: fail fast).
-        wait: Option<std::time::Duration>,
+        /// Wait for a slot until then (`None`: fail fast): measured from
+        /// the call, so a driver that stood still (a worker thread blocked
+        /// by user code) does not lengthen the caller's wait.
+        wait_until: Option<Instant>,
         /// `Ok(None)`: let through unenforced (fail open).
         reply: oneshot::Sender<Result<Option<HeldLease>, Error>>,
     },

@@ -316,14 +316,9 @@ impl Caller {
             let subject = Key::new("load", key).expect("valid key");
             self.ledger.lock().unwrap().counters.acquires += 1;
             let long = self.rng.chance(1, 25);
+            // Three acquires in ten wait for a slot.
+            let wait = (!long && self.rng.chance(3, 10)).then(|| self.draw_wait());
             let limiter = if long { &self.renewing } else { &self.limiter };
-            // Three acquires in ten wait for a slot, 20-400 ms (longer where
-            // links stall: see `Scenario::longest_wait`), never more than
-            // 400 ms past the active time: S10 then finds every caller done.
-            let wait = (!long && self.rng.chance(3, 10)).then(|| {
-                let wait = Duration::from_millis(self.rng.range(20, self.longest_wait));
-                wait.min((self.end + Duration::from_millis(400)).saturating_duration_since(Instant::now()))
-            });
             let weight = if self.rng.chance(1, 5) {
                 (self.rng.range(2, u64::from(MAX_WEIGHT) + 1) as u32).min(limit)
             } else {
@@ -573,6 +568,14 @@ impl Caller {
         }
     }
 
+    /// How long a waiting acquire (single or composite) waits: 20-400 ms,
+    /// longer where links stall (see `Scenario::longest_wait`), never more
+    /// than 400 ms past the active time: S10 then finds every caller done.
+    fn draw_wait(&mut self) -> Duration {
+        let wait = Duration::from_millis(self.rng.range(20, self.longest_wait));
+        wait.min((self.end + Duration::from_millis(400)).saturating_duration_since(Instant::now()))
+    }
+
     /// An acquire over two or three distinct keys (`acquire_all`), each
     /// under its limit (or one below), of one weight, failing fast or (three
     /// in ten) waiting; dropped or aborted as often as single acquires.
@@ -600,10 +603,7 @@ impl Caller {
         } else {
             1
         };
-        let wait = self
-            .rng
-            .chance(3, 10)
-            .then(|| Duration::from_millis(self.rng.range(20, 400)));
+        let wait = self.rng.chance(3, 10).then(|| self.draw_wait());
         let mut options = Acquire::default().weight(weight);
         if let Some(wait) = wait {
             options = options.wait(wait);

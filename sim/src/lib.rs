@@ -98,10 +98,14 @@ pub enum Bug {
     /// message, not checked again: the permit may come with its
     /// reservation spent and the slot already someone else's.
     TrustsLateHandOver,
+    /// A waiting composite acquire hands out a part lost while it waited
+    /// for the next key (its reservation spent with the driver stalled),
+    /// instead of giving it back and taking it again.
+    KeepsLostCompositePart,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 19] = [
+    pub const ALL: [Bug; 20] = [
         Bug::NoLateGrantCompensation,
         Bug::NoEchoCheck,
         Bug::NoStaleCheck,
@@ -121,6 +125,7 @@ impl Bug {
         Bug::TryAgainSpendsAttempts,
         Bug::PartialQueueCountAsNone,
         Bug::TrustsLateHandOver,
+        Bug::KeepsLostCompositePart,
     ];
 
     pub fn name(self) -> &'static str {
@@ -144,6 +149,7 @@ impl Bug {
             Bug::TryAgainSpendsAttempts => "try-again-spends-attempts",
             Bug::PartialQueueCountAsNone => "partial-queue-count-as-none",
             Bug::TrustsLateHandOver => "trusts-late-hand-over",
+            Bug::KeepsLostCompositePart => "keeps-lost-composite-part",
         }
     }
 
@@ -155,7 +161,7 @@ impl Bug {
         match self {
             Bug::PartialQueueCountAsNone => Some("calm"),
             // Hand-overs heard late need a stalled driver and long waits.
-            Bug::TrustsLateHandOver => Some("stalls"),
+            Bug::TrustsLateHandOver | Bug::KeepsLostCompositePart => Some("stalls"),
             _ => None,
         }
     }
@@ -194,6 +200,7 @@ impl Bug {
             try_again_spends_attempts: bug == Some(Bug::TryAgainSpendsAttempts),
             partial_queue_count_as_none: bug == Some(Bug::PartialQueueCountAsNone),
             trust_late_hand_overs: bug == Some(Bug::TrustsLateHandOver),
+            keep_lost_composite_parts: bug == Some(Bug::KeepsLostCompositePart),
         }
     }
 }

@@ -48,7 +48,16 @@ pub async fn stall_driver(
     at: fn() -> Duration,
 ) {
     loop {
-        tokio::time::sleep(Duration::from_millis(rng.range(500, 3_000))).await;
+        let gap = Duration::from_millis(rng.range(500, 3_000));
+        if rng.chance(1, 2) {
+            // Half the stalls come as soon as the limiter hands a slot to one
+            // of its waiters, if that is sooner: the moment a reservation
+            // waits for its confirming renewal, and a waiting composite
+            // acquire holds a part while it asks for the next.
+            after_hand_over(&limiter, gap).await;
+        } else {
+            tokio::time::sleep(gap).await;
+        }
         let stall = Duration::from_millis(rng.range(200, 2_000));
         if Instant::now() + stall >= end {
             return;
@@ -62,5 +71,13 @@ pub async fn stall_driver(
         limiter.stall_driver(stall);
         // One stall at a time: the next is drawn once this one is over.
         tokio::time::sleep(stall).await;
+    }
+}
+
+/// Returns once `limiter` has handed a slot to a waiter, or after `longest`.
+async fn after_hand_over(limiter: &Limiter, longest: Duration) {
+    let (before, start) = (limiter.stats().handed_over, Instant::now());
+    while limiter.stats().handed_over == before && start.elapsed() < longest {
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

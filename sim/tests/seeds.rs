@@ -216,3 +216,17 @@ fn a_late_hand_over_trusted_is_caught_within_20_stall_seeds() {
         "the simulator cannot see a permit delivered from a spent reservation"
     );
 }
+
+#[test]
+fn a_lost_composite_part_handed_out_is_caught_within_20_stall_seeds() {
+    // A waiting composite acquire holds a part handed over while it asks
+    // for the next; the driver stalls past the part's reservation before
+    // its confirming renewal. Handed out with the others, the part reaches
+    // its caller lost (S14; first caught on stalls seed 9).
+    assert_eq!(Bug::KeepsLostCompositePart.scenario(), Some("stalls"));
+    let caught = seeds_to_catch(Bug::KeepsLostCompositePart, 20);
+    assert!(
+        caught.is_some(),
+        "the simulator cannot see a composite part lost while the next was waited for"
+    );
+}

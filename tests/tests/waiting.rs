@@ -658,3 +658,34 @@ async fn a_composite_part_spent_while_the_next_is_waited_for_is_taken_again() {
     }
     permits.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_wait_is_counted_from_the_call_not_from_when_the_driver_reads_it() {
+    let server = RedisServer::start();
+    let limiter = builder(&server).default_limit(1).connect().await.unwrap();
+    let busy = key("busy");
+    let held = limiter.acquire(&busy).await.unwrap();
+    let called = Instant::now();
+    let wait = Acquire::default().wait(Duration::from_millis(300));
+    let mut call = Box::pin(limiter.acquire_opts(&busy, wait));
+    // One poll sends the call to the driver, which has not run yet (and
+    // does not: nothing here yields to the runtime).
+    assert!(futures_util::future::poll_immediate(&mut call).await.is_none());
+    // The runtime stands still past the whole wait (user code blocking the
+    // driver's worker), and the driver reads the call only afterwards.
+    std::thread::sleep(Duration::from_millis(600));
+    let outcome = call.await;
+    let waited = called.elapsed();
+    // No check could run within the wait: it ends unanswered.
+    assert!(
+        matches!(outcome, Err(Error::Unavailable { .. })),
+        "the wait ran out before any check: {outcome:?}"
+    );
+    // Counted from when the driver read it, the wait would end 300 ms
+    // after the block did.
+    assert!(
+        waited < Duration::from_millis(800),
+        "waited {waited:?} for a 300 ms wait that ran out during a 600 ms block"
+    );
+    held.release().await.unwrap();
+}

@@ -274,6 +274,8 @@ impl Builder {
             keep_alive: self.keep_alive,
             drain_timeout: self.drain_timeout,
             cluster,
+            #[cfg(feature = "fault-injection")]
+            bugs: self.bugs,
         };
         Ok(Limiter::new(spawned.commands, spawned.stats, settings))
     }

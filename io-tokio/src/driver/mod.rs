@@ -251,13 +251,10 @@ impl<C: Connector> Driver<C> {
                 limit,
                 claim,
                 keep_alive,
-                wait,
+                wait_until,
                 reply,
             } => {
-                // The caller's deadline, on the core's clock: "wait forever"
-                // (`Duration::MAX`) waits as long as any deadline may be.
-                let until = wait.map(|wait| now + wait.min(inflight_core::config::MAX_DURATION));
-                let request = match self.client.acquire_claim(now, request, keys, limit, &claim, until) {
+                let request = match self.client.acquire_claim(now, request, keys, limit, &claim, wait_until) {
                     Ok(request) => request,
                     Err(error) => {
                         let _ = reply.send(Err(Error::Claim(error)));

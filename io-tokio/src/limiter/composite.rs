@@ -173,7 +173,8 @@ impl Limiter {
             // again in the same order, within what is left of the wait.
             let lost = order[..next]
                 .iter()
-                .position(|&j| held[j].as_ref().is_some_and(|permit| permit.loss().is_some()));
+                .position(|&j| held[j].as_ref().is_some_and(|permit| permit.loss().is_some()))
+                .filter(|_| !self.keeps_lost_parts());
             if let Some(first) = lost {
                 for &j in &order[first..next] {
                     held[j] = None;
@@ -182,6 +183,14 @@ impl Limiter {
             }
         }
         Ok(Permits::new(held.into_iter().flatten().collect()))
+    }
+
+    /// The simulator's deliberate bug: lost parts kept (never, outside it).
+    fn keeps_lost_parts(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.shared.bugs.keep_lost_composite_parts;
+        #[cfg(not(feature = "fault-injection"))]
+        false
     }
 }
 

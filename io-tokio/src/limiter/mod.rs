@@ -53,6 +53,9 @@ struct Shared {
     drain_timeout: Duration,
     /// The server is a cluster: keys of different slots cannot share a call.
     cluster: bool,
+    /// Deliberate bugs, for the simulator's self-test only.
+    #[cfg(feature = "fault-injection")]
+    bugs: inflight_core::InjectedBugs,
 }
 
 /// How one acquire asks: the default is the limiter's default limit, weight
@@ -76,8 +79,9 @@ impl Acquire {
         self
     }
 
-    /// Wait up to `max_wait` for a slot, in the subject's fleet-wide queue.
-    /// A zero wait is no wait: the acquire fails fast (`Exceeded` when the
+    /// Wait up to `max_wait` for a slot, in the subject's fleet-wide queue,
+    /// counted from the call (a driver held up meanwhile, its worker thread
+    /// blocked by other code, does not lengthen it). A zero wait is no wait: the acquire fails fast (`Exceeded` when the
     /// key is full), as without this option. `Duration::MAX` waits as long
     /// as any deadline may be (a year).
     pub fn wait(mut self, max_wait: Duration) -> Self {
@@ -124,6 +128,9 @@ pub(crate) struct Settings {
     pub(crate) keep_alive: bool,
     pub(crate) drain_timeout: Duration,
     pub(crate) cluster: bool,
+    /// Deliberate bugs, for the simulator's self-test only.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) bugs: inflight_core::InjectedBugs,
 }
 
 /// What the settings say about when a refused request may succeed.
@@ -147,6 +154,8 @@ impl Limiter {
             keep_alive,
             drain_timeout,
             cluster,
+            #[cfg(feature = "fault-injection")]
+            bugs,
         } = settings;
         Self {
             shared: Arc::new(Shared {
@@ -160,6 +169,8 @@ impl Limiter {
                 keep_alive,
                 drain_timeout,
                 cluster,
+                #[cfg(feature = "fault-injection")]
+                bugs,
             }),
         }
     }
@@ -243,7 +254,9 @@ impl Limiter {
             limit,
             claim,
             keep_alive,
-            wait,
+            // The caller's deadline, on the core's clock, from now: "wait
+            // forever" (`Duration::MAX`) waits as long as any deadline may.
+            wait_until: wait.map(|wait| crate::clock::now() + wait.min(inflight_core::config::MAX_DURATION)),
             reply,
         };
         if self.shared.commands.send(command).is_err() {
