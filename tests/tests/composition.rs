@@ -340,10 +340,15 @@ fn bad_arguments_write_nothing(server: &RedisServer, scripts: Scripts) {
     // errors, and nothing written.
     let zero_weight = s.encode_acquire("c*0", 5, now + LONG, now + HOUR, None);
     assert!(matches!(redis.call_raw(&zero_weight).unwrap(), Frame::Error(e) if e.contains("weight")));
-    // Ids no client makes: white space would split a wake-up message, and
-    // `avg` and `limit` are the held hash's own fields.
+    // Waiters' ids no client makes: white space would split a wake-up
+    // message, and `avg` and `limit` are the held hash's own fields.
     for odd in ["c d", "c\td", "avg", "limit"] {
-        let call = s.encode_acquire(odd, 5, now + LONG, now + HOUR, None);
+        let wait = WaitArgs {
+            lifetime_ms: 5_000,
+            patience_ms: HOUR,
+            previous: b"",
+        };
+        let call = s.encode_acquire(odd, 5, now + LONG, now + HOUR, Some(wait));
         assert!(
             matches!(redis.call_raw(&call).unwrap(), Frame::Error(e) if e.contains("not one a client makes")),
             "id {odd:?} was taken"

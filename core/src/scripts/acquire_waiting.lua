@@ -43,6 +43,13 @@ local lifetime = integer(ARGV[6], 'lifetime', 1)
 local patience = integer(ARGV[7], 'patience', 0)
 local previous = ARGV[8] or ''
 local w = weight(id)
+-- A waiter's id goes into wake-up messages (ids and tokens between spaces)
+-- and into the held hash, beside its own fields `avg` and `limit`. The
+-- client never makes an id with white space or either name; a hand-made
+-- call with one is refused, not left to corrupt what the fleet shares.
+if string.find(id, '%s') or id == 'avg' or id == 'limit' then
+  error({err = 'ERR inflight: lease id ' .. id .. ' is not one a client makes'})
+end
 if previous ~= '' and (previous == id or weight(previous) ~= w) then
   error({err = 'ERR inflight: the previous id must differ from ' .. id .. ' and weigh as much'})
 end

@@ -240,6 +240,15 @@ impl RedisModel {
         let patience = integer(&argv[6], "patience", 0)?;
         let previous = argv.get(7).filter(|p| !p.is_empty());
         let w = weight(id)?;
+        // Lua's `%s`: space, \t, \n, \v, \f, \r.
+        let white = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+        if id.iter().any(white) || id.as_ref() == b"avg" || id.as_ref() == b"limit" {
+            let detail = format!(
+                "ERR inflight: lease id {} is not one a client makes",
+                String::from_utf8_lossy(id)
+            );
+            return Err(Frame::Error(detail.into()));
+        }
         if let Some(previous) = previous {
             if previous == id || weight(previous)? != w {
                 let id = String::from_utf8_lossy(id);

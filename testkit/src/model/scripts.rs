@@ -78,17 +78,6 @@ pub(super) fn weight(id: &[u8]) -> Result<u64, Stop> {
             format!("ERR inflight: lease id {} holds a #", String::from_utf8_lossy(id)).into(),
         ));
     }
-    // Lua's `%s`: space, \t, \n, \v, \f, \r.
-    let white = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
-    if id.iter().any(white) || id == b"avg" || id == b"limit" {
-        return Err(Frame::Error(
-            format!(
-                "ERR inflight: lease id {} is not one a client makes",
-                String::from_utf8_lossy(id)
-            )
-            .into(),
-        ));
-    }
     let Some(star) = id.iter().position(|&b| b == b'*') else {
         return Ok(1);
     };

@@ -4,17 +4,10 @@
 -- held, the expiry prune drops a dead holder's units together, and a
 -- release removes exactly the units its id names. An id that names a weight
 -- outside 1..1000, or holds a `#` (it could name another lease's extra
--- unit), is refused before anything is written; so is one that holds
--- white space (wake-up messages are ids and tokens between spaces) or is
--- `avg` or `limit` (the held hash's own fields, beside each waiter's limit
--- under its id). The client never makes such ids; these checks keep a
--- hand-made call from corrupting what the fleet shares.
+-- unit), is refused before anything is written.
 local function weight(id)
   if string.find(id, '#', 1, true) then
     error({err = 'ERR inflight: lease id ' .. id .. ' holds a #'})
-  end
-  if string.find(id, '%s') or id == 'avg' or id == 'limit' then
-    error({err = 'ERR inflight: lease id ' .. id .. ' is not one a client makes'})
   end
   local star = string.find(id, '*', 1, true)
   if not star then
