@@ -9,6 +9,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Names one request (an acquire, a renewal, a read) from the call that makes
 /// it to its outcome. A caller may draw it before the call, on any thread
@@ -50,6 +51,7 @@ impl RequestIds {
         FreshRequest {
             id: RequestId(number),
             source: self.source,
+            asked: None,
         }
     }
 
@@ -70,12 +72,29 @@ impl RequestIds {
 pub struct FreshRequest {
     id: RequestId,
     source: u64,
+    /// When its caller asked, if that was before the call reaches the client.
+    asked: Option<Instant>,
 }
 
 impl FreshRequest {
     /// The id the request will go by.
     pub fn id(&self) -> RequestId {
         self.id
+    }
+
+    /// When the caller asked, on the client's clock, if that was before the
+    /// call reaches the client (a driver that ran late, its thread blocked
+    /// by other code): the request's timeout counts from then, not from the
+    /// call. A request whose timeout has passed by the call ends
+    /// `Unavailable(Timeout)` before it is written.
+    pub fn asked_at(mut self, at: Instant) -> Self {
+        self.asked = Some(at);
+        self
+    }
+
+    /// When its caller asked ([`asked_at`](Self::asked_at)), if told.
+    pub(crate) fn asked(&self) -> Option<Instant> {
+        self.asked
     }
 }
 

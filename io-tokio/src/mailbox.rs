@@ -29,9 +29,10 @@ impl Commands {
         Self { sender, ids }
     }
 
-    /// A name for a new request.
+    /// A name for a new request, asked for now: its timeout counts from
+    /// here, not from when the driver reads the call.
     pub(crate) fn fresh(&self) -> FreshRequest {
-        self.ids.draw()
+        self.ids.draw().asked_at(crate::clock::now())
     }
 
     /// Hands `command` to the driver; `Err` (with it) once the driver stopped.

@@ -222,7 +222,7 @@ fn a_lost_composite_part_handed_out_is_caught_within_20_stall_seeds() {
     // A waiting composite acquire holds a part handed over while it asks
     // for the next; the driver stalls past the part's reservation before
     // its confirming renewal. Handed out with the others, the part reaches
-    // its caller lost (S14; first caught on stalls seed 9).
+    // its caller lost (S14; first caught on stalls seed 12).
     assert_eq!(Bug::KeepsLostCompositePart.scenario(), Some("stalls"));
     let caught = seeds_to_catch(Bug::KeepsLostCompositePart, 20);
     assert!(

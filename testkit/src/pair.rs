@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 
 use crate::model::{ModelConnection, RedisModel};
-use inflight_core::event::{ConnectionId, Event, Lease, Outcome, RequestId};
+use inflight_core::event::{ConnectionId, Event, Lease, RequestId};
 use inflight_core::key::{Key, SubjectKeys};
 use inflight_core::lease_id::LeaseId;
 use inflight_core::{Client, Config};
@@ -146,14 +146,28 @@ impl Pair {
 
     /// An acquire of `weight` units (at most `limit`).
     pub fn acquire_weighted(&mut self, namespace: &str, subject: &str, limit: u32, weight: u32) -> RequestId {
+        self.acquire_asked(namespace, subject, limit, weight, self.now)
+    }
+
+    /// An acquire of `weight` units (at most `limit`) whose caller asked at
+    /// `asked` (`FreshRequest::asked_at`: its timeout counts from then).
+    pub fn acquire_asked(
+        &mut self,
+        namespace: &str,
+        subject: &str,
+        limit: u32,
+        weight: u32,
+        asked: Instant,
+    ) -> RequestId {
         let key = Key::new(namespace, subject).expect("valid key");
         let limit = NonZeroU32::new(limit).expect("non-zero limit");
         let keys = SubjectKeys::new(&self.client.config().key_prefix, &key);
         let redis_key = keys.leases().clone();
         let claim = inflight_core::lease_id::Claim::weighing(weight).expect("a valid weight");
+        let fresh = self.client.request_ids().draw().asked_at(asked);
         let request = self
             .client
-            .acquire_claim(self.now, self.client.request_ids().draw(), keys, limit, &claim, None)
+            .acquire_claim(self.now, fresh, keys, limit, &claim, None)
             .expect("the weight fits the limit");
         let lease = crate::plain_lease_id(self.entropy, request).with_claim(weight, None);
         self.requests.insert(
@@ -257,14 +271,6 @@ impl Pair {
         let lease = self.held.remove(index);
         self.client.release(self.now, lease);
         self.pump();
-    }
-
-    /// The outcome delivered for `request`, if any.
-    pub fn outcome(&self, request: RequestId) -> Option<&Outcome> {
-        self.events.iter().find_map(|event| match event {
-            Event::Acquired(r, outcome) if *r == request => Some(outcome),
-            _ => None,
-        })
     }
 
     // ---- what the network does ---------------------------------------------

@@ -221,6 +221,46 @@ async fn a_caller_timeout_on_a_slow_server_keeps_the_connection() {
     permit.release().await.unwrap();
 }
 
+/// A timeout counts from the call, not from when the driver reads it: a
+/// driver held up past the caller's timeout (its worker thread blocked by
+/// other code) answers `Timeout` at once and never sends the acquire.
+#[tokio::test]
+async fn a_timeout_that_passed_before_the_driver_read_the_call_ends_it_unsent() {
+    let server = RedisServer::start();
+    let limiter = builder(&server.url()).connect().await.unwrap();
+    limiter.acquire(&key("warm")).await.unwrap().release().await.unwrap();
+    let scripts = |server: &RedisServer| {
+        let calls = inflight_tests::cpu::redis_command_calls(server);
+        calls.get("evalsha").copied().unwrap_or(0.0) + calls.get("eval").copied().unwrap_or(0.0)
+    };
+    let before = scripts(&server);
+    let called = Instant::now();
+    let busy = key("late-read");
+    let mut call = Box::pin(limiter.acquire(&busy));
+    // One poll sends the call to the driver, which has not run yet (and
+    // does not: nothing here yields to the runtime).
+    assert!(futures_util::future::poll_immediate(&mut call).await.is_none());
+    // The runtime stands still past the 150 ms timeout.
+    std::thread::sleep(Duration::from_millis(400));
+    let outcome = call.await;
+    let took = called.elapsed();
+    assert_eq!(
+        outcome.unwrap_err(),
+        Error::Unavailable {
+            reason: Unavailable::Timeout
+        }
+    );
+    // Counted from when the driver read it, the timeout would end 150 ms
+    // after the block did, with the acquire sent.
+    assert!(took < Duration::from_millis(530), "took {took:?}");
+    let permit = limiter.acquire(&key("after")).await.unwrap();
+    permit.release().await.unwrap();
+    // The script calls since: the acquire after (a release is a plain
+    // `ZREM`), not the one whose caller was gone before it was written.
+    assert_eq!(scripts(&server) - before, 1.0, "the timed-out acquire was sent");
+    assert_eq!(live(&server, "late-read"), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_arriving_after_the_caller_timed_out_is_released() {
     let server = RedisServer::start();

@@ -3,7 +3,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
-use crate::event::RequestId;
+use crate::event::{RequestId, Unavailable};
 
 /// What a caller waits for: the event its outcome comes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +61,17 @@ impl Callers {
             .first()
             .filter(|(deadline, _)| *deadline <= now)
             .map(|(_, request)| *request)
+    }
+
+    /// Why `request` must fail before it is written, if it must: its
+    /// caller's deadline has passed already (a timeout that ran out before
+    /// the call reached the client, its driver running late), or the client
+    /// is `overloaded`.
+    pub(super) fn refused(&self, request: RequestId, now: Instant, overloaded: bool) -> Option<Unavailable> {
+        match self.waiting.get(&request) {
+            Some((deadline, _)) if *deadline <= now => Some(Unavailable::Timeout),
+            _ => overloaded.then_some(Unavailable::Overloaded),
+        }
     }
 
     pub(super) fn next_deadline(&self) -> Option<Instant> {

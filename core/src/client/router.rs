@@ -216,8 +216,8 @@ impl Client {
     }
 
     /// Files the caller of the `fresh` request, who waits until `until`
-    /// (the acquire timeout from `now` if `None`), unless another client
-    /// drew its id.
+    /// (the acquire timeout from when it asked, or from `now`, if `None`),
+    /// unless another client drew its id.
     pub(super) fn register(
         &mut self,
         now: Instant,
@@ -225,8 +225,9 @@ impl Client {
         until: Option<Instant>,
         awaits: Awaits,
     ) -> Result<RequestId, ForeignRequest> {
+        let asked = fresh.asked().map_or(now, |at| at.min(now));
         let request = self.names.accept(fresh)?;
-        let deadline = until.map_or(now + self.config.acquire_timeout, |until| until.max(now));
+        let deadline = until.unwrap_or(asked + self.config.acquire_timeout).max(now);
         self.callers.insert(request, deadline, awaits);
         Ok(request)
     }
@@ -234,11 +235,12 @@ impl Client {
     // ---- calls ------------------------------------------------------------
 
     /// Writes `op` (or has it wait for the handshake), unless the in-flight
-    /// cap or a backing-off connection fails it at once.
+    /// cap, its caller's passed timeout or a backing-off connection fails it.
     pub(super) fn submit(&mut self, now: Instant, op: Op) {
-        if self.in_flight_calls() >= self.config.max_in_flight {
-            let request = op.call().request;
-            return self.delivering(now, |d| d.fail(request, Unavailable::Overloaded));
+        let request = op.call().request;
+        let overloaded = self.in_flight_calls() >= self.config.max_in_flight;
+        if let Some(reason) = self.callers.refused(request, now, overloaded) {
+            return self.delivering(now, |d| d.fail(request, reason));
         }
         self.route_op(now, op);
     }

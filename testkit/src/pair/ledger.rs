@@ -11,6 +11,14 @@ use inflight_core::event::{Action, Event, Outcome, Renewal, RequestId};
 use inflight_core::lease_id::LeaseId;
 
 impl Pair {
+    /// The outcome delivered for `request`, if any.
+    pub fn outcome(&self, request: RequestId) -> Option<&Outcome> {
+        self.events.iter().find_map(|event| match event {
+            Event::Acquired(r, outcome) if *r == request => Some(outcome),
+            _ => None,
+        })
+    }
+
     /// Drains the client's outputs into the wire and checks every event.
     pub(super) fn pump(&mut self) {
         loop {

@@ -255,3 +255,20 @@ fn a_request_goes_by_the_id_its_caller_drew_and_another_clients_id_is_refused_un
     let own = client.acquire(now, &key("t", "s"), limit);
     assert!(own != first_id && own != second_id);
 }
+
+#[test]
+fn a_timeout_that_passed_before_the_call_reached_the_client_ends_it_unwritten() {
+    let mut pair = Pair::connected(config(), start());
+    // The caller asked a whole timeout ago; its driver read the call only now.
+    let asked = pair.now;
+    pair.advance(config().acquire_timeout);
+    let a = pair.acquire_asked("t", "s", 1, 1, asked);
+    pair.exchange();
+    assert_eq!(pair.outcome(a), Some(&Outcome::Unavailable(Unavailable::Timeout)));
+    assert!(pair.server.acquires.is_empty(), "it was written");
+    // Asked a moment ago, the next one is written and granted.
+    let b = pair.acquire_asked("t", "s", 1, 1, pair.now - ms(1));
+    pair.exchange();
+    assert!(matches!(pair.outcome(b), Some(Outcome::Granted(_))));
+    pair.assert_no_leak();
+}
