@@ -235,8 +235,8 @@ async fn a_timeout_that_passed_before_the_driver_read_the_call_ends_it_unsent() 
     };
     let before = scripts(&server);
     let called = Instant::now();
-    let busy = key("late-read");
-    let mut call = Box::pin(limiter.acquire(&busy));
+    let subject = key("late-read");
+    let mut call = Box::pin(limiter.acquire(&subject));
     // One poll sends the call to the driver, which has not run yet (and
     // does not: nothing here yields to the runtime).
     assert!(futures_util::future::poll_immediate(&mut call).await.is_none());

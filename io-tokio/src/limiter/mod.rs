@@ -81,9 +81,10 @@ impl Acquire {
 
     /// Wait up to `max_wait` for a slot, in the subject's fleet-wide queue,
     /// counted from the call (a driver held up meanwhile, its worker thread
-    /// blocked by other code, does not lengthen it). A zero wait is no wait: the acquire fails fast (`Exceeded` when the
-    /// key is full), as without this option. `Duration::MAX` waits as long
-    /// as any deadline may be (a year).
+    /// blocked by other code, does not lengthen it). A zero wait is no
+    /// wait: the acquire fails fast (`Exceeded` when the key is full), as
+    /// without this option. `Duration::MAX` waits as long as any deadline
+    /// may be (a year).
     pub fn wait(mut self, max_wait: Duration) -> Self {
         self.wait = (!max_wait.is_zero()).then_some(max_wait);
         self
