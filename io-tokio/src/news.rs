@@ -143,7 +143,7 @@ impl News {
         let mut watched = self.watched.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let sender = watched.entry(lease.clone()).or_insert_with(|| {
             watch::Sender::new(Status {
-                expires_at: Instant::now(),
+                expires_at: crate::clock::now(),
                 kept_alive: false,
                 lost: None,
             })

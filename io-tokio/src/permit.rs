@@ -58,7 +58,7 @@ impl Permit {
             let expires_at = news
                 .expires_at(lease.id())
                 .map_or(lease.expires_at(), |known| known.max(lease.expires_at()));
-            let expired = !news.kept_alive(lease.id()) && std::time::Instant::now() >= expires_at;
+            let expired = !news.kept_alive(lease.id()) && crate::clock::now() >= expires_at;
             expired.then_some(Lost::Expired)
         })
     }

@@ -61,6 +61,16 @@ fn without(from: &str, to: &str) -> String {
     ACQUIRE.replace(from, to)
 }
 
+/// `ACQUIRE` with ten more helper functions, never called: what a helper
+/// costs a script call that only defines it (a script's `local function`s
+/// are made anew at every `EVALSHA`; a function library makes them once).
+fn ten_more_helpers() -> String {
+    let helpers: String = (0..10)
+        .map(|i| format!("local function unused_{i}(a, b)\n  return a + b + {i}\nend\n"))
+        .collect();
+    format!("{helpers}{ACQUIRE}")
+}
+
 /// `ACQUIRE` as a function library: its helpers defined once, at load.
 fn as_function() -> String {
     let body_at = ACQUIRE.find("-- ACQUIRE: take a lease").expect("ACQUIRE's own text");
@@ -136,6 +146,12 @@ fn variants() -> Vec<Variant> {
                 "local added = add_units(leases, at, id, 'NX')",
                 "local added = add_units(leases, expiry, id, 'NX')",
             ),
+            Call::One,
+            b"0",
+        ),
+        variant(
+            "ACQUIRE without a token, and ten more helpers defined (never called)",
+            &ten_more_helpers(),
             Call::One,
             b"0",
         ),
