@@ -230,8 +230,15 @@ async fn a_queue_entry_a_failover_brought_back_is_given_back_when_a_release_hand
             limiter.acquire_opts(&key(subject), options).await
         })
     };
-    eventually("the waiter is queued", Duration::from_secs(5), || {
+    // Subscribed too: a hand-over published before the subscription took
+    // would name the stray id to nobody, and its reservation would hold the
+    // slot for its lifetime (seen once in CI, under the load of the other
+    // tests).
+    let channel = keys.wake_channel();
+    let subscribed = Frame::Array(vec![Frame::BulkString(channel.clone()), Frame::Integer(1)]);
+    eventually("the waiter is queued and subscribed", Duration::from_secs(5), || {
         queued(&server, subject) == 1
+            && server.client().call(&[b"PUBSUB", b"SHARDNUMSUB", &channel]).ok() == Some(subscribed.clone())
     })
     .await;
     // What the failover restores: the served id's entry, first in line.
