@@ -888,6 +888,33 @@ fn a_dead_waiters_place_is_not_taken_over() {
     assert_eq!(leases.queued(), vec![id(74), id(76)]);
 }
 
+/// A release that can let none of its first waiters through reads on: a
+/// unit owed to a waiter under a higher limit, behind more waiters held
+/// back by their lower one than the release's first look holds (`freed` +
+/// 15), is handed over, not left free until that waiter's own check (an
+/// outside review's finding).
+#[test]
+fn a_unit_owed_past_the_releases_first_look_is_handed_over() {
+    let server = RedisServer::start();
+    let mut leases = Leases::new(&server, "far-owed");
+    let mut subscriber = server.client();
+    subscriber.call(&[b"SSUBSCRIBE", &leases.keys.wake_channel()]).unwrap();
+    for holder in 1..=3 {
+        assert!(leases.granted(holder, 3, LONG));
+    }
+    // Sixteen waiters under limit 1, then one under limit 3.
+    for waiter in 101..=116 {
+        assert_eq!(leases.wait(waiter, 1, LONG, LONG).0, 2);
+    }
+    assert_eq!(leases.wait(200, 3, LONG, LONG).0, 2);
+    assert_eq!(leases.release_script(&[1], Some(400)), 1);
+    assert!(
+        next_message(&mut subscriber).starts_with(&format!("H {} ", lease(200))),
+        "the unit went to the waiter it is owed to"
+    );
+    assert!(leases.expiry(200).is_some(), "reserved for it");
+}
+
 /// The next message on `subscriber`'s channel, as text.
 fn next_message(subscriber: &mut RespClient) -> String {
     match subscriber.read_reply().unwrap() {

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::scripts::{bulk, int, integer, lua_number, units, weight, Stop};
+use super::scripts::{bulk, int, integer, lua_number, units, weight, Stop, WALK};
 use super::store::ZaddFlags;
 use super::RedisModel;
 use inflight_core::resp::Frame;
@@ -98,31 +98,40 @@ impl RedisModel {
         freed: usize,
     ) -> (Vec<(Bytes, (u64, u64))>, Vec<Bytes>, Vec<Bytes>) {
         let (mut served, mut named, mut holding) = (Vec::new(), Vec::new(), Vec::new());
-        let ids = self.store.zrange(queue, 0, (freed + 15).min(64) - 1);
+        let window = (freed + 15).min(64);
         let start = used;
-        let mut blocked = 0u64;
+        let (mut read, mut blocked) = (0usize, 0u64);
         let recorded = self.limit_of(holds, b"limit");
-        for id in ids {
-            let own = self.limit_of(holds, &id).or(recorded);
-            if self.store.zscore(leases, &id).is_some() {
-                holding.push(id);
-            } else if let Some(own) = own {
-                let units = weight(&id).unwrap_or(1);
-                if own > blocked && used + units <= own {
-                    // Recorded under the waiter's own limit, whatever the
-                    // (injected) bug judged it by.
-                    let true_own = self.own_limit(holds, &id).unwrap_or(own);
-                    served.push((id, (used - start, true_own.saturating_sub(start))));
-                    used += units;
+        loop {
+            let ids = self.store.zrange(queue, read, read + window - 1);
+            let count = ids.len();
+            for id in ids {
+                let own = self.limit_of(holds, &id).or(recorded);
+                if self.store.zscore(leases, &id).is_some() {
+                    holding.push(id);
+                } else if let Some(own) = own {
+                    let units = weight(&id).unwrap_or(1);
+                    if own > blocked && used + units <= own {
+                        // Recorded under the waiter's own limit, whatever the
+                        // (injected) bug judged it by.
+                        let true_own = self.own_limit(holds, &id).unwrap_or(own);
+                        served.push((id, (used - start, true_own.saturating_sub(start))));
+                        used += units;
+                    } else {
+                        blocked = blocked.max(own);
+                    }
                 } else {
-                    blocked = blocked.max(own);
+                    named.push(id);
+                    blocked = u64::MAX;
                 }
-            } else {
-                named.push(id);
-                blocked = u64::MAX;
+            }
+            read += count;
+            // `lib/serve.lua`: on only while nobody was let through, up to
+            // `WALK` waiters in all.
+            if !served.is_empty() || !named.is_empty() || count < window || read >= WALK {
+                return (served, named, holding);
             }
         }
-        (served, named, holding)
     }
 
     /// `lib/serve.lua`'s `wake_who_fits`: the waiters that fit in what is

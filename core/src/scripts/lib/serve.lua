@@ -1,7 +1,8 @@
 -- Who a release hands freed units to: of the first waiters (as many as
--- the `freed` units and 15 more, at most 64: what is worth a look), those
--- the rule lets through, each within its own limit (`used` units being
--- held). A waiter that holds
+-- the `freed` units and 15 more, at most 64: what is worth a look; when
+-- the rule lets none of them through, the next as many, up to `WALK` in
+-- all, as `claim` reads), those the rule lets through, each within its
+-- own limit (`used` units being held). A waiter that holds
 -- a lease already (a failover can restore the queue entry of a waiter served
 -- since) gets nothing: a second grant would rewrite the expiry its holder
 -- believes in. A waiter whose limit is unknown (neither its own nor a
@@ -10,30 +11,38 @@
 -- named and found holding.
 local function serve(queue, holds, leases, used, freed)
   local served, named, holding = {}, {}, {}
-  local ids = redis.call('ZRANGE', queue, 0, math.min(64, freed + 15) - 1)
-  if #ids == 0 then
-    return served, named, holding
-  end
-  local limits = redis.call('HMGET', holds, 'limit', unpack(ids))
-  local scores = redis.call('ZMSCORE', leases, unpack(ids))
-  local blocked = 0
-  for i, id in ipairs(ids) do
-    local own = tonumber(limits[i + 1]) or tonumber(limits[1])
-    if scores[i] then
-      holding[#holding + 1] = id
-    elseif not own then
-      named[#named + 1] = id
-      blocked = math.huge
-    else
-      local units = weight(id)
-      if own > blocked and used + units <= own then
-        used = used + units
-        served[#served + 1] = id
+  local window = math.min(64, freed + 15)
+  local start, blocked = 0, 0
+  repeat
+    local ids = redis.call('ZRANGE', queue, start, start + window - 1)
+    if #ids == 0 then
+      break
+    end
+    local limits = redis.call('HMGET', holds, 'limit', unpack(ids))
+    local scores = redis.call('ZMSCORE', leases, unpack(ids))
+    for i, id in ipairs(ids) do
+      local own = tonumber(limits[i + 1]) or tonumber(limits[1])
+      if scores[i] then
+        holding[#holding + 1] = id
+      elseif not own then
+        named[#named + 1] = id
+        blocked = math.huge
       else
-        blocked = math.max(blocked, own)
+        local units = weight(id)
+        if own > blocked and used + units <= own then
+          used = used + units
+          served[#served + 1] = id
+        else
+          blocked = math.max(blocked, own)
+        end
       end
     end
-  end
+    start = start + #ids
+    -- Reading on only while nobody was let through: a unit owed to a
+    -- waiter under a higher limit, behind more waiters held back by their
+    -- lower one than a window holds, would otherwise stand free until that
+    -- waiter's own check.
+  until #served > 0 or #named > 0 or #ids < window or start >= WALK
   return served, named, holding
 end
 
