@@ -34,6 +34,15 @@ fn queued(server: &RedisServer, subject: &str) -> i64 {
     }
 }
 
+/// One waiter queued for `subject`, and one connection listening on its
+/// wake channel: a hand-over published from here on reaches the waiter's
+/// limiter (one published before its subscription took would reach nobody).
+fn queued_and_listening(server: &RedisServer, subject: &str) -> bool {
+    let channel = SubjectKeys::new(PREFIX, &key(subject)).wake_channel();
+    let listening = Frame::Array(vec![Frame::BulkString(channel.clone()), Frame::Integer(1)]);
+    queued(server, subject) == 1 && server.client().call(&[b"PUBSUB", b"SHARDNUMSUB", &channel]).ok() == Some(listening)
+}
+
 fn live(server: &RedisServer, subject: &str) -> i64 {
     let keys = SubjectKeys::new(PREFIX, &key(subject));
     match server.client().call(&[b"ZCARD", keys.leases()]) {
@@ -234,11 +243,8 @@ async fn a_queue_entry_a_failover_brought_back_is_given_back_when_a_release_hand
     // would name the stray id to nobody, and its reservation would hold the
     // slot for its lifetime (seen once in CI, under the load of the other
     // tests).
-    let channel = keys.wake_channel();
-    let subscribed = Frame::Array(vec![Frame::BulkString(channel.clone()), Frame::Integer(1)]);
     eventually("the waiter is queued and subscribed", Duration::from_secs(5), || {
-        queued(&server, subject) == 1
-            && server.client().call(&[b"PUBSUB", b"SHARDNUMSUB", &channel]).ok() == Some(subscribed.clone())
+        queued_and_listening(&server, subject)
     })
     .await;
     // What the failover restores: the served id's entry, first in line.
@@ -393,11 +399,8 @@ async fn handed(server: &RedisServer, subject: &'static str) -> (Limiter, Limite
     let held = holder.acquire(&key(subject)).await.unwrap();
     let w = waiter.clone();
     let waiting = tokio::spawn(async move { w.acquire_wait(&key(subject), Duration::from_secs(10)).await });
-    let channel = SubjectKeys::new(PREFIX, &key(subject)).wake_channel();
-    let subscribed = Frame::Array(vec![Frame::BulkString(channel.clone()), Frame::Integer(1)]);
     eventually("queued and subscribed", Duration::from_secs(2), || {
-        queued(server, subject) == 1
-            && server.client().call(&[b"PUBSUB", b"SHARDNUMSUB", &channel]).ok() == Some(subscribed.clone())
+        queued_and_listening(server, subject)
     })
     .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -563,11 +566,8 @@ async fn a_hand_over_heard_after_its_reservation_ran_out_is_not_delivered_spent(
         .unwrap();
     let w = waiter.clone();
     let waiting = tokio::spawn(async move { w.acquire_wait(&key(subject), Duration::from_secs(10)).await });
-    let channel = SubjectKeys::new(PREFIX, &key(subject)).wake_channel();
-    let subscribed = Frame::Array(vec![Frame::BulkString(channel.clone()), Frame::Integer(1)]);
     eventually("queued and subscribed", Duration::from_secs(2), || {
-        queued(&server, subject) == 1
-            && server.client().call(&[b"PUBSUB", b"SHARDNUMSUB", &channel]).ok() == Some(subscribed.clone())
+        queued_and_listening(&server, subject)
     })
     .await;
     // From here the runtime is blocked: the release hands the slot over
